@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# glbd bootstrap: installs everything glbd and its lab need on a Debian machine, then runs a job.
+#
+#   ./bootstrap.sh demo    install, then run the lab demo on built-in defaults (the main job)
+#   ./bootstrap.sh test    install, then run the whole test suite
+#   ./bootstrap.sh install install only
+#
+# Must run as root (network namespaces, nexthop objects, FRR). Idempotent: steps that are already
+# done are skipped, so a second run starts the job within seconds.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$here"
+job=${1:-}
+shift || true
+
+die() { echo "bootstrap: $*" >&2; exit 1; }
+step() { printf '\n== %s\n' "$*"; }
+
+case "$job" in demo|test|install) ;; *) die "usage: $0 {demo|test|install} [args for the job]";; esac
+[ "$(id -u)" = 0 ] || die "must run as root (network namespaces and the kernel FIB need it): sudo $0 $job"
+[ -r /etc/debian_version ] || die "this script supports Debian (bookworm or newer) only"
+
+export DEBIAN_FRONTEND=noninteractive
+APT_PACKAGES=(iproute2 nftables debootstrap tcpdump iperf3 procps psmisc kmod
+              python3 python3-venv python3-dev gcc systemd ca-certificates)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  step "apt: installing ${missing[*]}"
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# bookworm's FRR 8.4 (no NHC support) is used by one interop test; it must never run as a host
+# service, so its start is blocked while it installs.
+if ! dpkg-query -W -f='${Status}' frr 2>/dev/null | grep -q "install ok installed"; then
+  step "apt: installing frr (bookworm 8.4, for the legacy interop test; service not started)"
+  prc=/usr/sbin/policy-rc.d; had_prc=0; [ -e $prc ] && had_prc=1
+  [ $had_prc = 1 ] || { printf '#!/bin/sh\nexit 101\n' > $prc; chmod +x $prc; }
+  apt-get install -y -q --no-install-recommends frr || { [ $had_prc = 1 ] || rm -f $prc; die "apt-get install frr failed"; }
+  [ $had_prc = 1 ] || rm -f $prc
+fi
+
+PY=${GLBD_PYTHON:-}
+if [ -z "$PY" ]; then
+  for c in python3.13 python3.12 python3.11 python3; do
+    if command -v "$c" >/dev/null && "$c" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      PY=$(command -v "$c"); break
+    fi
+  done
+fi
+[ -n "$PY" ] || die "no Python >= 3.11 with venv found (install python3 and python3-venv)"
+
+if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ]; then
+  step "venv: .venv with glbd and its test tools ($PY)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e '.[test]'
+  touch .venv/.installed
+fi
+
+step "lab: FRR 10.x chroot (Debian sid, cached)"
+.venv/bin/glbd-lab provision
+
+case "$job" in
+  install)
+    step "installed: .venv/bin/glbd, .venv/bin/glbctl, .venv/bin/glbd-lab";;
+  demo)
+    step "lab demo"
+    exec .venv/bin/glbd-lab demo "$@";;
+  test)
+    step "test suite"
+    set +e
+    .venv/bin/python -m pytest "$@"
+    rc=$?
+    set -e
+    if [ $rc = 5 ]; then echo "bootstrap: pytest collected no tests: that is a failure" >&2; exit 1; fi
+    exit $rc;;
+esac
