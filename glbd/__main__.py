@@ -1,0 +1,5 @@
+import sys
+
+from glbd.cli import main
+
+sys.exit(main())

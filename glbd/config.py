@@ -1,0 +1,494 @@
+"""glbd configuration: TOML file -> pydantic models (strict, frozen) -> plain values for the cores.
+
+The flow is one way. ``load(path)`` parses and validates the whole file and either returns a
+:class:`Config` or raises :class:`ConfigError` listing *every* problem with the file, the dotted key
+path and the reason. Nothing is applied until a whole file validates, so a bad file never
+half-applies and a failed reload keeps the old config.
+
+Secrets (the heartbeat HMAC key) are read from a separate file at load time; they are held in a
+:class:`Secret` whose ``repr``/``str`` never show the value, so they cannot leak through logs.
+
+Reference (every key, type, default and range) is in README.md, "Configuration reference"; the
+examples in ``conf/`` are checked by the test suite.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+
+def _ip(v: Any) -> Any:
+    if isinstance(v, ipaddress.IPv4Address | ipaddress.IPv6Address):
+        return v
+    if not isinstance(v, str):
+        raise ValueError("expected an IP address as a string")
+    try:
+        return ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not a valid IPv4 or IPv6 address") from None
+
+
+def _net(v: Any) -> Any:
+    if isinstance(v, ipaddress.IPv4Network | ipaddress.IPv6Network):
+        return v
+    if not isinstance(v, str):
+        raise ValueError("expected a prefix as a string, e.g. '198.19.1.0/24'")
+    try:
+        return ipaddress.ip_network(v, strict=True)
+    except ValueError as e:
+        raise ValueError(f"{v!r}: {e}") from None
+
+
+IPAddr = Annotated[
+    ipaddress.IPv4Address | ipaddress.IPv6Address,
+    BeforeValidator(_ip),
+    PlainSerializer(str, return_type=str),
+]
+IPNet = Annotated[
+    ipaddress.IPv4Network | ipaddress.IPv6Network,
+    BeforeValidator(_net),
+    PlainSerializer(str, return_type=str),
+]
+
+HEARTBEAT_GROUP_V4 = "224.0.0.149"
+HEARTBEAT_PORT = 6149
+#: glbd's route/nexthop protocol number (rtnetlink ``rtm_protocol``/``nh_protocol``). 200 is not
+#: used by any routing daemon listed in iproute2's rt_protos (zebra 11, bird 12, bgp 186..., 192).
+RTPROT_GLBD = 200
+
+_IFNAME = re.compile(r"^[^\s/:]{1,15}$")
+
+
+class Secret:
+    """A secret value that never shows itself in repr/str/logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def reveal(self) -> bytes:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# --------------------------------------------------------------------------------------------
+# sections
+
+
+class BfdSection(_Model):
+    """BFD defaults (per neighbor overridable). Intervals in milliseconds."""
+
+    enabled: bool = True
+    min_tx_ms: Annotated[int, Field(ge=3, le=60_000)] = 50
+    min_rx_ms: Annotated[int, Field(ge=3, le=60_000)] = 50
+    detect_mult: Annotated[int, Field(ge=1, le=255)] = 3
+    passive: bool = False
+
+
+class BfdOverride(_Model):
+    enabled: bool | None = None
+    min_tx_ms: Annotated[int, Field(ge=3, le=60_000)] | None = None
+    min_rx_ms: Annotated[int, Field(ge=3, le=60_000)] | None = None
+    detect_mult: Annotated[int, Field(ge=1, le=255)] | None = None
+    passive: bool | None = None
+
+
+class NeighborSection(_Model):
+    address: IPAddr
+    remote_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
+    interface: str
+    local_address: IPAddr | None = None
+    hold_time: Annotated[int, Field(ge=3, le=65535)] | None = None
+    description: str = ""
+    bfd: BfdOverride = BfdOverride()
+
+    @field_validator("interface")
+    @classmethod
+    def _ifname(cls, v: str) -> str:
+        if not _IFNAME.match(v):
+            raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
+        return v
+
+    @model_validator(mode="after")
+    def _families(self) -> Self:
+        if self.local_address is not None and self.local_address.version != self.address.version:
+            raise ValueError("local_address and address are of different IP versions")
+        return self
+
+
+class BgpSection(_Model):
+    hold_time: Annotated[int, Field(ge=3, le=65535)] = 9
+    #: paths of equal AS-path length through different neighbor ASes form one multipath set
+    multipath_relax: bool = True
+    max_paths: Annotated[int, Field(ge=1, le=1024)] = 128
+    #: load-balancer: accept an all-zero NHC next hop (FRR sends 0.0.0.0) unless strict
+    nnhn_strict_next_hop: bool = False
+    #: keep installed routes this long after ExaBGP restarts before withdrawing unrefreshed ones
+    stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
+    #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
+    bfd_strict: bool = True
+
+
+class HeartbeatAuth(_Model):
+    key_id: Annotated[int, Field(ge=0, le=255)]
+    secret_file: Path
+    secret: Secret | None = Field(default=None, exclude=True)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    @model_validator(mode="after")
+    def _read_secret(self) -> Self:
+        try:
+            data = self.secret_file.read_bytes().strip()
+        except OSError as e:
+            raise ValueError(
+                f"secret_file {str(self.secret_file)!r} unreadable: {e.strerror}"
+            ) from None
+        if len(data) < 16:
+            raise ValueError(f"secret_file {str(self.secret_file)!r} holds fewer than 16 bytes")
+        object.__setattr__(self, "secret", Secret(data))
+        return self
+
+
+class HeartbeatSection(_Model):
+    enabled: bool = True
+    group: ipaddress.IPv4Address = ipaddress.IPv4Address(HEARTBEAT_GROUP_V4)
+    group6: ipaddress.IPv6Address | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] = HEARTBEAT_PORT
+    interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 20
+    on_change: bool = True
+    min_spacing_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
+    hold_multiplier: Annotated[int, Field(ge=2, le=255)] = 3
+    auth: HeartbeatAuth | None = None
+
+    @field_validator("group")
+    @classmethod
+    def _mcast4(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        if not v.is_multicast:
+            raise ValueError("not an IPv4 multicast address")
+        return v
+
+    @field_validator("group6")
+    @classmethod
+    def _mcast6(cls, v: ipaddress.IPv6Address | None) -> ipaddress.IPv6Address | None:
+        if v is not None and not v.is_multicast:
+            raise ValueError("not an IPv6 multicast address")
+        return v
+
+    @model_validator(mode="after")
+    def _spacing(self) -> Self:
+        if self.min_spacing_ms > self.interval_ms:
+            raise ValueError("min_spacing_ms must not exceed interval_ms")
+        return self
+
+
+class LinkQualitySection(_Model):
+    """DLB-style quality bands. Load in percent of capacity, queue in bytes of qdisc backlog."""
+
+    sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 10
+    #: EWMA weight of a new sample, 0 < alpha <= 1
+    ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.25
+    load_min_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
+    load_max_pct: Annotated[float, Field(ge=0, le=100)] = 90.0
+    queue_min_bytes: Annotated[int, Field(ge=0)] = 3_000
+    queue_max_bytes: Annotated[int, Field(ge=1)] = 300_000
+    #: share of the load band in the combined quality; (1 - rate_weight) goes to the queue band
+    rate_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
+    #: interface name -> capacity in Mbit/s (veth and shaped links report no true speed)
+    capacity_mbps: dict[str, Annotated[float, Field(gt=0)]] = {}
+    default_capacity_mbps: Annotated[float, Field(gt=0)] = 10_000.0
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Self:
+        if self.load_min_pct >= self.load_max_pct:
+            raise ValueError("load_min_pct must be below load_max_pct")
+        if self.queue_min_bytes >= self.queue_max_bytes:
+            raise ValueError("queue_min_bytes must be below queue_max_bytes")
+        for name in self.capacity_mbps:
+            if not _IFNAME.match(name):
+                raise ValueError(f"capacity_mbps: {name!r} is not a Linux interface name")
+        return self
+
+
+class FibSection(_Model):
+    protocol: Annotated[int, Field(ge=5, le=255)] = RTPROT_GLBD
+    table: Annotated[int, Field(ge=1, le=2**32 - 1)] = 254
+    group_type: Literal["resilient", "hash-threshold"] = "resilient"
+    resilient_buckets: Annotated[int, Field(ge=2, le=65535)] = 128
+    resilient_idle_timer_s: Annotated[float, Field(ge=0, le=3600)] = 1.0
+    resilient_unbalanced_timer_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    #: set net.ipv4.nexthop_compat_mode=0 in glbd's namespace (weight changes stop emitting one
+    #: RTM_NEWROUTE per route; route dumps then omit the expanded multipath)
+    set_compat_mode_off: bool = False
+    on_stop: Literal["keep", "remove"] = "keep"
+    #: after a restart, adopted objects nobody re-claims are removed after this long
+    stale_timer_s: Annotated[float, Field(ge=0, le=86_400)] = 300.0
+    reconcile_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+
+
+class ControlSection(_Model):
+    socket: Path = Path("/run/glbd/glbd.sock")
+
+
+class LoggingSection(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "console", "json"] = "auto"
+
+
+class MetricsSection(_Model):
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _hostport(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, sep, port = v.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9477")
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            raise ValueError(f"{host!r} is not an IP address") from None
+        return v
+
+
+class Config(_Model):
+    router_id: ipaddress.IPv4Address
+    local_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
+    role: Literal["helper", "load-balancer", "both"]
+    neighbors: list[NeighborSection] = []
+    originate: list[IPNet] = []
+    bfd: BfdSection = BfdSection()
+    bgp: BgpSection = BgpSection()
+    heartbeat: HeartbeatSection = HeartbeatSection()
+    link_quality: LinkQualitySection = LinkQualitySection()
+    fib: FibSection = FibSection()
+    control: ControlSection = ControlSection()
+    logging: LoggingSection = LoggingSection()
+    metrics: MetricsSection = MetricsSection()
+
+    @field_validator("router_id")
+    @classmethod
+    def _rid(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        if int(v) == 0:
+            raise ValueError("router_id must not be 0.0.0.0")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        problems = _duplicates(
+            [str(n.address) for n in self.neighbors], [str(p) for p in self.originate]
+        )
+        if problems:
+            raise ValueError("; ".join(p.reason for p in problems))
+        return self
+
+    # ---- derived views -----------------------------------------------------------------
+
+    @property
+    def is_helper(self) -> bool:
+        return self.role in ("helper", "both")
+
+    @property
+    def is_load_balancer(self) -> bool:
+        return self.role in ("load-balancer", "both")
+
+    def neighbor_bfd(self, n: NeighborSection) -> BfdSection:
+        """The effective BFD settings of one neighbor (its overrides over the defaults)."""
+        over = {k: v for k, v in n.bfd.model_dump().items() if v is not None}
+        return self.bfd.model_copy(update=over)
+
+    def redacted(self) -> dict[str, Any]:
+        """JSON-safe dump with secrets removed (for `glbctl config` and logs)."""
+        data = self.model_dump(mode="json")
+        auth = data.get("heartbeat", {}).get("auth")
+        if auth:
+            auth.pop("secret", None)
+        return data
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    reason: str
+
+    def format(self, path: str) -> str:
+        return f"{path}: {self.key}: {self.reason}"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; ``problems`` lists every error found."""
+
+    def __init__(self, path: str, problems: Iterable[Problem]) -> None:
+        self.path = path
+        self.problems = list(problems)
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        return "\n".join(p.format(self.path) for p in self.problems)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        # pydantic inserts union member tags ("IPv4Address") and validator names into loc
+        if isinstance(item, str) and (item[:1].isupper() or item.startswith("function-")):
+            continue
+        parts.append(str(item))
+    return ".".join(parts) or "(top level)"
+
+
+def _reason(err: Any) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err.get("msg", "invalid"))
+    return msg.removeprefix("Value error, ")
+
+
+def _duplicates(neighbors: list[Any], originate: list[Any]) -> list[Problem]:
+    """Duplicate neighbors/prefixes, found on raw values so they are reported even when other
+    keys of the same file fail validation."""
+
+    def norm(v: Any, conv: Any) -> str | None:
+        try:
+            return str(conv(v))
+        except (ValueError, TypeError):
+            return None
+
+    out: list[Problem] = []
+    seen: dict[str, int] = {}
+    for i, a in enumerate(neighbors):
+        key = norm(a, ipaddress.ip_address)
+        if key is None:
+            continue
+        if key in seen:
+            out.append(
+                Problem(
+                    f"neighbors.{i}.address",
+                    f"duplicate neighbor {key} (also neighbors.{seen[key]})",
+                )
+            )
+        else:
+            seen[key] = i
+    nets: dict[str, int] = {}
+    for i, p in enumerate(originate):
+        key = norm(p, lambda x: ipaddress.ip_network(x, strict=False))
+        if key is None:
+            continue
+        if key in nets:
+            out.append(
+                Problem(f"originate.{i}", f"duplicate prefix {key} (also originate.{nets[key]})")
+            )
+        else:
+            nets[key] = i
+    return out
+
+
+def parse(data: dict[str, Any], path: str = "<config>") -> Config:
+    """Validate an already-parsed TOML document."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        problems: dict[tuple[str, str], None] = {}
+        for err in e.errors():
+            if err.get("type") == "value_error" and "duplicate " in str(err.get("msg")):
+                continue  # reported with a precise key by _duplicates below
+            problems[(_loc(err["loc"]), _reason(err))] = None
+        raw_n = data.get("neighbors")
+        raw_o = data.get("originate")
+        nlist: list[Any] = raw_n if isinstance(raw_n, list) else []
+        olist: list[Any] = raw_o if isinstance(raw_o, list) else []
+        addrs = [n.get("address") for n in nlist if isinstance(n, dict)]
+        for p in _duplicates(addrs, olist):
+            problems[(p.key, p.reason)] = None
+        raise ConfigError(path, [Problem(k, r) for k, r in problems]) from None
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read, parse and validate a config file; raise :class:`ConfigError` on any problem."""
+    p = str(path)
+    try:
+        raw = Path(p).read_bytes()
+    except OSError as e:
+        raise ConfigError(p, [Problem("(file)", f"cannot read: {e.strerror}")]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(p, [Problem("(file)", "not UTF-8 text")]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(p, [Problem("(syntax)", str(e))]) from None
+    return parse(data, p)
+
+
+# --------------------------------------------------------------------------------------------
+# reload support
+
+
+def diff(old: Config, new: Config) -> dict[str, Any]:
+    """What changed between two configs, by area, for an apply-only-what-changed reload.
+
+    Returns ``{"neighbors_added": [...], "neighbors_removed": [...], "neighbors_changed": [...],
+    "sections": [names of other top-level sections that differ], "restart_required": [...]}``.
+    ``router_id``, ``local_as`` and ``role`` cannot change without a restart.
+    """
+    old_n = {n.address: n for n in old.neighbors}
+    new_n = {n.address: n for n in new.neighbors}
+    out: dict[str, Any] = {
+        "neighbors_added": sorted(str(a) for a in new_n.keys() - old_n.keys()),
+        "neighbors_removed": sorted(str(a) for a in old_n.keys() - new_n.keys()),
+        "neighbors_changed": sorted(
+            str(a) for a in new_n.keys() & old_n.keys() if new_n[a] != old_n[a]
+        ),
+        "sections": [],
+        "restart_required": [],
+    }
+    for name in ("router_id", "local_as", "role"):
+        if getattr(old, name) != getattr(new, name):
+            out["restart_required"].append(name)
+    for name in Config.model_fields:
+        if name in ("router_id", "local_as", "role", "neighbors"):
+            continue
+        if getattr(old, name) != getattr(new, name):
+            out["sections"].append(name)
+    return out

@@ -1,0 +1,1 @@
+"""glbctl <-> glbd control socket: JSON-lines codec (``protocol``), asyncio server (``server``)."""

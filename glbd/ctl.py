@@ -1,0 +1,288 @@
+"""``glbctl``: status CLI for a running glbd, plus an offline packet decoder.
+
+    glbctl [--socket PATH] [--json] status|neighbors|bfd|links|heartbeats|quality|profiles|
+                                    routes|counters|config
+    glbctl reload                      re-read the config file (like SIGHUP)
+    glbctl watch [--interval S]        live view of weights and qualities
+    glbctl decode {nhc,bfd,heartbeat} HEX [--json]
+
+Without ``--json`` results are readable tables; with it, the daemon's JSON result is printed as
+is (snake_case keys, pinned by a contract test). A stopped daemon is one line on stderr and exit
+code 1, never a traceback. ``decode`` exits 2 with the codec's named reason on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from glbd.control import protocol as proto
+
+DEFAULT_SOCKET = "/run/glbd/glbd.sock"
+EXIT_DAEMON = 1
+EXIT_DECODE = 2
+
+QUERIES = (
+    "status",
+    "neighbors",
+    "bfd",
+    "links",
+    "heartbeats",
+    "quality",
+    "profiles",
+    "routes",
+    "counters",
+    "config",
+)
+
+
+class DaemonError(Exception):
+    """The daemon could not be reached or answered with an error."""
+
+
+def request(path: str, cmd: str, args: dict[str, Any] | None = None, timeout: float = 5.0) -> Any:
+    """Send one request to the daemon and return its result (raises DaemonError)."""
+    req = proto.Request(id=os.getpid() & 0x7FFFFFFF, cmd=cmd, args=args or {})
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            s.sendall(req.encode())
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > proto.MAX_LINE:
+                    raise DaemonError("answer too long")
+    except FileNotFoundError:
+        raise DaemonError(f"glbd is not running (no control socket at {path})") from None
+    except ConnectionRefusedError:
+        raise DaemonError(f"glbd is not running (nobody listens on {path})") from None
+    except PermissionError:
+        raise DaemonError(f"permission denied on {path}: run as root or in group glbd") from None
+    except TimeoutError:
+        raise DaemonError(f"glbd did not answer within {timeout:g} s on {path}") from None
+    except OSError as e:
+        raise DaemonError(f"cannot talk to glbd on {path}: {e.strerror or e}") from None
+    try:
+        resp = proto.decode_response(buf)
+    except proto.DecodeError as e:
+        raise DaemonError(f"unreadable answer from glbd: {e}") from None
+    if not resp.ok:
+        raise DaemonError(f"{cmd}: {resp.error_reason}: {resp.error_message}")
+    return resp.result
+
+
+# --------------------------------------------------------------------------------------------
+# rendering
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}".rstrip("0").rstrip(".") if v == v else "nan"
+    if isinstance(v, list | tuple):
+        return ", ".join(_cell(x) for x in v) if v else "-"
+    if isinstance(v, dict):
+        return " ".join(f"{k}={_cell(x)}" for k, x in v.items()) if v else "-"
+    return str(v)
+
+
+def render(title: str, result: Any) -> None:
+    """Readable tables: scalars as a key/value table, lists of objects as one table each."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not isinstance(result, dict):
+        console.print(json.dumps(result, indent=2))
+        return
+    scalars = {k: v for k, v in result.items() if not _is_rows(v)}
+    if scalars:
+        t = Table(title=title, show_header=False, title_justify="left")
+        t.add_column("key", style="bold")
+        t.add_column("value")
+        for k, v in scalars.items():
+            t.add_row(k, _cell(v))
+        console.print(t)
+    for k, v in result.items():
+        if not _is_rows(v):
+            continue
+        rows: list[dict[str, Any]] = v
+        cols = list(dict.fromkeys(itertools.chain.from_iterable(r.keys() for r in rows)))
+        t = Table(
+            title=f"{title}: {k}" if scalars or len(result) > 1 else title, title_justify="left"
+        )
+        for c in cols:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*(_cell(r.get(c)) for c in cols))
+        if not rows:
+            t.add_row(*(["(none)"] + [""] * (len(cols) - 1))) if cols else None
+            if not cols:
+                console.print(f"{title}: {k}: (none)")
+                continue
+        console.print(t)
+
+
+def _is_rows(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, dict) for x in v)
+
+
+# --------------------------------------------------------------------------------------------
+# decode
+
+_HEX_NOISE = re.compile(r"[\s:,_-]+")
+
+
+def parse_hex(text: str) -> bytes:
+    """Hex as people paste it: spaces, colons, newlines, ``0x`` prefixes (whole or per byte)."""
+    t = text.strip()
+    t = re.sub(r"0[xX]", "", t)
+    t = _HEX_NOISE.sub("", t)
+    if not t:
+        raise ValueError("no hex digits")
+    if len(t) % 2:
+        raise ValueError("odd number of hex digits")
+    try:
+        return bytes.fromhex(t)
+    except ValueError:
+        bad = next((c for c in t if c not in "0123456789abcdefABCDEF"), "?")
+        raise ValueError(f"not hex: {bad!r}") from None
+
+
+def _decoders() -> dict[str, Callable[[bytes], Any]]:
+    from bfd import packet as bfd_packet
+    from glbd import nhc
+    from heartbeat import wire
+
+    return {
+        "nhc": nhc.decode_any,
+        "bfd": bfd_packet.decode,
+        "heartbeat": wire.decode,
+    }
+
+
+def decode_cmd(kind: str, text: str, as_json: bool) -> int:
+    try:
+        data = parse_hex(text)
+    except ValueError as e:
+        print(f"glbctl decode {kind}: bad hex: {e}", file=sys.stderr)
+        return EXIT_DECODE
+    decoder = _decoders()[kind]
+    try:
+        msg = decoder(data)
+    except ValueError as e:  # every codec's DecodeError is a ValueError with .reason
+        reason = getattr(e, "reason", "malformed")
+        detail = getattr(e, "detail", "")
+        print(
+            f"glbctl decode {kind}: {reason}" + (f": {detail}" if detail else ""), file=sys.stderr
+        )
+        return EXIT_DECODE
+    d = msg.to_dict()
+    if as_json:
+        print(json.dumps(d, indent=2, sort_keys=False))
+    else:
+        render(f"{kind} ({len(data)} bytes)", d)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# watch
+
+
+def watch(path: str, interval: float, count: int | None) -> int:
+    from rich.console import Console
+
+    console = Console()
+    n = 0
+    while count is None or n < count:
+        n += 1
+        try:
+            quality = request(path, "quality")
+            profiles = request(path, "profiles")
+        except DaemonError as e:
+            print(f"glbctl: {e}", file=sys.stderr)
+            return EXIT_DAEMON
+        if console.is_terminal:
+            console.clear()
+        console.print(f"[bold]glbd watch[/bold]  {time.strftime('%H:%M:%S')}  every {interval:g}s")
+        render("quality", quality)
+        render("profiles", profiles)
+        if count is None or n < count:
+            time.sleep(interval)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="glbctl", description="Query and control a running glbd.")
+    p.add_argument(
+        "--socket",
+        default=os.environ.get("GLBD_SOCKET", DEFAULT_SOCKET),
+        help=f"control socket (default {DEFAULT_SOCKET}, or $GLBD_SOCKET)",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    helps = {
+        "status": "daemon state, roles, versions, loop lag, last reload result",
+        "neighbors": "BGP peers: BGP id, state, uptime, prefixes in/out",
+        "bfd": "BFD sessions: state, diag, discriminators, timers, flaps, drops",
+        "links": "local fabric links: load, queue, quality band",
+        "heartbeats": "heartbeat senders/receivers: sequence, age, drops by reason",
+        "quality": "next hop x next-next hop quality",
+        "profiles": "path-quality profiles and their per-next-hop weights (desired vs kernel)",
+        "routes": "per-prefix next hops, next-next hops and installed group",
+        "counters": "all counters, drops by reason",
+        "config": "the running config (secrets removed)",
+    }
+    for name in QUERIES:
+        sub.add_parser(name, help=helps[name])
+    sub.add_parser("reload", help="re-read the config file; a bad file is rejected and kept out")
+    w = sub.add_parser("watch", help="live view of weights and qualities")
+    w.add_argument("--interval", type=float, default=1.0)
+    w.add_argument("--count", type=int, default=None, help="stop after N refreshes")
+    d = sub.add_parser("decode", help="decode a packet from hex (tcpdump or ExaBGP JSON)")
+    d.add_argument("kind", choices=["nhc", "bfd", "heartbeat"])
+    d.add_argument("hex", nargs="+", help="hex bytes; spaces, colons and 0x are accepted")
+    d.add_argument("--json", action="store_true", dest="decode_json")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.cmd is None:
+        p.print_help()
+        return 2
+    if args.cmd == "decode":
+        return decode_cmd(args.kind, " ".join(args.hex), args.json or args.decode_json)
+    if args.cmd == "watch":
+        return watch(args.socket, args.interval, args.count)
+    try:
+        result = request(args.socket, args.cmd)
+    except DaemonError as e:
+        print(f"glbctl: {e}", file=sys.stderr)
+        return EXIT_DAEMON
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        render(args.cmd, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
