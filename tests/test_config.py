@@ -112,7 +112,7 @@ def test_short_secret_rejected(tmp_path: Path) -> None:
     (tmp_path / "k").write_bytes(b"short")
     d = _leaf()
     d["heartbeat"]["auth"] = {"key_id": 1, "secret_file": str(tmp_path / "k")}
-    ((key, reason),) = _problems(d)
+    ((_key, reason),) = _problems(d)
     assert "fewer than 16 bytes" in reason
 
 
