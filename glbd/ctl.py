@@ -108,7 +108,7 @@ def render(title: str, result: Any) -> None:
     if not isinstance(result, dict):
         console.print(json.dumps(result, indent=2))
         return
-    scalars = {k: v for k, v in result.items() if not _is_rows(v)}
+    scalars = _flatten({k: v for k, v in result.items() if not _is_rows(v)})
     if scalars:
         t = Table(title=title, show_header=False, title_justify="left")
         t.add_column("key", style="bold")
@@ -134,6 +134,18 @@ def render(title: str, result: Any) -> None:
                 console.print(f"{title}: {k}: (none)")
                 continue
         console.print(t)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested objects become dotted keys (``value.nnhn.nh_bgp_id``) so a table stays flat."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
 
 
 def _is_rows(v: Any) -> bool:
@@ -162,16 +174,20 @@ def parse_hex(text: str) -> bytes:
         raise ValueError(f"not hex: {bad!r}") from None
 
 
-def _decoders() -> dict[str, Callable[[bytes], Any]]:
-    from bfd import packet as bfd_packet
-    from glbd import nhc
-    from heartbeat import wire
+#: decode kind -> (module, function); imported on use so each codec stands alone
+DECODERS = {
+    "nhc": ("glbd.nhc", "decode"),  # whole path attribute or bare value
+    "bfd": ("bfd.packet", "decode"),  # UDP payload
+    "heartbeat": ("heartbeat.wire", "decode"),  # UDP payload
+}
 
-    return {
-        "nhc": nhc.decode_any,
-        "bfd": bfd_packet.decode,
-        "heartbeat": wire.decode,
-    }
+
+def _decoder(kind: str) -> Callable[[bytes], Any]:
+    import importlib
+
+    module, func = DECODERS[kind]
+    fn: Callable[[bytes], Any] = getattr(importlib.import_module(module), func)
+    return fn
 
 
 def decode_cmd(kind: str, text: str, as_json: bool) -> int:
@@ -180,7 +196,7 @@ def decode_cmd(kind: str, text: str, as_json: bool) -> int:
     except ValueError as e:
         print(f"glbctl decode {kind}: bad hex: {e}", file=sys.stderr)
         return EXIT_DECODE
-    decoder = _decoders()[kind]
+    decoder = _decoder(kind)
     try:
         msg = decoder(data)
     except ValueError as e:  # every codec's DecodeError is a ValueError with .reason
