@@ -1,0 +1,1 @@
+"""ExaBGP integration: API codec (pure), supervisor and bridge."""
