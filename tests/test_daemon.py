@@ -1,0 +1,151 @@
+"""Daemon lifecycle without the network parts: control socket, status, reload with rollback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glbd import config as cfgmod
+from glbd import ctl
+from glbd.daemon import Daemon
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write_cfg(tmp: Path, extra: str = "", hold: int = 3) -> Path:
+    f = tmp / "glbd.toml"
+    f.write_text(f"""
+router_id = "198.18.255.1"
+local_as = 65001
+role = "load-balancer"
+[[neighbors]]
+address = "198.18.1.0"
+remote_as = 65100
+interface = "leaf1-sw1"
+[heartbeat]
+hold_multiplier = {hold}
+[control]
+socket = "{tmp / "ctl.sock"}"
+{extra}
+""")
+    return f
+
+
+class Dummy:
+    name = "dummy"
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    async def start(self) -> None:
+        self.events.append("start")
+
+    async def stop(self) -> None:
+        self.events.append("stop")
+
+    async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
+        self.events.append(("reconfigure", changes["sections"]))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"counters": {"x": 1}}
+
+    def samples(self) -> list[Any]:
+        return []
+
+
+async def test_status_reload_and_rollback(tmp_path: Path) -> None:
+    f = _write_cfg(tmp_path)
+    dummy = Dummy()
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [dummy])
+    await d.start()
+    try:
+        sock = str(tmp_path / "ctl.sock")
+        st = await asyncio.to_thread(ctl.request, sock, "status")
+        assert st["state"] == "running" and st["role"] == "load-balancer"
+        assert st["components"] == ["dummy"]
+        assert (await asyncio.to_thread(ctl.request, sock, "counters"))["dummy"] == {"x": 1}
+        # a good change is applied and handed to the components
+        _write_cfg(tmp_path, hold=5)
+        res = await asyncio.to_thread(ctl.request, sock, "reload")
+        assert res["ok"] and res["changes"]["sections"] == ["heartbeat"]
+        assert ("reconfigure", ["heartbeat"]) in dummy.events
+        assert d.cfg.heartbeat.hold_multiplier == 5
+        # a bad file is rejected, the old config stays, and status says why
+        f.write_text(f.read_text().replace("hold_multiplier = 5", "hold_multiplier = 1\nbogus=1"))
+        res = await asyncio.to_thread(ctl.request, sock, "reload")
+        assert not res["ok"] and "old config kept" in res["message"]
+        assert "heartbeat.bogus: unknown key" in res["message"]
+        assert d.cfg.heartbeat.hold_multiplier == 5
+        st = await asyncio.to_thread(ctl.request, sock, "status")
+        assert st["last_reload"]["ok"] is False and "bogus" in st["last_reload"]["message"]
+        # identity changes need a restart
+        f.write_text(_write_cfg(tmp_path).read_text().replace("65001", "65009"))
+        res = await d.reload()
+        assert not res.ok and "local_as" in res.message
+        cfg = await asyncio.to_thread(ctl.request, sock, "config")
+        assert cfg["local_as"] == 65001
+    finally:
+        await d.stop()
+    assert dummy.events[0] == "start" and dummy.events[-1] == "stop"
+    assert not (tmp_path / "ctl.sock").exists()
+
+
+async def test_loop_lag_is_measured(tmp_path: Path) -> None:
+    f = _write_cfg(tmp_path)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    d.lag.interval = 0.01
+    await d.start()
+    try:
+        await asyncio.sleep(0.05)
+        time.sleep(0.05)  # block the loop on purpose
+        await asyncio.sleep(0.03)
+        assert d.lag.max >= 0.03
+        assert d.status()["loop_lag"]["late_10ms"] >= 1
+    finally:
+        await d.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="glbd run needs root")
+def test_glbd_run_sighup_bad_config_keeps_running_and_sigterm_stops(tmp_path: Path) -> None:
+    f = _write_cfg(tmp_path)
+    env = dict(os.environ, GLBD_TEST_NO_COMPONENTS="1")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "glbd", "run", "-c", str(f), "--log-format", "json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sock = str(tmp_path / "ctl.sock")
+    try:
+        for _ in range(100):
+            try:
+                ctl.request(sock, "status", timeout=1)
+                break
+            except ctl.DaemonError:
+                time.sleep(0.05)
+        f.write_text(f.read_text() + "\nnot valid toml [[[\n")
+        p.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            st = ctl.request(sock, "status")
+            if st["last_reload"]:
+                break
+            time.sleep(0.05)
+        assert st["state"] == "running" and st["last_reload"]["ok"] is False
+        assert p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0
+        err = p.stderr.read() if p.stderr else ""
+        assert "reload_rejected" in err and "glbd_stopped" in err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
