@@ -1,0 +1,56 @@
+"""pytest plugin for lab tests. Loaded from ``tests/conftest.py``::
+
+    pytest_plugins = ["glbd.lab.pytest_plugin"]
+
+Fixtures:
+
+* ``netns_lab`` -- a fresh :class:`glbd.lab.netns.Lab` (own random tag) per test, closed after the
+  test (processes stopped by PID, namespaces deleted). Skips with the reason when the run is not
+  root or the kernel has no namespaces.
+
+Markers: a test marked ``netns`` is skipped (with the reason) when namespaces are unavailable, so
+it can be collected anywhere. Example::
+
+    @pytest.mark.netns
+    def test_ping(netns_lab):
+        a, b = netns_lab.pair()                    # 198.18.0.1/30 <-> 198.18.0.2/30
+        assert a.ping("198.18.0.2")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from glbd.lab.netns import Lab, LabError, require_netns
+
+__all__ = ["netns_lab"]
+
+
+def _netns_skip_reason() -> str | None:
+    try:
+        require_netns()
+    except LabError as exc:
+        return str(exc)
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("netns") is not None:
+        reason = _netns_skip_reason()
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.fixture
+def netns_lab() -> Iterator[Lab]:
+    """A Lab whose namespaces, links and processes are removed after the test."""
+    reason = _netns_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    lab = Lab()
+    try:
+        yield lab
+    finally:
+        lab.close()

@@ -1,0 +1,1 @@
+pytest_plugins = ["glbd.lab.pytest_plugin"]
