@@ -1,0 +1,619 @@
+"""Clos RIB (pure): Adj-RIB-In per peer, multipath selection, Adj-RIB-Out with next-hop-self,
+NNHN origination (helper) and validation (load balancer), BFD strict mode, stale handling
+across ExaBGP restarts.
+
+No sockets, no clock, no asyncio: every method takes ``now`` (monotonic seconds) where time
+matters and returns a list of effects. Effects are the ExaBGP commands to send
+(:class:`glbd.exabgp.api.Announce` / ``Withdraw`` / ``Teardown``) and the events for the rest of
+the daemon (:class:`PeerUp`, :class:`PeerDown`, :class:`NextHopsChanged`,
+:class:`StaleTimerExpired`). Events for the FIB side always come before the commands of the same
+call, so a BFD failure leaves forwarding before any BGP message is written.
+
+Selection (eBGP only, as in a Clos fabric):
+
+1. paths from peers that are not usable (session down, or BFD down in strict mode) are ignored;
+2. a locally originated prefix beats any learned path;
+3. shortest AS path (an AS_SET counts 1), then lowest origin (igp < egp < incomplete), then
+   lowest peer BGP ID, then lowest peer address picks the best path;
+4. the multipath set is every path equal to the best on AS-path length and origin; without
+   multipath-relax they must also share the neighbor AS (the first AS of the path). At most
+   ``max_paths`` paths, in the order of rule 3.
+
+Advertisement to peer Q: the best path's AS path with our AS prepended, next hop = our local
+address on that session (next-hop-self), nothing to a peer that contributed a path of the
+multipath set, nothing to a peer whose AS is already in the path (it would drop it anyway).
+A helper attaches one NHC per prefix and peer: header next hop = the next hop sent, NNHN =
+[our router id; the BGP IDs of the peers of the multipath set, ascending]. It is recomputed
+whenever the multipath set changes, received NHCs are never relayed (so unknown TLVs go too).
+
+Validation of a received NHC (load balancer), in order, each failure counted by name:
+decodes (else ``nhc_malformed_<reason>``, the route stays: attribute discard) -> header next
+hop equals the route's next hop (all-zero accepted as ``nhc_nh_unspecified`` unless strict)
+-> has a usable NNHN -> NNHN[0] equals the peer's BGP ID (else ``nnhn_nh_bgp_id_mismatch``, a
+stale relayed NNHN) -> not one of the later prefixes of a multi-prefix UPDATE (FRR 10.x computes
+one NNHN per UPDATE from its first prefix, so the others are not trusted unless
+``trust_packed_nnhn``).
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from glbd import nhc as nhcmod
+from glbd.exabgp import api
+
+__all__ = [
+    "Effect",
+    "NeighborParams",
+    "NextHop",
+    "NextHopsChanged",
+    "Path",
+    "PeerDown",
+    "PeerUp",
+    "Rib",
+    "RibParams",
+    "Role",
+    "StaleTimerExpired",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_ORIGIN_RANK = {"igp": 0, "egp": 1, "incomplete": 2}
+
+
+class Role(enum.Enum):
+    HELPER = "helper"
+    LOAD_BALANCER = "load-balancer"
+    BOTH = "both"
+
+    @property
+    def helper(self) -> bool:
+        return self in (Role.HELPER, Role.BOTH)
+
+    @property
+    def load_balancer(self) -> bool:
+        return self in (Role.LOAD_BALANCER, Role.BOTH)
+
+
+@dataclass(frozen=True)
+class NeighborParams:
+    address: IPAddress
+    remote_as: int
+    local_address: IPAddress
+    interface: str | None = None
+    hold_time: int = 9
+    description: str = ""
+    #: next-hop-self for IPv6 prefixes on an IPv4 session (None: IPv6 prefixes are not sent)
+    local_address6: ipaddress.IPv6Address | None = None
+
+
+@dataclass(frozen=True)
+class RibParams:
+    router_id: ipaddress.IPv4Address
+    local_as: int
+    role: Role
+    neighbors: tuple[NeighborParams, ...]
+    originated: tuple[Prefix, ...] = ()
+    multipath_relax: bool = True
+    max_paths: int = 128
+    #: reject an all-zero NHC header next hop (FRR 10.x sends 0.0.0.0 on eBGP IPv4)
+    nnhn_strict_next_hop: bool = False
+    #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR packing defect: off)
+    trust_packed_nnhn: bool = False
+    #: keep paths of the peers of a dead ExaBGP this long, unless refreshed (End-of-RIB) earlier
+    stale_timer_s: float = 60.0
+    #: draft-ietf-idr-bgp-bfd-strict-mode: a neighbor's routes are not used while BFD is down
+    bfd_strict: bool = True
+
+
+# -- effects -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """One forwarding next hop of a prefix, with the validated next-next-hop set (or None)."""
+
+    peer: IPAddress
+    peer_bgp_id: ipaddress.IPv4Address | None
+    next_hop: IPAddress
+    interface: str | None
+    nnh: tuple[ipaddress.IPv4Address, ...] | None
+    nnhn_status: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peer": str(self.peer),
+            "peer_bgp_id": None if self.peer_bgp_id is None else str(self.peer_bgp_id),
+            "next_hop": str(self.next_hop),
+            "interface": self.interface,
+            "nnh": None if self.nnh is None else [str(i) for i in self.nnh],
+            "nnhn_status": self.nnhn_status,
+        }
+
+
+@dataclass(frozen=True)
+class NextHopsChanged:
+    """The forwarding next-hop set of ``prefix`` changed; empty = no longer reachable."""
+
+    prefix: Prefix
+    next_hops: tuple[NextHop, ...]
+
+
+@dataclass(frozen=True)
+class PeerUp:
+    peer: IPAddress
+    bgp_id: ipaddress.IPv4Address | None
+
+
+@dataclass(frozen=True)
+class PeerDown:
+    peer: IPAddress
+    reason: str
+
+
+@dataclass(frozen=True)
+class StaleTimerExpired:
+    peers: tuple[IPAddress, ...]
+    prefixes_removed: int
+
+
+Event = NextHopsChanged | PeerUp | PeerDown | StaleTimerExpired
+Effect = Event | api.Announce | api.Withdraw | api.Teardown
+
+
+# -- state ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Path:
+    peer: IPAddress
+    next_hop: IPAddress
+    as_path: tuple[int, ...]
+    as_path_length: int
+    origin: str
+    communities: tuple[tuple[int, int], ...]
+    nnh: tuple[ipaddress.IPv4Address, ...] | None
+    nnhn_status: str
+    stale: bool = False
+
+
+@dataclass
+class PeerState:
+    params: NeighborParams
+    bgp_id: ipaddress.IPv4Address | None = None
+    pending_bgp_id: ipaddress.IPv4Address | None = None
+    state: str = "idle"  # idle | connected | up | down | stale
+    established_at: float | None = None
+    bfd_down: bool = False
+    stale: bool = False
+    adj_in: dict[Prefix, Path] = field(default_factory=dict)
+    adj_out: dict[Prefix, api.Announce] = field(default_factory=dict)
+    counters: Counter[str] = field(default_factory=Counter)
+    last_down_reason: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return (self.state == "up" or self.stale) and not self.bfd_down
+
+
+class Rib:
+    def __init__(self, params: RibParams) -> None:
+        self.params = params
+        self.peers: dict[IPAddress, PeerState] = {n.address: PeerState(n) for n in params.neighbors}
+        self.originated: set[Prefix] = set(params.originated)
+        self.counters: Counter[str] = Counter()
+        self._fwd: dict[Prefix, tuple[NextHop, ...]] = {}
+        self._stale_deadline: float | None = None
+
+    # ---- inputs ------------------------------------------------------------------------
+
+    def on_open(self, peer: IPAddress, router_id: ipaddress.IPv4Address) -> list[Effect]:
+        """A received OPEN: remember the peer's BGP ID until the session comes up."""
+        st = self._peer(peer)
+        if st is not None:
+            st.pending_bgp_id = router_id
+        return []
+
+    def on_state(self, peer: IPAddress, state: str, now: float, reason: str = "") -> list[Effect]:
+        st = self._peer(peer)
+        if st is None:
+            return []
+        if state == "up":
+            st.state = "up"
+            st.established_at = now
+            st.bgp_id = st.pending_bgp_id or st.bgp_id
+            st.counters["established"] += 1
+            out: list[Effect] = [PeerUp(peer, st.bgp_id)]
+            if not st.stale:
+                out += self._recompute(set(st.adj_in))
+            return out
+        if state == "down":
+            return self._peer_down(st, reason or "down")
+        st.state = state if st.state != "up" else st.state
+        return []
+
+    def on_update(self, ev: api.UpdateEvent, now: float) -> list[Effect]:
+        st = self._peer(ev.peer)
+        if st is None:
+            return []
+        if ev.direction != "receive":
+            return []
+        st.counters["updates_in"] += 1
+        if ev.eor is not None:
+            return self._end_of_rib(st)
+        changed: set[Prefix] = set()
+        for _family, prefix in ev.withdrawn:
+            if st.adj_in.pop(prefix, None) is not None:
+                changed.add(prefix)
+            st.counters["withdrawn_in"] += 1
+        attrs = ev.attributes
+        if self.params.local_as in attrs.as_path and ev.announced:
+            st.counters["as_loop_rejected"] += len(ev.announced)
+            for a in ev.announced:  # an implicit withdraw of any earlier path
+                if st.adj_in.pop(a.prefix, None) is not None:
+                    changed.add(a.prefix)
+            return self._recompute(changed)
+        decoded: nhcmod.Nhc | None = None
+        decode_error = ""
+        if attrs.nhc is not None:
+            try:
+                decoded = nhcmod.decode_value(attrs.nhc)
+            except nhcmod.DecodeError as exc:
+                decode_error = exc.reason
+        for i, a in enumerate(ev.announced):
+            next_hop = a.next_hop if a.next_hop is not None else ev.peer
+            nnh, status = self._validate(st, next_hop, attrs.nhc is not None, decoded, decode_error)
+            if nnh is not None and i > 0 and not self.params.trust_packed_nnhn:
+                nnh, status = None, "nnhn_packed_untrusted"
+            if status not in ("absent", "valid", "not_validated"):
+                st.counters[status] += 1
+                self.counters[status] += 1
+            path = Path(
+                ev.peer,
+                next_hop,
+                attrs.as_path,
+                attrs.as_path_length,
+                attrs.origin,
+                attrs.communities,
+                nnh,
+                status,
+            )
+            if st.adj_in.get(a.prefix) != path:
+                st.adj_in[a.prefix] = path
+                changed.add(a.prefix)
+            st.counters["announced_in"] += 1
+        return self._recompute(changed)
+
+    def on_notification(self, ev: api.NotificationEvent) -> list[Effect]:
+        st = self._peer(ev.peer)
+        if st is not None:
+            st.counters[f"notification_{ev.direction}"] += 1
+            st.last_down_reason = f"notification {ev.direction} ({ev.code},{ev.subcode})"
+        return []
+
+    def peer_bfd_down(self, peer: IPAddress, now: float) -> list[Effect]:
+        """BFD declared the neighbor down: its paths leave forwarding at once (events first)
+        and the session is torn down (Cease, subcode 10 "BFD Down")."""
+        st = self._peer(peer)
+        if st is None:
+            return []
+        st.counters["bfd_down"] += 1
+        out: list[Effect] = []
+        if self.params.bfd_strict or not st.bfd_down:
+            st.bfd_down = True
+            out += self._recompute(set(st.adj_in))
+        out.append(api.Teardown(peer, 10))
+        return _events_first(out)
+
+    def peer_bfd_up(self, peer: IPAddress, now: float) -> list[Effect]:
+        st = self._peer(peer)
+        if st is None or not st.bfd_down:
+            return []
+        st.bfd_down = False
+        return self._recompute(set(st.adj_in))
+
+    def peer_bfd_admin_down(self, peer: IPAddress, now: float) -> list[Effect]:
+        """The peer's BFD went AdminDown: not a failure (RFC 5882 §3.2); nothing changes."""
+        st = self._peer(peer)
+        if st is not None:
+            st.counters["bfd_admin_down"] += 1
+        return []
+
+    def speaker_lost(self, now: float) -> list[Effect]:
+        """ExaBGP died: every session is gone, but forwarding is kept. Paths become stale and
+        stay in use until each peer's End-of-RIB or until the stale timer."""
+        any_paths = False
+        for st in self.peers.values():
+            st.state = "down"
+            st.last_down_reason = "exabgp restart"
+            if st.adj_in:
+                any_paths = True
+                st.stale = True
+                for prefix, path in list(st.adj_in.items()):
+                    st.adj_in[prefix] = _with_stale(path, True)
+        if any_paths and self._stale_deadline is None:
+            self._stale_deadline = now + self.params.stale_timer_s
+        return []
+
+    def next_deadline(self) -> float | None:
+        return self._stale_deadline
+
+    def on_timer(self, now: float) -> list[Effect]:
+        if self._stale_deadline is None or now < self._stale_deadline:
+            return []
+        self._stale_deadline = None
+        changed: set[Prefix] = set()
+        peers: list[IPAddress] = []
+        removed = 0
+        for addr, st in self.peers.items():
+            if not st.stale:
+                continue
+            peers.append(addr)
+            removed += self._sweep(st, changed)
+        out = self._recompute(changed)
+        return _events_first([StaleTimerExpired(tuple(peers), removed), *out])
+
+    def set_originated(self, prefixes: Iterable[Prefix]) -> list[Effect]:
+        new = set(prefixes)
+        changed = new ^ self.originated
+        self.originated = new
+        return self._recompute(changed)
+
+    def adj_rib_out_commands(self) -> list[api.Announce]:
+        """Everything glbd announces, per peer (replayed into a restarted ExaBGP)."""
+        return [cmd for st in self.peers.values() for cmd in st.adj_out.values()]
+
+    def initial_commands(self) -> list[Effect]:
+        """Announcements for the originated prefixes (call once after construction)."""
+        return self._recompute(set(self.originated))
+
+    # ---- views -------------------------------------------------------------------------
+
+    def next_hops(self, prefix: Prefix) -> tuple[NextHop, ...]:
+        return self._fwd.get(prefix, ())
+
+    def forwarding(self) -> dict[Prefix, tuple[NextHop, ...]]:
+        return dict(self._fwd)
+
+    def routes_snapshot(self) -> list[dict[str, Any]]:
+        prefixes = set(self._fwd) | self.originated
+        for st in self.peers.values():
+            prefixes |= set(st.adj_in)
+        rows = []
+        for p in sorted(prefixes, key=lambda n: (n.version, n)):
+            best, mp = self._select(p)
+            rows.append(
+                {
+                    "prefix": str(p),
+                    "originated": p in self.originated,
+                    "paths": sum(1 for st in self.peers.values() if p in st.adj_in),
+                    "as_path": [] if best is None else list(best.as_path),
+                    "next_hops": [nh.to_dict() for nh in self._fwd.get(p, ())],
+                    "advertised_to": sorted(
+                        str(a) for a, st in self.peers.items() if p in st.adj_out
+                    ),
+                    "multipath": len(mp),
+                }
+            )
+        return rows
+
+    def neighbors_snapshot(self, now: float) -> list[dict[str, Any]]:
+        rows = []
+        for addr, st in self.peers.items():
+            rows.append(
+                {
+                    "peer": str(addr),
+                    "remote_as": st.params.remote_as,
+                    "interface": st.params.interface,
+                    "local_address": str(st.params.local_address),
+                    "bgp_id": None if st.bgp_id is None else str(st.bgp_id),
+                    "state": "stale" if st.stale else st.state,
+                    "bfd_down": st.bfd_down,
+                    "uptime_s": None
+                    if st.state != "up" or st.established_at is None
+                    else round(now - st.established_at, 3),
+                    "prefixes_in": len(st.adj_in),
+                    "prefixes_out": len(st.adj_out),
+                    "last_down_reason": st.last_down_reason,
+                    "counters": dict(st.counters),
+                }
+            )
+        return rows
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _peer(self, peer: IPAddress) -> PeerState | None:
+        st = self.peers.get(peer)
+        if st is None:
+            self.counters["unknown_peer"] += 1
+        return st
+
+    def _validate(
+        self,
+        st: PeerState,
+        next_hop: IPAddress,
+        present: bool,
+        decoded: nhcmod.Nhc | None,
+        decode_error: str,
+    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, str]:
+        if not present:
+            return None, "absent"
+        if not self.params.role.load_balancer:
+            return None, "not_validated"
+        if decoded is None:
+            return None, f"nhc_malformed_{decode_error}"
+        match = decoded.next_hop_match(next_hop)
+        if match is nhcmod.NextHopMatch.MISMATCH:
+            return None, "nhc_nh_mismatch"
+        if match is nhcmod.NextHopMatch.UNSPECIFIED:
+            if self.params.nnhn_strict_next_hop:
+                return None, "nhc_nh_unspecified_rejected"
+            self.counters["nhc_nh_unspecified"] += 1
+            st.counters["nhc_nh_unspecified"] += 1
+        if decoded.nnhn is None:
+            return None, "nnhn_absent" if not decoded.discarded else "nnhn_discarded"
+        if st.bgp_id is None or decoded.nnhn.nh_bgp_id != st.bgp_id:
+            return None, "nnhn_nh_bgp_id_mismatch"
+        return decoded.nnhn.nnh_ids, "valid"
+
+    def _peer_down(self, st: PeerState, reason: str) -> list[Effect]:
+        was_up = st.state == "up"
+        st.state = "down"
+        st.established_at = None
+        st.last_down_reason = reason
+        out: list[Effect] = []
+        if st.stale:  # ExaBGP restart in progress: keep stale paths until EOR/timer
+            return out
+        if was_up:
+            out.append(PeerDown(st.params.address, reason))
+        changed = set(st.adj_in)
+        st.adj_in.clear()
+        out += self._recompute(changed)
+        return _events_first(out)
+
+    def _end_of_rib(self, st: PeerState) -> list[Effect]:
+        st.counters["eor_in"] += 1
+        if not st.stale or st.state != "up":
+            return []
+        changed: set[Prefix] = set()
+        self._sweep(st, changed)
+        if not any(p.stale for p in self.peers.values()):
+            self._stale_deadline = None
+        return self._recompute(changed)
+
+    def _sweep(self, st: PeerState, changed: set[Prefix]) -> int:
+        removed = 0
+        for prefix, path in list(st.adj_in.items()):
+            if path.stale:
+                del st.adj_in[prefix]
+                changed.add(prefix)
+                removed += 1
+        st.stale = False
+        return removed
+
+    def _sort_key(self, path: Path) -> tuple[int, int, int, int, int]:
+        st = self.peers[path.peer]
+        bid = int(st.bgp_id) if st.bgp_id is not None else 2**32
+        return (
+            path.as_path_length,
+            _ORIGIN_RANK.get(path.origin, 3),
+            bid,
+            path.peer.version,
+            int(path.peer),
+        )
+
+    def _select(self, prefix: Prefix) -> tuple[Path | None, list[Path]]:
+        cands = [
+            st.adj_in[prefix] for st in self.peers.values() if st.usable and prefix in st.adj_in
+        ]
+        if not cands:
+            return None, []
+        cands.sort(key=self._sort_key)
+        best = cands[0]
+        mp = [
+            p
+            for p in cands
+            if p.as_path_length == best.as_path_length
+            and p.origin == best.origin
+            and (self.params.multipath_relax or (p.as_path[:1] == best.as_path[:1]))
+        ]
+        return best, mp[: self.params.max_paths]
+
+    def _recompute(self, prefixes: set[Prefix]) -> list[Effect]:
+        events: list[Effect] = []
+        commands: list[Effect] = []
+        for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
+            best, mp = self._select(prefix)
+            fwd: tuple[NextHop, ...] = ()
+            if prefix not in self.originated:
+                fwd = tuple(
+                    sorted(
+                        (self._next_hop_view(p) for p in mp),
+                        key=lambda nh: (nh.peer.version, int(nh.peer)),
+                    )
+                )
+            if fwd != self._fwd.get(prefix, ()):
+                if fwd:
+                    self._fwd[prefix] = fwd
+                else:
+                    self._fwd.pop(prefix, None)
+                events.append(NextHopsChanged(prefix, fwd))
+            for st in self.peers.values():
+                want = self._advert(prefix, best, mp, st)
+                have = st.adj_out.get(prefix)
+                if want == have:
+                    continue
+                if want is None:
+                    assert have is not None
+                    del st.adj_out[prefix]
+                    commands.append(api.Withdraw(have.neighbor, prefix, have.next_hop))
+                else:
+                    st.adj_out[prefix] = want
+                    commands.append(want)
+        return events + commands
+
+    def _next_hop_view(self, p: Path) -> NextHop:
+        st = self.peers[p.peer]
+        return NextHop(p.peer, st.bgp_id, p.next_hop, st.params.interface, p.nnh, p.nnhn_status)
+
+    def _advert(
+        self, prefix: Prefix, best: Path | None, mp: list[Path], st: PeerState
+    ) -> api.Announce | None:
+        n = st.params
+        if prefix.version == 6:
+            nh: IPAddress | None = (
+                n.local_address if n.local_address.version == 6 else n.local_address6
+            )
+        else:
+            nh = n.local_address if n.local_address.version == 4 else None
+        if nh is None:
+            return None
+        if prefix in self.originated:
+            return api.Announce(n.address, prefix, nh, as_path=(self.params.local_as,))
+        if best is None:
+            return None
+        if any(p.peer == n.address for p in mp) or n.remote_as in best.as_path:
+            return None
+        value: bytes | None = None
+        if self.params.role.helper:
+            ids = [self.peers[p.peer].bgp_id for p in mp]
+            nnh = tuple(i for i in ids if i is not None)
+            if nnh:
+                value = nhcmod.Nhc.for_next_hop(
+                    nh, nnhn=nhcmod.Nnhn(self.params.router_id, nnh)
+                ).encode_value()
+        return api.Announce(
+            n.address,
+            prefix,
+            nh,
+            as_path=(self.params.local_as, *best.as_path),
+            origin=best.origin,
+            communities=best.communities,
+            nhc=value,
+        )
+
+
+def _with_stale(path: Path, stale: bool) -> Path:
+    return Path(
+        path.peer,
+        path.next_hop,
+        path.as_path,
+        path.as_path_length,
+        path.origin,
+        path.communities,
+        path.nnh,
+        path.nnhn_status,
+        stale,
+    )
+
+
+def _events_first(effects: list[Effect]) -> list[Effect]:
+    events = [e for e in effects if not isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
+    commands = [e for e in effects if isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
+    return events + commands
