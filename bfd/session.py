@@ -1,0 +1,521 @@
+"""The BFD session core (RFC 5880 §6), sans I/O.
+
+One :class:`Session` is one single-hop BFD session in asynchronous mode. It has no sockets, no
+clock and no randomness of its own: ``now`` (float seconds, monotonic) and a ``random.Random``
+come in from the caller, and every method returns a list of effects:
+
+* :class:`Transmit` -- send these bytes (the encoded control packet) to the peer;
+* :class:`StateChange` -- the session changed state, with the local diag and a named reason.
+
+Inputs: :meth:`Session.on_packet` (a decoded, demultiplexed packet), :meth:`Session.on_timer`
+(call it at or after :meth:`Session.next_deadline`), and the administrative calls
+:meth:`Session.admin_down`, :meth:`Session.admin_up`, :meth:`Session.update`.
+
+Rules implemented (clause numbers of RFC 5880 unless noted; facts in protocol.md §4):
+
+* §6.2 state machine, as the data table :data:`TRANSITIONS` (local state x event).
+* §6.8.1 initial values; RemoteDiscr reset to 0 when the detection time expires; AuthSeqKnown
+  reset after 2 x detection time without packets; XmitAuthSeq starts at a random value.
+* §6.8.3 DesiredMinTx >= 1 s while not Up; a change of DesiredMinTx or RequiredMinRx in Init/Up
+  starts a Poll Sequence; while Up, a slower TX and a lower RX (which would shrink the peer's
+  or our detection time) take effect only when the Final arrives, faster TX / higher RX at once.
+* §6.8.4 detection time = remote Detect Mult x max(RequiredMinRx in use, remote DesiredMinTx).
+* §6.8.6 reception: A bit vs configuration, authentication (§6.7.2-6.7.4 incl. sequence
+  windows), remote variables, Final ends a poll, the AdminDown discard, the state machine,
+  Poll answered with Final at once.
+* §6.8.7 transmit interval = max(DesiredMinTx in use, RemoteMinRxInterval), sent at a random
+  75-100 % of it (75-90 % when DetectMult = 1); nothing periodic while
+  RemoteMinRxInterval = 0 or, in the passive role, while RemoteDiscr = 0. P and F never together.
+* §6.8.16 AdminDown is entered and left only by local action and sends diag 7. A peer's
+  AdminDown takes us Down with diag 3 and reason ``neighbor_admin_down``, which
+  :attr:`StateChange.failure` reports as *not* a failure (RFC 5882 §3.2).
+* The C bit is advertised from :attr:`SessionParams.cpi`; the peer's is kept in
+  :attr:`Session.remote_cpi` (RFC 5882 §4.3, graceful restart).
+
+Demand mode and the echo function are not implemented (FRR has neither demand mode nor echo
+toward non-FRR peers); RequiredMinEchoRx is always sent as 0.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from .packet import Auth, AuthType, ControlPacket, Diag, State, sign, verify
+
+__all__ = [
+    "TRANSITIONS",
+    "AuthConfig",
+    "Effect",
+    "Event",
+    "Session",
+    "SessionParams",
+    "StateChange",
+    "Transmit",
+]
+
+log = logging.getLogger(__name__)
+
+SLOW_TX_US = 1_000_000  # §6.8.3: DesiredMinTx while not Up
+U32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """One authentication key. ``key`` is the password (1-16 bytes) for simple password, or the
+    key (up to 16 bytes for MD5, 20 for SHA1)."""
+
+    type: AuthType
+    key_id: int
+    key: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.key_id <= 255:
+            raise ValueError("key_id must be 0-255")
+        limit = 16 if self.type.digest_len in (0, 16) else 20
+        lo = 1 if self.type == AuthType.SIMPLE_PASSWORD else 0
+        if not lo <= len(self.key) <= limit:
+            raise ValueError(f"{self.type.name} key must be {lo}-{limit} bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionParams:
+    """Per-session configuration. Intervals in microseconds."""
+
+    #: bfd.DesiredMinTxInterval once Up
+    desired_min_tx: int = 300_000
+    #: bfd.RequiredMinRxInterval (0: the peer must not send periodic packets)
+    required_min_rx: int = 300_000
+    #: bfd.DetectMult
+    detect_mult: int = 3
+    #: passive role (§6.1): send nothing until the peer has been heard
+    passive: bool = False
+    #: the C bit: our BFD does not share fate with the control plane
+    cpi: bool = False
+    auth: AuthConfig | None = None
+    #: DesiredMinTx floor while the session is not Up (§6.8.3: >= 1 s)
+    slow_tx: int = SLOW_TX_US
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.detect_mult <= 255:
+            raise ValueError("detect_mult must be 1-255")
+        if not 1 <= self.desired_min_tx <= U32 or not 0 <= self.required_min_rx <= U32:
+            raise ValueError("intervals must fit 32 bits (desired_min_tx > 0)")
+        if not SLOW_TX_US <= self.slow_tx <= U32:
+            raise ValueError("slow_tx must be >= 1 s")
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """Send ``data`` (one encoded control packet) to the peer."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StateChange:
+    old: State
+    new: State
+    diag: Diag
+    #: detection_timeout | neighbor_down | neighbor_admin_down | admin_down | admin_up |
+    #: neighbor_signal (Down->Init, ->Up)
+    reason: str
+
+    @property
+    def failure(self) -> bool:
+        """An Up session lost: detection timeout or the peer signalling Down. A peer's
+        AdminDown and our own admin action are not failures (RFC 5882 §3.2)."""
+        return (
+            self.old == State.UP
+            and self.new == State.DOWN
+            and self.reason in ("detection_timeout", "neighbor_down")
+        )
+
+
+Effect = Transmit | StateChange
+
+
+class Event(enum.Enum):
+    """State machine inputs: the received State, or the detection timer."""
+
+    RX_ADMIN_DOWN = State.ADMIN_DOWN
+    RX_DOWN = State.DOWN
+    RX_INIT = State.INIT
+    RX_UP = State.UP
+    TIMEOUT = "timeout"
+
+
+_D = Diag
+#: §6.2 / §6.8.6 as data: (local state, event) -> (new state, diag, reason). Absent = no change.
+#: While AdminDown nothing in this table applies (packets are discarded, §6.8.6).
+TRANSITIONS: dict[tuple[State, Event], tuple[State, Diag, str]] = {
+    (State.DOWN, Event.RX_DOWN): (State.INIT, _D.NONE, "neighbor_signal"),
+    (State.DOWN, Event.RX_INIT): (State.UP, _D.NONE, "neighbor_signal"),
+    (State.INIT, Event.RX_ADMIN_DOWN): (
+        State.DOWN,
+        _D.NEIGHBOR_SIGNALED_SESSION_DOWN,
+        "neighbor_admin_down",
+    ),
+    (State.INIT, Event.RX_INIT): (State.UP, _D.NONE, "neighbor_signal"),
+    (State.INIT, Event.RX_UP): (State.UP, _D.NONE, "neighbor_signal"),
+    (State.INIT, Event.TIMEOUT): (
+        State.DOWN,
+        _D.CONTROL_DETECTION_TIME_EXPIRED,
+        "detection_timeout",
+    ),
+    (State.UP, Event.RX_ADMIN_DOWN): (
+        State.DOWN,
+        _D.NEIGHBOR_SIGNALED_SESSION_DOWN,
+        "neighbor_admin_down",
+    ),
+    (State.UP, Event.RX_DOWN): (State.DOWN, _D.NEIGHBOR_SIGNALED_SESSION_DOWN, "neighbor_down"),
+    (State.UP, Event.TIMEOUT): (State.DOWN, _D.CONTROL_DETECTION_TIME_EXPIRED, "detection_timeout"),
+}
+_RX_EVENT = {s: Event(s) for s in State}
+
+
+class Session:
+    """One BFD session (see the module docstring). Public read-only attributes are the RFC
+    state variables; :meth:`snapshot` gives them as a dict."""
+
+    def __init__(
+        self,
+        local_discr: int,
+        params: SessionParams,
+        rng: random.Random,
+        now: float,
+    ) -> None:
+        if not 1 <= local_discr <= U32:
+            raise ValueError("local discriminator must be 1..2**32-1")
+        self.local_discr = local_discr
+        self.params = params
+        self._rng = rng
+        # §6.8.1 state variables
+        self.state = State.DOWN
+        self.remote_state = State.DOWN
+        self.remote_discr = 0
+        self.local_diag = Diag.NONE
+        self.remote_diag: int = 0
+        self.remote_min_rx = 1  # µs
+        self.remote_desired_tx = 0
+        self.remote_detect_mult = 0
+        self.remote_demand = False
+        self.remote_cpi = False
+        self.xmit_auth_seq = rng.getrandbits(32)
+        self.rcv_auth_seq = 0
+        self.auth_seq_known = False
+        # timers in use (§6.8.3): advertised vs. applied
+        self.polling = False
+        self._adv_tx = max(params.desired_min_tx, params.slow_tx)
+        self._adv_rx = params.required_min_rx
+        self._tx_used = self._adv_tx
+        self._rx_used = self._adv_rx
+        self._next_tx: float | None = None if params.passive else now
+        self._detect_at: float | None = None
+        self._last_rx: float | None = None
+        # observability
+        self.created = now
+        self.up_since: float | None = None
+        self.last_change = now
+        self.flaps = 0
+        self.last_down_reason = ""
+        self.packets_in = 0
+        self.packets_out = 0
+        self.drops: dict[str, int] = {}
+        self._tx_key: tuple[Any, ...] | None = None
+        self._tx_bytes = b""
+
+    # ------------------------------------------------------------------ derived values
+
+    @property
+    def detect_time(self) -> float:
+        """§6.8.4 detection time in seconds (0 until the peer has been heard)."""
+        return self.remote_detect_mult * max(self._rx_used, self.remote_desired_tx) / 1e6
+
+    @property
+    def tx_interval(self) -> float:
+        """§6.8.7 transmit interval before jitter, seconds."""
+        return max(self._tx_used, self.remote_min_rx) / 1e6
+
+    def next_deadline(self) -> float | None:
+        a, b = self._next_tx, self._detect_at
+        if a is None:
+            return b
+        if b is None or a < b:
+            return a
+        return b
+
+    def drop(self, reason: str) -> None:
+        """Count one discarded packet for this session (also used by the transport)."""
+        self.drops[reason] = self.drops.get(reason, 0) + 1
+
+    # ------------------------------------------------------------------ inputs
+
+    def on_packet(self, pkt: ControlPacket, now: float) -> list[Effect]:
+        """A packet that passed the stateless checks and was demultiplexed to this session."""
+        reason = self._check_auth(pkt, now)
+        if reason is not None:
+            self.drop(reason)
+            return []
+        self.packets_in += 1
+        self.remote_discr = pkt.my_discriminator
+        self.remote_state = pkt.state
+        self.remote_diag = int(pkt.diag)
+        self.remote_demand = pkt.demand
+        self.remote_cpi = pkt.cpi
+        self.remote_min_rx = pkt.required_min_rx
+        self.remote_desired_tx = pkt.desired_min_tx
+        self.remote_detect_mult = pkt.detect_mult
+        if pkt.final and self.polling:
+            self._terminate_poll()
+        self._last_rx = now
+        self._detect_at = now + self.detect_time
+        if self.state == State.ADMIN_DOWN:
+            return []
+        out: list[Effect] = []
+        move = TRANSITIONS.get((self.state, _RX_EVENT[pkt.state]))
+        if move is not None:
+            out += self._set_state(move[0], move[1], move[2], now, send=not pkt.poll)
+        if pkt.poll:  # §6.8.7: reply at once, whatever the timers
+            out.append(self._transmit(final=True))
+        self._reschedule_tx(now)
+        return out
+
+    def on_timer(self, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        if self._detect_at is not None and now >= self._detect_at:
+            self._detect_at = None
+            self.remote_discr = 0  # §6.8.1
+            move = TRANSITIONS.get((self.state, Event.TIMEOUT))
+            if move is not None:
+                out += self._set_state(move[0], move[1], move[2], now)
+        if self._next_tx is not None and now >= self._next_tx:
+            if self._may_send_periodic():
+                out.append(self._transmit(poll=self.polling))
+                self._next_tx = now + self._jittered()
+            else:
+                self._next_tx = None
+        return out
+
+    def admin_down(self, now: float) -> list[Effect]:
+        """§6.8.16: enter AdminDown, diag 7."""
+        if self.state == State.ADMIN_DOWN:
+            return []
+        return self._set_state(State.ADMIN_DOWN, Diag.ADMINISTRATIVELY_DOWN, "admin_down", now)
+
+    def admin_up(self, now: float) -> list[Effect]:
+        """Leave AdminDown to Down."""
+        if self.state != State.ADMIN_DOWN:
+            return []
+        return self._set_state(State.DOWN, Diag.NONE, "admin_up", now)
+
+    def update(self, params: SessionParams, now: float) -> list[Effect]:
+        """Apply new parameters; timer changes in Init/Up run a Poll Sequence (§6.8.3)."""
+        old_auth = self.params.auth
+        self.params = params
+        if params.auth != old_auth:
+            self.auth_seq_known = False
+        new_tx, new_rx = self._advertised_for(self.state)
+        changed = (new_tx, new_rx) != (self._adv_tx, self._adv_rx)
+        self._adv_tx, self._adv_rx = new_tx, new_rx
+        out: list[Effect] = []
+        if self.state == State.UP and changed:
+            # faster TX and higher RX at once; slower TX / lower RX only after the Final
+            self._tx_used = min(self._tx_used, new_tx)
+            self._rx_used = max(self._rx_used, new_rx)
+        else:
+            self._tx_used, self._rx_used = new_tx, new_rx
+        if self._last_rx is not None and self._detect_at is not None:
+            self._detect_at = self._last_rx + self.detect_time
+        if changed and self.state in (State.INIT, State.UP):
+            out += self._start_poll()
+        if params.passive and self.remote_discr == 0:
+            self._next_tx = None
+        self._reschedule_tx(now)
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _advertised_for(self, state: State) -> tuple[int, int]:
+        p = self.params
+        tx = p.desired_min_tx if state == State.UP else max(p.desired_min_tx, p.slow_tx)
+        return tx, p.required_min_rx
+
+    def _set_state(
+        self, new: State, diag: Diag, reason: str, now: float, send: bool = True
+    ) -> list[Effect]:
+        old = self.state
+        self.state = new
+        self.local_diag = diag
+        self.last_change = now
+        out: list[Effect] = [StateChange(old, new, diag, reason)]
+        if old == State.UP:
+            self.up_since = None
+            self.last_down_reason = reason
+            if new == State.DOWN:
+                self.flaps += 1
+        tx, rx = self._advertised_for(new)
+        if new == State.UP:
+            self.up_since = now
+            changed = (tx, rx) != (self._adv_tx, self._adv_rx)
+            self._adv_tx, self._adv_rx = tx, rx
+            self._tx_used = min(self._tx_used, tx)
+            self._rx_used = max(self._rx_used, rx)
+            if changed:
+                self.polling = True  # the packet sent below carries P
+        else:
+            self.polling = False
+            self._adv_tx = self._tx_used = tx
+            self._adv_rx = self._rx_used = rx
+        log.debug(
+            "bfd %d: %s -> %s (%s, diag %d)", self.local_discr, old.name, new.name, reason, diag
+        )
+        if send and self._may_send_periodic():
+            out.append(self._transmit(poll=self.polling))
+            self._next_tx = now + self._jittered()
+        else:
+            self._reschedule_tx(now)
+        return out
+
+    def _start_poll(self) -> list[Effect]:
+        self.polling = True
+        if self._may_send_periodic():
+            return [self._transmit(poll=True)]
+        return []
+
+    def _terminate_poll(self) -> None:
+        self.polling = False
+        self._tx_used = self._adv_tx
+        self._rx_used = self._adv_rx
+
+    def _may_send_periodic(self) -> bool:
+        if self.remote_min_rx == 0:
+            return False
+        return not (self.params.passive and self.remote_discr == 0)
+
+    def _jittered(self) -> float:
+        hi = 0.90 if self.params.detect_mult == 1 else 1.0
+        return self.tx_interval * self._rng.uniform(0.75, hi)
+
+    def _reschedule_tx(self, now: float) -> None:
+        if not self._may_send_periodic():
+            self._next_tx = None
+            return
+        interval = self.tx_interval
+        if self._next_tx is None or self._next_tx > now + interval:
+            self._next_tx = now + self._jittered()
+
+    def _transmit(self, poll: bool = False, final: bool = False) -> Transmit:
+        self.packets_out += 1
+        p = self.params
+        if p.auth is None:
+            key = (
+                self.state,
+                self.local_diag,
+                poll,
+                final,
+                self._adv_tx,
+                self._adv_rx,
+                p.detect_mult,
+                self.remote_discr,
+                p.cpi,
+            )
+            if key == self._tx_key:
+                return Transmit(self._tx_bytes)
+        pkt = ControlPacket(
+            state=self.state,
+            diag=self.local_diag,
+            detect_mult=p.detect_mult,
+            my_discriminator=self.local_discr,
+            your_discriminator=self.remote_discr,
+            desired_min_tx=self._adv_tx,
+            required_min_rx=self._adv_rx,
+            required_min_echo_rx=0,
+            poll=poll and not final,
+            final=final,
+            cpi=p.cpi,
+            auth=self._auth_section(),
+        )
+        if p.auth is not None:
+            return Transmit(sign(pkt, p.auth.key).encode())
+        self._tx_key = key
+        self._tx_bytes = pkt.encode()
+        return Transmit(self._tx_bytes)
+
+    def _auth_section(self) -> Auth | None:
+        a = self.params.auth
+        if a is None:
+            return None
+        if a.type == AuthType.SIMPLE_PASSWORD:
+            return Auth(a.type, a.key_id, password=a.key)
+        # §6.7.3/6.7.4: meticulous MUST increment per packet; keyed MAY -- we always do
+        self.xmit_auth_seq = (self.xmit_auth_seq + 1) & U32
+        return Auth(a.type, a.key_id, self.xmit_auth_seq)
+
+    def _check_auth(self, pkt: ControlPacket, now: float) -> str | None:
+        """§6.8.6 A bit vs configuration, then §6.7.2-6.7.4. Returns a drop reason or None."""
+        cfg = self.params.auth
+        a = pkt.auth
+        if cfg is None:
+            return None if a is None else "auth_unexpected"
+        if a is None:
+            return "auth_missing"
+        if a.type != cfg.type:
+            return "auth_type_mismatch"
+        if a.key_id != cfg.key_id:
+            return "auth_key_id_mismatch"
+        if cfg.type == AuthType.SIMPLE_PASSWORD:
+            return None if verify(pkt, cfg.key) else "auth_failed"
+        if (
+            self.auth_seq_known
+            and self._last_rx is not None
+            and now - self._last_rx > 2 * self.detect_time
+        ):
+            self.auth_seq_known = False  # §6.8.1
+        if self.auth_seq_known:
+            lo = (self.rcv_auth_seq + (1 if cfg.type.meticulous else 0)) & U32
+            span = self.rcv_auth_seq + 3 * pkt.detect_mult - lo
+            if (a.sequence - lo) & U32 > span:
+                return "auth_sequence"
+        if not verify(pkt, cfg.key):
+            return "auth_failed"
+        self.rcv_auth_seq = a.sequence
+        self.auth_seq_known = True
+        return None
+
+    # ------------------------------------------------------------------ observability
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        """JSON-safe per-session state (issue 9 item 4)."""
+        return {
+            "state": self.state.name.lower(),
+            "diag": int(self.local_diag),
+            "diag_name": Diag(self.local_diag).name.lower(),
+            "remote_state": self.remote_state.name.lower(),
+            "remote_diag": self.remote_diag,
+            "local_discriminator": self.local_discr,
+            "remote_discriminator": self.remote_discr,
+            "detect_mult": self.params.detect_mult,
+            "remote_detect_mult": self.remote_detect_mult,
+            "local_desired_min_tx_us": self._adv_tx,
+            "local_required_min_rx_us": self._adv_rx,
+            "remote_desired_min_tx_us": self.remote_desired_tx,
+            "remote_required_min_rx_us": self.remote_min_rx,
+            "tx_interval_ms": self.tx_interval * 1e3,
+            "detect_time_ms": self.detect_time * 1e3,
+            "polling": self.polling,
+            "passive": self.params.passive,
+            "cpi": self.params.cpi,
+            "remote_cpi": self.remote_cpi,
+            "auth": self.params.auth.type.name.lower() if self.params.auth else None,
+            "uptime_s": (now - self.up_since) if self.up_since is not None else None,
+            "since_last_change_s": now - self.last_change,
+            "flaps": self.flaps,
+            "last_down_reason": self.last_down_reason,
+            "packets_in": self.packets_in,
+            "packets_out": self.packets_out,
+            "drops": dict(self.drops),
+        }
