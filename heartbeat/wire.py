@@ -217,6 +217,12 @@ class Entries(Sequence[Entry]):
     def __len__(self) -> int:
         return self._n
 
+    def key(self) -> bytes:
+        """The octets that matter for weights (ids, capacity, band, down flag) of every entry,
+        column by column, without the raw load/queue figures: equal keys mean equal weights."""
+        raw = self.raw
+        return b"".join([raw[i::ENTRY_LEN] for i in range(_FLAGS_OFF + 1)])
+
     @overload
     def __getitem__(self, i: int) -> Entry: ...
     @overload

@@ -1,0 +1,177 @@
+"""Heartbeat sender core (helper role): pure, no sockets, no clock.
+
+Sends the current link snapshot out of every fabric interface that has a BGP neighbour:
+
+- periodically, every ``interval_s`` (default 20 ms) after the previous send;
+- at once when a band, down flag, link id, far end or capacity changes (``on_change``), but never
+  closer than ``min_spacing_s`` (default 5 ms) to the previous send; a change inside the spacing
+  window is sent when the window ends, coalesced with any later change;
+- on a newly added interface at the next send opportunity (also subject to the spacing).
+
+Every datagram gets the next sequence number (RFC 1982 add 1), so a sequence never repeats within
+a run. One datagram is encoded per send and the same bytes go out of every interface.
+
+Usage (the asyncio layer): feed ``update(entries, now)`` whenever the link monitor has new
+qualities, call ``on_timer(now)`` at ``next_deadline()``, and transmit every returned
+:class:`Transmit`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import wire
+
+__all__ = ["Sender", "SenderParams", "Transmit", "initial_sequence"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SenderParams:
+    """Sender parameters (from ``[heartbeat]`` in the config)."""
+
+    #: this node's BGP identifier as a 32-bit int (``wire.node_id("192.0.2.1")``)
+    node_id: int
+    interval_s: float = 0.020
+    min_spacing_s: float = 0.005
+    on_change: bool = True
+    #: sign every datagram with this key (None = unauthenticated)
+    key: wire.HmacKey | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_spacing_s <= self.interval_s:
+            raise ValueError("need 0 < min_spacing_s <= interval_s")
+        if round(self.interval_s * 1e6) > 0xFFFFFFFF:
+            raise ValueError("interval_s too large for the wire (2**32 µs)")
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """Effect: send ``data`` out of interface ``ifname``."""
+
+    ifname: str
+    data: bytes
+    sequence: int
+
+
+def initial_sequence(wall_clock_s: float, last_sent: int | None = None) -> int:
+    """The first sequence number of a run: the wall clock in ms modulo 2**32, or one past
+    ``last_sent`` when that is newer (docs/heartbeat.md §2)."""
+    seq = int(wall_clock_s * 1000) & 0xFFFFFFFF
+    if last_sent is not None and not wire.serial_gt(seq, last_sent):
+        seq = wire.serial_add(last_sent, 1)
+    return seq
+
+
+class Sender:
+    """Periodic + on-change heartbeat sender for one node."""
+
+    def __init__(self, params: SenderParams, first_sequence: int) -> None:
+        self._params = params
+        self._seq = first_sequence & 0xFFFFFFFF
+        self._entries = wire.Entries()
+        self._key = self._entries.key()
+        self._ifnames: tuple[str, ...] = ()
+        self._last_send: float | None = None
+        self._next_at: float | None = None
+        self.sent = 0
+        self.sent_on_change = 0
+        self._pending_change = False
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    @property
+    def params(self) -> SenderParams:
+        return self._params
+
+    def set_params(self, params: SenderParams, now: float) -> list[Transmit]:
+        """Apply new parameters (reload); the next send is rescheduled under the new interval."""
+        self._params = params
+        if self._last_send is not None and self._next_at is not None:
+            self._next_at = min(self._next_at, self._last_send + params.interval_s)
+        return self._maybe_send(now)
+
+    def set_interfaces(self, ifnames: Iterable[str], now: float) -> list[Transmit]:
+        """The fabric interfaces that have a BGP neighbour (sorted and deduplicated here)."""
+        new = tuple(sorted(set(ifnames)))
+        added = set(new) - set(self._ifnames)
+        self._ifnames = new
+        if not new:
+            self._next_at = None
+            return []
+        if added or self._next_at is None:
+            self._schedule_change(now)
+        return self._maybe_send(now)
+
+    def update(self, entries: Iterable[wire.Entry], now: float) -> list[Transmit]:
+        """New link snapshot (every monitored link). Returns what must be sent now."""
+        ents = entries if isinstance(entries, wire.Entries) else wire.Entries(entries)
+        key = ents.key()
+        self._entries = ents
+        if key != self._key:
+            self._key = key
+            if self._params.on_change and self._ifnames:
+                self._pending_change = True
+                self._schedule_change(now)
+        return self._maybe_send(now)
+
+    def on_timer(self, now: float) -> list[Transmit]:
+        return self._maybe_send(now)
+
+    def next_deadline(self) -> float | None:
+        return self._next_at
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _schedule_change(self, now: float) -> None:
+        due = (
+            now
+            if self._last_send is None
+            else max(now, self._last_send + self._params.min_spacing_s)
+        )
+        self._next_at = due if self._next_at is None else min(self._next_at, due)
+
+    def _maybe_send(self, now: float) -> list[Transmit]:
+        if self._next_at is None or now < self._next_at or not self._ifnames:
+            return []
+        self._seq = wire.serial_add(self._seq, 1)
+        msg = wire.Heartbeat(
+            self._params.node_id, self._seq, round(self._params.interval_s * 1e6), self._entries
+        )
+        data = msg.encode(self._params.key)
+        self._last_send = now
+        self._next_at = now + self._params.interval_s
+        self.sent += 1
+        if self._pending_change:
+            self.sent_on_change += 1
+            self._pending_change = False
+        return [Transmit(ifname, data, self._seq) for ifname in self._ifnames]
+
+    # --- introspection -------------------------------------------------------------------
+
+    @property
+    def sequence(self) -> int:
+        """The last sequence number sent."""
+        return self._seq
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        return {
+            "node_id": wire.node_str(self._params.node_id),
+            "interfaces": list(self._ifnames),
+            "interval_ms": self._params.interval_s * 1000,
+            "min_spacing_ms": self._params.min_spacing_s * 1000,
+            "on_change": self._params.on_change,
+            "authenticated": self._params.key is not None,
+            "key_id": None if self._params.key is None else self._params.key.key_id,
+            "last_sequence": self._seq,
+            "sent": self.sent,
+            "sent_on_change": self.sent_on_change,
+            "last_sent_ago_ms": None
+            if now is None or self._last_send is None
+            else round((now - self._last_send) * 1000, 3),
+            "entries": [e.to_dict() for e in self._entries],
+        }
