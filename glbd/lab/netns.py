@@ -483,6 +483,15 @@ class Lab:
         self.veth(a, a_if, b, b_if, a_addr=a_addr, b_addr=b_addr)
         return a, b
 
+    def remove(self, node: str) -> None:
+        """Delete one namespace of this lab now (no-op if it does not exist)."""
+        ns = self.namespaces.pop(node, None)
+        if ns is not None:
+            self.links = [ln for ln in self.links if ns not in (ln.a, ln.b)]
+            res = _run(["ip", "netns", "del", ns.name], check=False)
+            if res.returncode != 0 and os.path.exists(f"/run/netns/{ns.name}"):
+                raise LabError(f"ip netns del {ns.name}: {_one_line(res.stderr)}")
+
     def on_close(self, fn: Any) -> None:
         """Register ``fn()`` to run at close, before the namespaces are deleted (LIFO)."""
         self._cleanups.append(fn)
