@@ -1,0 +1,166 @@
+"""Link monitor core in virtual time: EWMA, bands, hysteresis, down/up, missing interfaces."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from glbd.linkmon import LinkMonitor, LinkMonParams, LinkSample, band_of, score
+from heartbeat import wire
+
+DT = 0.010
+CAP = 1000.0  # Mbit/s
+FULL = CAP * 1e6 / 8 * DT  # bytes per sample at 100 %
+
+
+class Feed:
+    """Drives one monitor with per-interface load percentages, 10 ms apart."""
+
+    def __init__(self, mon: LinkMonitor, names: list[str]) -> None:
+        self.mon = mon
+        self.now = 0.0
+        self.tx = dict.fromkeys(names, 0)
+        mon.set_interfaces(names)
+        mon.on_samples([LinkSample(n, True, 0, 0, i + 1) for i, n in enumerate(names)], 0.0)
+
+    def step(
+        self,
+        load: dict[str, float],
+        queue: dict[str, int] | None = None,
+        up: dict[str, bool] | None = None,
+    ) -> list[tuple[str, int, bool, str]]:
+        self.now += DT
+        out = []
+        for i, n in enumerate(self.tx):
+            self.tx[n] += round(FULL * load.get(n, 0.0) / 100)
+            out.append(
+                LinkSample(n, (up or {}).get(n, True), self.tx[n], (queue or {}).get(n, 0), i + 1)
+            )
+        ch = self.mon.on_samples(out, self.now)
+        return [(c.quality.ifname, c.quality.band, c.quality.down, c.reason) for c in ch]
+
+
+def mon(**kw: object) -> LinkMonitor:
+    base: dict[str, object] = {"default_capacity_mbps": CAP, "ewma_alpha": 1.0, "rate_weight": 1.0}
+    base.update(kw)
+    return LinkMonitor(LinkMonParams(**base))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "band"),
+    [
+        (0, 7),
+        (10, 7),
+        (19.9, 7),
+        (20, 6),
+        (50, 3),
+        (50.1, 3),
+        (49.9, 4),
+        (80, 0),
+        (80.1, 0),
+        (90, 0),
+        (200, 0),
+    ],
+)
+def test_eight_equal_bands_between_min_and_max(value: float, band: int) -> None:
+    assert band_of(score(value, 10, 90)) == band
+
+
+def test_first_sample_is_baseline_then_measured() -> None:
+    m = mon()
+    f = Feed(m, ["e1"])
+    assert m.qualities() == {}  # one sample: no rate yet, unknown
+    assert f.step({"e1": 45}) == [("e1", 4, False, "new")]
+    q = m.quality("e1")
+    assert q is not None and q.load_pct == pytest.approx(45, rel=1e-3)
+
+
+def test_ewma_smooths_a_step() -> None:
+    m = mon(ewma_alpha=0.25)
+    f = Feed(m, ["e1"])
+    f.step({"e1": 0})
+    loads = []
+    for _ in range(12):
+        f.step({"e1": 100})
+        q = m.quality("e1")
+        assert q is not None
+        loads.append(q.load_pct)
+    assert loads[0] == pytest.approx(25, rel=1e-3) and loads[1] == pytest.approx(43.75, rel=1e-3)
+    assert all(a < b for a, b in itertools.pairwise(loads)) and loads[-1] > 95
+
+
+def test_one_band_wobble_does_not_flap() -> None:
+    m = mon()
+    f = Feed(m, ["e1"])
+    assert f.step({"e1": 45}) == [("e1", 4, False, "new")]
+    for i in range(40):  # 50 % is the 4|3 boundary
+        assert f.step({"e1": 50.5 if i % 2 else 49.5}) == []
+    q = m.quality("e1")
+    assert q is not None and q.band == 4
+
+
+def test_one_band_change_by_margin_or_persistence() -> None:
+    m = mon()
+    f = Feed(m, ["e1"])
+    f.step({"e1": 45})
+    assert f.step({"e1": 50.5}) == []  # just past the boundary
+    assert f.step({"e1": 50.5}) == []
+    assert f.step({"e1": 50.5}) == [("e1", 3, False, "persisted")]  # 3 samples
+    assert f.step({"e1": 49}) == []  # score 4.1: back to 4 only a quarter band past
+    assert f.step({"e1": 47.5}) == [("e1", 4, False, "margin")]  # score 4.25
+
+
+def test_two_band_drop_and_down_go_out_at_once() -> None:
+    m = mon()
+    f = Feed(m, ["e1", "e2"])
+    assert sorted(f.step({"e1": 45, "e2": 0})) == [("e1", 4, False, "new"), ("e2", 7, False, "new")]
+    assert f.step({"e1": 62, "e2": 0}) == [("e1", 2, False, "jump")]
+    assert f.step({"e1": 62}, up={"e2": False}) == [("e2", 0, True, "down")]
+    assert f.step({"e1": 62}, up={"e2": False}) == []
+    assert f.step({"e1": 62}) == []  # up again: re-baseline first
+    assert f.step({"e1": 62, "e2": 15}) == [("e2", 7, False, "up")]
+
+
+def test_queue_band_and_rate_weight() -> None:
+    m = mon(rate_weight=0.5)
+    f = Feed(m, ["e1"])
+    # load idle (score 8), queue at max (score 0): combined 4 -> band 3
+    assert f.step({"e1": 0}, queue={"e1": 300_000}) == [("e1", 3, False, "new")]
+    m2 = mon(rate_weight=0.0)
+    f2 = Feed(m2, ["e1"])
+    assert f2.step({"e1": 100}, queue={"e1": 0}) == [("e1", 7, False, "new")]
+
+
+def test_missing_interface_is_down_and_counter_reset_rebaselines() -> None:
+    m = mon()
+    m.set_interfaces(["e1", "e2"])
+    m.on_samples([LinkSample("e1", True, 0), LinkSample("e2", True, 0)], 0.0)
+    m.on_samples([LinkSample("e1", True, 1000), LinkSample("e2", True, 1000)], 0.01)
+    ch = m.on_samples([LinkSample("e1", True, 2000)], 0.02)
+    assert [(c.quality.ifname, c.quality.down, c.reason) for c in ch] == [("e2", True, "down")]
+    assert m.on_samples([LinkSample("e1", True, 5)], 0.03) == []  # counter went back
+    ch = m.set_interfaces(["e1"])
+    assert [c.reason for c in ch] == ["removed"]
+
+
+def test_capacity_override_and_entry() -> None:
+    m = LinkMonitor(LinkMonParams(ewma_alpha=1.0, rate_weight=1.0, capacity_mbps={"e1": 100.0}))
+    m.set_interfaces(["e1"])
+    m.on_samples([LinkSample("e1", True, 0, 0, 7)], 0.0)
+    m.on_samples([LinkSample("e1", True, 62_500, 1500, 7)], 0.01)  # 50 Mbit/s of 100
+    q = m.quality("e1")
+    assert q is not None and q.load_pct == pytest.approx(50) and q.capacity_mbps == 100
+    e = q.to_entry(wire.node_id("10.0.0.9"))
+    assert e == wire.Entry(wire.node_id("10.0.0.9"), 7, 100, 3, 0, 5000, 1500)
+    assert m.entries({"e1": 1}) == [e._replace(far_end_id=1)]
+    assert m.to_dict()["links"][0]["band"] == 3
+
+
+def test_down_entry_has_band_zero_and_flag() -> None:
+    m = mon()
+    f = Feed(m, ["e1"])
+    f.step({"e1": 0})
+    f.step({}, up={"e1": False})
+    (e,) = m.entries({"e1": 5})
+    assert e.down and e.band == 0
