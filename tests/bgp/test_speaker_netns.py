@@ -1,0 +1,93 @@
+"""glbd speakers (ExaBGP 5.0.15 under supervision) in namespaces: leaf1 - spine - leaf2."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+from bgp_helpers import Node, make_node, wait_for
+
+from glbd.bgp import NextHopsChanged, SpeakerLost, SpeakerReady
+from glbd.lab.netns import Lab
+from glbd.rib import Role
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+def topology(lab: Lab, **spine_kw: object) -> tuple[Node, Node, Node]:
+    l1, s1, l2 = lab.netns("leaf1"), lab.netns("spine1"), lab.netns("leaf2")
+    lab.veth(l1, "l1-s1", s1, "s1-l1", a_addr="172.16.11.1/24", b_addr="172.16.11.2/24")
+    lab.veth(l2, "l2-s1", s1, "s1-l2", a_addr="172.16.12.1/24", b_addr="172.16.12.2/24")
+    spine = make_node(
+        s1.name,
+        "10.0.0.11",
+        65100,
+        Role.HELPER,
+        [
+            ("172.16.11.1", 65001, "172.16.11.2", "s1-l1"),
+            ("172.16.12.1", 65002, "172.16.12.2", "s1-l2"),
+        ],
+        **spine_kw,
+    )
+    leaf1 = make_node(
+        l1.name,
+        "10.0.0.1",
+        65001,
+        Role.LOAD_BALANCER,
+        [("172.16.11.2", 65100, "172.16.11.1", "l1-s1")],
+        ("10.201.0.0/24",),
+    )
+    leaf2 = make_node(
+        l2.name,
+        "10.0.0.2",
+        65002,
+        Role.LOAD_BALANCER,
+        [("172.16.12.2", 65100, "172.16.12.1", "l2-s1")],
+        ("10.202.0.0/24",),
+    )
+    return leaf1, spine, leaf2
+
+
+async def test_leaf_spine_leaf_nnhn_and_restart(netns_lab: Lab) -> None:
+    leaf1, spine, leaf2 = topology(netns_lab, stale_timer_s=20.0)
+    nodes = (spine, leaf1, leaf2)
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24") and leaf2.nh("10.201.0.0/24"), 40)
+        # leaf1 learns leaf2's prefix via the spine, with a validated NNHN naming leaf2
+        assert leaf1.nh("10.202.0.0/24") == [("172.16.11.2", ("10.0.0.2",), "valid")]
+        assert leaf2.nh("10.201.0.0/24") == [("172.16.12.2", ("10.0.0.1",), "valid")]
+        (nb,) = leaf1.speaker.neighbors_snapshot()
+        assert nb["bgp_id"] == "10.0.0.11" and nb["state"] == "up"
+        assert nb["prefixes_in"] == 1 and nb["prefixes_out"] == 1
+        rows = {r["prefix"]: r for r in spine.speaker.routes_snapshot()}
+        assert rows["10.201.0.0/24"]["advertised_to"] == ["172.16.12.1"]
+
+        # ExaBGP on leaf1 crashes: no forwarding change until the routes are known again
+        pid = leaf1.speaker.supervisor.pid
+        assert pid is not None
+        before = leaf1.speaker.rib.forwarding()
+        mark = len(leaf1.events)
+        os.kill(pid, signal.SIGKILL)
+        await wait_for(lambda: any(isinstance(e, SpeakerLost) for e in leaf1.events[mark:]), 10)
+        await wait_for(
+            lambda: (
+                leaf1.speaker.neighbors_snapshot()[0]["state"] == "up"
+                and not leaf1.speaker.rib.peers[next(iter(leaf1.speaker.rib.peers))].stale
+            ),
+            40,
+            "leaf1 session back and refreshed",
+        )
+        after = leaf1.events[mark:]
+        assert any(isinstance(e, SpeakerReady) for e in after)
+        assert not [e for e in after if isinstance(e, NextHopsChanged)], after
+        assert leaf1.speaker.rib.forwarding() == before
+        assert leaf1.speaker.supervisor.pid != pid
+        # and the spine still has leaf1's prefix (re-announced from the Adj-RIB-Out)
+        await wait_for(lambda: leaf2.nh("10.201.0.0/24"), 20)
+    finally:
+        await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+    for n in nodes:
+        assert n.speaker.supervisor.pid is None or n.speaker.supervisor._proc.returncode is not None  # type: ignore[union-attr]
