@@ -240,6 +240,16 @@ class Session:
         """§6.8.7 transmit interval before jitter, seconds."""
         return max(self._tx_used, self.remote_min_rx) / 1e6
 
+    @property
+    def next_tx_at(self) -> float | None:
+        """When the next periodic packet is due (None: nothing periodic)."""
+        return self._next_tx
+
+    @property
+    def detect_at(self) -> float | None:
+        """When the detection time expires (None: not armed)."""
+        return self._detect_at
+
     def next_deadline(self) -> float | None:
         a, b = self._next_tx, self._detect_at
         if a is None:
@@ -351,11 +361,11 @@ class Session:
         self.state = new
         self.local_diag = diag
         self.last_change = now
-        out: list[Effect] = [StateChange(old, new, diag, reason)]
+        out: list[Effect] = [change := StateChange(old, new, diag, reason)]
         if old == State.UP:
             self.up_since = None
             self.last_down_reason = reason
-            if new == State.DOWN:
+            if change.failure:  # a peer's AdminDown and our own admin action are no flap
                 self.flaps += 1
         tx, rx = self._advertised_for(new)
         if new == State.UP:

@@ -1,0 +1,163 @@
+"""RFC 5881 single-hop sockets: a receive socket per (interface, family) and a transmit socket per
+session. Plain non-blocking stdlib sockets; the engine owns the loop.
+
+* Receive: UDP, bound to the device (``SO_BINDTODEVICE``) and to port 3784 on the wildcard
+  address, ``SO_REUSEADDR`` so several interfaces share the port. The TTL / hop limit arrives as
+  ancillary data (``IP_RECVTTL`` = 12, which Python 3.11 lacks; ``IPV6_RECVHOPLIMIT``) and is
+  checked in user space: Linux's ``IP_MINTTL`` does not filter UDP (environment.md §5).
+* Transmit: UDP, bound to the device and to a source port in 49152-65535 that stays the same for
+  the life of the session (§4), TTL / hop limit 255 (§5, GTSM).
+
+:func:`recv_batch` drains a receive socket without raising: it returns what it read and the
+name of a socket-level error, if one happened.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import random
+import socket
+import struct
+
+__all__ = [
+    "BFD_PORT",
+    "IP_PKTINFO",
+    "IP_RECVTTL",
+    "SRC_PORT_MAX",
+    "SRC_PORT_MIN",
+    "Datagram",
+    "open_rx_socket",
+    "open_tx_socket",
+    "peer_sockaddr",
+    "recv_batch",
+]
+
+BFD_PORT = 3784
+SRC_PORT_MIN = 49152
+SRC_PORT_MAX = 65535
+IP_RECVTTL = getattr(socket, "IP_RECVTTL", 12)
+IP_PKTINFO = getattr(socket, "IP_PKTINFO", 8)
+_SO_BINDTODEVICE = getattr(socket, "SO_BINDTODEVICE", 25)
+_IP_TTL = socket.IP_TTL
+_IPV6_HOPLIMIT = socket.IPV6_HOPLIMIT
+_IPPROTO_IP = socket.IPPROTO_IP
+_IPPROTO_IPV6 = socket.IPPROTO_IPV6
+_CMSG_SPACE = socket.CMSG_SPACE(4) * 2
+_INT = struct.Struct("=i")
+
+#: (payload, source address without scope, hop limit or -1 if absent)
+Datagram = tuple[bytes, str, int]
+
+
+def _bind_device(sock: socket.socket, ifname: str) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, _SO_BINDTODEVICE, ifname.encode())
+
+
+def open_rx_socket(ifname: str, family: int, rcvbuf: int = 1 << 20) -> socket.socket:
+    """The port-3784 receive socket for ``ifname`` (raises OSError, e.g. ENODEV)."""
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        _bind_device(sock, ifname)
+        if family == socket.AF_INET6:
+            sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
+            sock.bind(("::", BFD_PORT))
+        else:
+            sock.setsockopt(_IPPROTO_IP, IP_RECVTTL, 1)
+            sock.bind(("0.0.0.0", BFD_PORT))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def open_tx_socket(
+    ifname: str,
+    family: int,
+    local: str | None,
+    used_ports: set[int],
+    rng: random.Random,
+) -> tuple[socket.socket, int]:
+    """A transmit socket bound to ``ifname`` and a free source port in 49152-65535 (recorded
+    in ``used_ports``). Returns (socket, port). Raises OSError when nothing can be bound."""
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        _bind_device(sock, ifname)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        if family == socket.AF_INET6:
+            sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, 255)
+            host = local or "::"
+            scope = socket.if_nametoindex(ifname) if _link_local(host) else 0
+            addr: tuple[str, int] | tuple[str, int, int, int] = (host, 0, 0, scope)
+        else:
+            sock.setsockopt(_IPPROTO_IP, _IP_TTL, 255)
+            addr = (local or "0.0.0.0", 0)
+        span = SRC_PORT_MAX - SRC_PORT_MIN + 1
+        start = rng.randrange(span)
+        last: OSError | None = None
+        for i in range(span):
+            port = SRC_PORT_MIN + (start + i) % span
+            if port in used_ports:
+                continue
+            try:
+                sock.bind((addr[0], port, *addr[2:]))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                last = exc
+                continue
+            used_ports.add(port)
+            sock.setblocking(False)
+            return sock, port
+        raise last or OSError(errno.EADDRINUSE, "no free BFD source port")
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _link_local(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_link_local
+    except ValueError:
+        return False
+
+
+def peer_sockaddr(peer: str, ifname: str) -> tuple[str, int] | tuple[str, int, int, int]:
+    """The destination sockaddr for ``peer`` (a link-local IPv6 peer gets the scope id)."""
+    ip = ipaddress.ip_address(peer)
+    if ip.version == 6:
+        scope = socket.if_nametoindex(ifname) if ip.is_link_local else 0
+        return (str(ip), BFD_PORT, 0, scope)
+    return (str(ip), BFD_PORT)
+
+
+def recv_batch(sock: socket.socket, out: list[Datagram], limit: int = 256) -> str | None:
+    """Read up to ``limit`` datagrams into ``out``; never raises. Returns the name of a socket
+    error that stopped the batch (``None`` when the socket was simply drained)."""
+    recvmsg = sock.recvmsg
+    append = out.append
+    for _ in range(limit):
+        try:
+            data, anc, _flags, addr = recvmsg(256, _CMSG_SPACE)
+        except BlockingIOError:
+            return None
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            return f"recv_{errno.errorcode.get(exc.errno or 0, 'error').lower()}"
+        ttl = -1
+        for level, kind, value in anc:
+            if (level == _IPPROTO_IP and kind == _IP_TTL) or (
+                level == _IPPROTO_IPV6 and kind == _IPV6_HOPLIMIT
+            ):
+                ttl = _INT.unpack(value[:4])[0] if len(value) >= 4 else value[0]
+        host: str = addr[0]
+        if "%" in host:
+            host = host.split("%", 1)[0]
+        append((data, host, ttl))
+    return None

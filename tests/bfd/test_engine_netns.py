@@ -1,0 +1,180 @@
+"""Two BFD engines in two namespaces joined by a veth (glbd.lab harness): Up over IPv4 and IPv6,
+an nftables drop gives Down within the detection time, AdminDown is not a failure, a Poll while
+Up does not flap, GTSM drops, and the thread-mode engine does the same."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from bfd.engine import BfdEngine, BfdEvent, SessionConfig
+from bfd.packet import ControlPacket, State
+from bfd.session import SessionParams
+from glbd.lab.netns import Lab, Netns
+
+pytestmark = pytest.mark.netns
+
+FAST = SessionParams(desired_min_tx=50_000, required_min_rx=50_000, detect_mult=3)
+A4, B4 = "198.18.0.1", "198.18.0.2"
+A6, B6 = "2001:db8:bfd::1", "2001:db8:bfd::2"
+
+
+class Side:
+    def __init__(self, ns: Netns, ifname: str, mode: str) -> None:
+        self.ns = ns
+        self.ifname = ifname
+        self.events: queue.Queue[BfdEvent] = queue.Queue()
+        self.backlog: list[BfdEvent] = []
+        self.engine = BfdEngine(self.events.put, mode=mode, netns=ns.name)  # type: ignore[arg-type]
+        self.engine.start()
+
+    def wait(self, peer: str, new: State, timeout: float = 5.0) -> BfdEvent:
+        """The oldest not yet consumed event for ``peer`` entering ``new``."""
+        for ev in self.backlog:
+            if ev.peer == peer and ev.new == new:
+                self.backlog.remove(ev)
+                return ev
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                ev = self.events.get(timeout=left)
+            except queue.Empty:
+                break
+            if ev.peer == peer and ev.new == new:
+                return ev
+            self.backlog.append(ev)
+        raise AssertionError(f"no {new.name} event for {peer} in {timeout}s: {self.snap()}")
+
+    def snap(self) -> dict[str, Any]:
+        return self.engine.snapshot()
+
+    def session(self, peer: str) -> dict[str, Any]:
+        return next(s for s in self.snap()["sessions"] if s["peer"] == peer)
+
+
+def _pair(lab: Lab, mode: str = "process") -> tuple[Side, Side]:
+    a_ns, b_ns = lab.pair()
+    a_ns.addr_add("a-b", A6 + "/64")
+    b_ns.addr_add("b-a", B6 + "/64")
+    a, b = Side(a_ns, "a-b", mode), Side(b_ns, "b-a", mode)
+    lab.on_close(a.engine.stop)
+    lab.on_close(b.engine.stop)
+    return a, b
+
+
+@pytest.fixture
+def sides(netns_lab: Lab) -> Iterator[tuple[Side, Side]]:
+    a, b = _pair(netns_lab)
+    yield a, b
+
+
+def _up(a: Side, b: Side, pa: str, pb: str, params: SessionParams = FAST) -> None:
+    a.engine.add_session(SessionConfig(peer=pa, interface=a.ifname, local=pb, params=params))
+    b.engine.add_session(SessionConfig(peer=pb, interface=b.ifname, local=pa, params=params))
+    a.wait(pa, State.UP)
+    b.wait(pb, State.UP)
+
+
+def _nft_drop(ns: Netns) -> None:
+    ns.run(["nft", "add table inet glbdtest"])
+    ns.run(
+        [
+            "nft",
+            "add chain inet glbdtest in { type filter hook input priority 0 ; policy accept ; }",
+        ]
+    )
+    ns.run(["nft", "add rule inet glbdtest in udp dport 3784 drop"])
+
+
+def _nft_clear(ns: Netns) -> None:
+    ns.run(["nft", "delete table inet glbdtest"])
+
+
+def test_up_ipv4_and_ipv6_then_drop_detected(sides: tuple[Side, Side]) -> None:
+    a, b = sides
+    _up(a, b, B4, A4)
+    _up(a, b, B6, A6)
+    time.sleep(0.5)  # the Poll to 50 ms has completed
+    for peer in (B4, B6):
+        s = a.session(peer)
+        assert s["state"] == "up" and not s["polling"]
+        assert s["tx_interval_ms"] == pytest.approx(50) and s["detect_time_ms"] == pytest.approx(
+            150
+        )
+        assert 49152 <= s["source_port"] <= 65535
+        assert s["packets_in"] > 5 and s["flaps"] == 0
+    # cut b's receive path: b detects within its detection time, a hears b's Down
+    t0 = time.monotonic()
+    _nft_drop(b.ns)
+    ev = b.wait(A4, State.DOWN, timeout=3.0)
+    assert ev.reason == "detection_timeout" and ev.failure
+    assert ev.at - t0 < 0.150 + 0.1  # detection time + generous scheduling margin
+    ev6 = b.wait(A6, State.DOWN, timeout=3.0)
+    assert ev6.failure
+    eva = a.wait(B4, State.DOWN, timeout=3.0)
+    assert eva.reason == "neighbor_down" and eva.failure
+    _nft_clear(b.ns)
+    a.wait(B4, State.UP, timeout=5.0)
+    b.wait(A4, State.UP, timeout=5.0)
+    assert b.session(A4)["flaps"] == 1
+    assert b.session(A4)["last_down_reason"] == "detection_timeout"
+
+
+def test_admin_down_is_not_a_failure_and_poll_does_not_flap(sides: tuple[Side, Side]) -> None:
+    a, b = sides
+    _up(a, b, B4, A4)
+    a.engine.admin_down(a.ifname, B4)
+    ev = b.wait(A4, State.DOWN)
+    assert (ev.reason, ev.failure, ev.remote_diag) == ("neighbor_admin_down", False, 7)
+    assert a.session(B4)["state"] == "admin_down" and a.session(B4)["diag"] == 7
+    a.engine.admin_up(a.ifname, B4)
+    b.wait(A4, State.UP)
+    # timers changed while Up: a Poll/Final, no flap; b's detection time follows
+    time.sleep(0.3)
+    cfg = SessionConfig(
+        peer=B4, interface=a.ifname, local=A4, params=replace(FAST, desired_min_tx=100_000)
+    )
+    a.engine.update_session(cfg)
+    time.sleep(0.5)
+    sa, sb = a.session(B4), b.session(A4)
+    assert sa["state"] == sb["state"] == "up" and not sa["polling"]
+    assert sa["tx_interval_ms"] == pytest.approx(100)
+    assert sb["detect_time_ms"] == pytest.approx(300)
+    assert sa["flaps"] == sb["flaps"] == 0
+    a.engine.remove_session(a.ifname, B4)
+    ev = b.wait(A4, State.DOWN)
+    assert not ev.failure and ev.reason == "neighbor_admin_down"
+
+
+def test_gtsm_and_unknown_discriminator_drops(sides: tuple[Side, Side]) -> None:
+    a, b = sides
+    _up(a, b, B4, A4)
+    pkt = ControlPacket(State.UP, my_discriminator=77, your_discriminator=12345).encode()
+    for ttl, dst in ((64, B4), (255, B4)):
+        with a.ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, ttl)
+            s.sendto(pkt, (dst, 3784))
+    with a.ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 255)
+        s.sendto(b"\x20\x40\x03", (B4, 3784))
+    time.sleep(0.2)
+    sock = next(x for x in b.snap()["sockets"] if x["family"] == "ipv4")
+    assert sock["drops"].get("bad_ttl") == 1
+    assert sock["drops"].get("unknown_discriminator") == 1
+    assert sock["drops"].get("too_short") == 1
+    assert b.session(A4)["state"] == "up"
+
+
+def test_thread_mode(netns_lab: Lab) -> None:
+    a, b = _pair(netns_lab, mode="thread")
+    _up(a, b, B4, A4)
+    snap = a.snap()
+    assert snap["engine"]["mode"] == "thread" and snap["sessions"][0]["state"] == "up"
+    _nft_drop(a.ns)
+    assert a.wait(B4, State.DOWN, timeout=3.0).failure
