@@ -1,0 +1,664 @@
+"""Path-quality table (pure): profiles of prefixes and their per-next-hop ECMP weights.
+
+Inputs (plain method calls, no clock, no I/O):
+
+* **local** link quality per fabric interface (:meth:`PathTable.set_local`; from
+  :class:`glbd.linkmon.LinkMonitor`): band 0..7, down flag, capacity;
+* **remote** link qualities per helper (:meth:`PathTable.set_remote`; from a heartbeat
+  :class:`heartbeat.receiver.RemoteUpdate`): every entry keyed by (spine BGP id, far-end node id,
+  link id), or None when the helper's heartbeats expired (unknown);
+* **routes** (:meth:`PathTable.set_prefix` / :meth:`on_next_hops_changed`; from the RIB): each
+  prefix's next hops, each with its validated next-next-hop (NNH) set or None.
+
+Profiles: prefixes whose next-hop set *and* per-next-hop NNH sets are equal share one profile,
+keyed by a stable string (``pf-`` + 16 hex digits of a BLAKE2b hash of the canonical form), so the
+FIB keeps one nexthop group per profile. There is no profile limit and no 3-stage assumption:
+a next hop may have several NNHs (5-stage Clos, anycast prefixes).
+
+Weight of next hop *n* in a profile (documented functions; see docs/heartbeat.md §7):
+
+1. *local*: the band of n's interface (None = not measured).
+2. *remote* (only when this node consumes heartbeats): for each NNH *s* of n, the aggregate of
+   the helper's links to s. Parallel links stay distinct entries; the aggregate's quality is the
+   capacity-weighted mean band of the links that are up, its usable capacity the sum of their
+   capacities, and it is *down* when none is up. Several NNHs make a compound: the
+   capacity-weighted mean quality and the summed usable capacity of the NNHs that are not down
+   (the helper spreads over them). NNHs without an entry are ignored while at least one is
+   known.
+3. source and combined quality ``q`` (0..7, float):
+
+   * ``glb``: remote known: ``q = combine(local, remote)``, default the bottleneck
+     ``min(local, remote)`` (``"mean"`` is the alternative); remote down (every NNH down) gives
+     weight 0 for the profiles behind it;
+   * ``dlb``: remote unknown (no NNHN, invalid NNHN, no or expired heartbeat, NNH not
+     reported, or load-balancer role off): DLB-style local fallback, ``q = local``; a locally down
+     link gives weight 0;
+   * ``static``: neither local nor remote known: ``q = 7`` (capacity/equal split).
+
+4. *capacity* (WCMP): ``min(local capacity, n's share of the remote usable capacity)``, where
+   the share divides the helper's usable capacity among the profile's next hops through that same
+   helper in proportion to their local capacity (parallel local links must not count the
+   helper's downstream capacity twice). With ``capacity_aware=False`` every capacity is 1.
+5. ``raw = capacity x table(q)``; ``table`` is monotone, by default
+   ``(1, 2, 3, 5, 8, 12, 18, 27)`` for q = 0..7 (roughly x1.5 per band; 27:1 between an idle
+   and a saturated link, about the spare-capacity ratio of a <20 % and a >90 % loaded link),
+   linearly interpolated for fractional q.
+6. per profile, weights are ``max(1, round(raw / max(raw) x max_weight))`` and 0 where raw is 0.
+   **Never all zero**: when every raw is 0, every next hop gets weight 1 (``guard`` in inputs).
+
+Incremental: an index from interface and from (helper, NNH) to profiles means one changed link
+recomputes only the profiles that depend on it; each call returns (and accumulates for
+:meth:`take_changes`) the profiles whose weights changed, the profiles removed and the prefixes
+whose profile changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from glbd.rib import Role
+
+if TYPE_CHECKING:
+    from glbd.rib import NextHopsChanged
+
+__all__ = [
+    "DEFAULT_WEIGHT_TABLE",
+    "Changes",
+    "LocalLink",
+    "NextHop",
+    "PathTable",
+    "PathTableParams",
+    "RemoteLink",
+    "Role",
+    "Weight",
+    "WeightInputs",
+    "next_hop_from_rib",
+]
+
+DEFAULT_WEIGHT_TABLE: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 18, 27)
+MAX_Q = 7.0
+
+
+def _ip(n: int) -> str:
+    return str(ipaddress.IPv4Address(n))
+
+
+# --- inputs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NextHop:
+    """A forwarding next hop = a BGP neighbour: its BGP id (32-bit int), address, interface."""
+
+    bgp_id: int
+    address: str
+    ifname: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bgp_id": _ip(self.bgp_id), "address": self.address, "ifname": self.ifname}
+
+
+class LocalLike(Protocol):
+    """What :meth:`PathTable.set_local` reads (``glbd.linkmon.LinkQuality`` fits)."""
+
+    @property
+    def band(self) -> int: ...
+    @property
+    def down(self) -> bool: ...
+    @property
+    def capacity_mbps(self) -> float: ...
+
+
+class RemoteLike(Protocol):
+    """What :meth:`PathTable.set_remote` reads per entry (``heartbeat.wire.Entry`` fits)."""
+
+    @property
+    def far_end_id(self) -> int: ...
+    @property
+    def link_id(self) -> int: ...
+    @property
+    def band(self) -> int: ...
+    @property
+    def down(self) -> bool: ...
+    @property
+    def capacity_mbps(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalLink:
+    band: int
+    down: bool = False
+    capacity_mbps: float = 10_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLink:
+    far_end_id: int
+    link_id: int
+    band: int
+    down: bool = False
+    capacity_mbps: int = 10_000
+
+
+def next_hop_from_rib(nh: Any) -> tuple[NextHop, frozenset[int] | None] | None:
+    """A ``glbd.rib.NextHop`` as (NextHop, NNH set); None when the peer's BGP id is unknown."""
+    if nh.peer_bgp_id is None:
+        return None
+    nnh = None if nh.nnh is None else frozenset(int(i) for i in nh.nnh)
+    return NextHop(int(nh.peer_bgp_id), str(nh.next_hop), nh.interface), nnh
+
+
+@dataclass(frozen=True, slots=True)
+class PathTableParams:
+    role: Role = Role.BOTH
+    #: "bottleneck" (min of local and remote) or "mean" (their average)
+    combine: str = "bottleneck"
+    weight_table: tuple[int, ...] = DEFAULT_WEIGHT_TABLE
+    max_weight: int = 255
+    capacity_aware: bool = True
+
+    def __post_init__(self) -> None:
+        if self.combine not in ("bottleneck", "mean"):
+            raise ValueError("combine must be 'bottleneck' or 'mean'")
+        t = self.weight_table
+        if len(t) != 8 or t[0] <= 0 or any(a > b for a, b in itertools.pairwise(t)):
+            raise ValueError("weight_table: 8 positive, non-decreasing values (q = 0..7)")
+        if not 1 <= self.max_weight <= 65535:
+            raise ValueError("max_weight must be 1..65535")
+
+
+# --- outputs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WeightInputs:
+    """Everything a weight came from (shown by ``glbctl quality``)."""
+
+    local_band: int | None
+    local_down: bool
+    local_capacity_mbps: float | None
+    remote_quality: float | None
+    remote_down: bool
+    remote_capacity_mbps: float | None
+    #: why the remote part is what it is: ok | down | nnhn_missing | no_heartbeat |
+    #: nnh_not_reported | not_load_balancer
+    remote_status: str
+    nnh: tuple[int, ...] | None
+    quality: float
+    capacity_mbps: float
+    raw: float
+    guard: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "local_band": self.local_band,
+            "local_down": self.local_down,
+            "local_capacity_mbps": self.local_capacity_mbps,
+            "remote_quality": None
+            if self.remote_quality is None
+            else round(self.remote_quality, 3),
+            "remote_down": self.remote_down,
+            "remote_capacity_mbps": self.remote_capacity_mbps,
+            "remote_status": self.remote_status,
+            "nnh": None if self.nnh is None else [_ip(i) for i in self.nnh],
+            "quality": round(self.quality, 3),
+            "capacity_mbps": self.capacity_mbps,
+            "raw": round(self.raw, 3),
+            "guard": self.guard,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Weight:
+    value: int
+    source: str  # "glb" | "dlb" | "static"
+    inputs: WeightInputs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source, "inputs": self.inputs.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What one or more inputs changed: profiles whose weights changed (incl. new ones),
+    profiles that no longer exist, prefixes whose profile changed (incl. removed prefixes)."""
+
+    updated: frozenset[str] = frozenset()
+    removed: frozenset[str] = frozenset()
+    prefixes: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.updated or self.removed or self.prefixes)
+
+    def __or__(self, other: Changes) -> Changes:
+        removed = self.removed | other.removed
+        return Changes(
+            (self.updated | other.updated) - other.removed,
+            removed - other.updated,
+            self.prefixes | other.prefixes,
+        )
+
+
+# --- internal state --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Agg:
+    quality: float  # capacity-weighted mean band of the up links (0 if none)
+    usable: float  # Mbit/s up
+    total: float
+    down: bool
+    links: int
+    up: int
+
+
+@dataclass(slots=True)
+class _Profile:
+    key: str
+    nhs: dict[NextHop, frozenset[int] | None]
+    prefixes: set[str] = field(default_factory=set)
+    weights: dict[NextHop, Weight] = field(default_factory=dict)
+    recomputes: int = 0
+
+
+def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
+    parts = []
+    for nh in sorted(nhs, key=lambda n: (n.bgp_id, n.address, n.ifname or "")):
+        nnh = nhs[nh]
+        s = "-" if nnh is None else ",".join(f"{i:08x}" for i in sorted(nnh))
+        parts.append(f"{nh.bgp_id:08x}/{nh.address}/{nh.ifname or ''}>{s}")
+    return ";".join(parts)
+
+
+def profile_key(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
+    """The stable key of a profile (same next hops and NNH sets = same key, across runs)."""
+    return "pf-" + hashlib.blake2b(_canonical(nhs).encode(), digest_size=8).hexdigest()
+
+
+def _aggregate(links: Iterable[tuple[int, bool, float]]) -> _Agg:
+    n = up = 0
+    usable = total = qsum = 0.0
+    for band, down, cap in links:
+        n += 1
+        c = max(float(cap), 1e-9)
+        total += c
+        if not down:
+            up += 1
+            usable += c
+            qsum += band * c
+    return _Agg(qsum / usable if usable else 0.0, usable, total, up == 0, n, up)
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+class PathTable:
+    def __init__(self, params: PathTableParams | None = None) -> None:
+        self._p = params or PathTableParams()
+        self._local: dict[str, LocalLink] = {}
+        self._remote: dict[int, dict[tuple[int, int], RemoteLink]] = {}
+        self._agg: dict[tuple[int, int], _Agg] = {}
+        self._prefix: dict[str, str] = {}
+        self._profiles: dict[str, _Profile] = {}
+        self._by_if: dict[str, set[str]] = {}
+        self._by_remote: dict[tuple[int, int], set[str]] = {}
+        self._pending = Changes()
+        self.recomputes = 0
+
+    @property
+    def params(self) -> PathTableParams:
+        return self._p
+
+    def set_params(self, params: PathTableParams) -> Changes:
+        self._p = params
+        if not params.role.load_balancer:
+            self._remote.clear()
+            self._agg.clear()
+        return self._recompute(set(self._profiles))
+
+    # --- inputs ----------------------------------------------------------------------------
+
+    def set_local(self, ifname: str, q: LocalLike | None) -> Changes:
+        """Local quality of a fabric interface (None = not measured / not monitored)."""
+        new = None if q is None else LocalLink(q.band, q.down, float(q.capacity_mbps))
+        if self._local.get(ifname) == new:
+            return Changes()
+        if new is None:
+            del self._local[ifname]
+        else:
+            self._local[ifname] = new
+        return self._recompute(self._by_if.get(ifname, set()))
+
+    def set_remote(self, spine_id: int, entries: Iterable[RemoteLike] | None) -> Changes:
+        """The complete link snapshot of helper ``spine_id`` (None = unknown/expired)."""
+        if not self._p.role.load_balancer:
+            return Changes()
+        spine_id = int(spine_id)
+        links: dict[tuple[int, int], RemoteLink] | None = None
+        if entries is not None:
+            links = {
+                (e.far_end_id, e.link_id): RemoteLink(
+                    e.far_end_id, e.link_id, e.band, e.down, e.capacity_mbps
+                )
+                for e in entries
+            }
+        old = self._remote.get(spine_id)
+        if links == old:
+            return Changes()
+        if links is None:
+            del self._remote[spine_id]
+        else:
+            self._remote[spine_id] = links
+        # regroup by far end and compare aggregates
+        groups: dict[int, list[tuple[int, bool, float]]] = {}
+        for (fe, _lid), ln in (links or {}).items():
+            groups.setdefault(fe, []).append((ln.band, ln.down, ln.capacity_mbps))
+        old_fes = {fe for fe, _ in old} if old else set()
+        affected: set[str] = set()
+        for fe in old_fes | set(groups):
+            k = (spine_id, fe)
+            agg = _aggregate(groups[fe]) if fe in groups else None
+            if self._agg.get(k) == agg:
+                continue
+            if agg is None:
+                del self._agg[k]
+            else:
+                self._agg[k] = agg
+            affected |= self._by_remote.get(k, set())
+        return self._recompute(affected)
+
+    def set_prefix(
+        self, prefix: str, next_hops: Mapping[NextHop, frozenset[int] | None]
+    ) -> Changes:
+        """The forwarding next hops of ``prefix`` and each one's validated NNH set (None =
+        missing/invalid NNHN). An empty mapping removes the prefix."""
+        if not next_hops:
+            return self.remove_prefix(prefix)
+        nhs = {
+            nh: (None if s is None else frozenset(int(i) for i in s)) for nh, s in next_hops.items()
+        }
+        key = profile_key(nhs)
+        old = self._prefix.get(prefix)
+        if old == key:
+            return Changes()
+        removed = self._detach(prefix, old) if old is not None else frozenset()
+        self._prefix[prefix] = key
+        prof = self._profiles.get(key)
+        updated: frozenset[str] = frozenset()
+        if prof is None:
+            prof = _Profile(key, nhs)
+            self._profiles[key] = prof
+            self._index(prof, add=True)
+            self._compute(prof)
+            updated = frozenset((key,))
+        prof.prefixes.add(prefix)
+        ch = Changes(updated, removed, frozenset((prefix,)))
+        self._pending = self._pending | ch
+        return ch
+
+    def remove_prefix(self, prefix: str) -> Changes:
+        old = self._prefix.pop(prefix, None)
+        if old is None:
+            return Changes()
+        ch = Changes(frozenset(), self._detach(prefix, old), frozenset((prefix,)))
+        self._pending = self._pending | ch
+        return ch
+
+    def on_next_hops_changed(self, ev: NextHopsChanged) -> Changes:
+        """Convenience for the RIB's event. Next hops whose peer BGP id is unknown are used
+        without remote quality (their NNH set is ignored)."""
+        nhs: dict[NextHop, frozenset[int] | None] = {}
+        for nh in ev.next_hops:
+            if nh.peer_bgp_id is None:
+                nhs[NextHop(0, str(nh.next_hop), nh.interface)] = None
+                continue
+            conv = next_hop_from_rib(nh)
+            if conv is not None:
+                nhs[conv[0]] = conv[1]
+        return self.set_prefix(str(ev.prefix), nhs)
+
+    def take_changes(self) -> Changes:
+        """Everything changed since the last call (for a periodic FIB update tick)."""
+        ch, self._pending = self._pending, Changes()
+        return ch
+
+    # --- outputs ---------------------------------------------------------------------------
+
+    def profile_of(self, prefix: str) -> str | None:
+        return self._prefix.get(prefix)
+
+    def weights(self, key: str) -> Mapping[NextHop, Weight]:
+        prof = self._profiles.get(key)
+        return {} if prof is None else dict(prof.weights)
+
+    def next_hops(self, key: str) -> Mapping[NextHop, frozenset[int] | None]:
+        prof = self._profiles.get(key)
+        return {} if prof is None else dict(prof.nhs)
+
+    def profiles(self) -> list[str]:
+        return sorted(self._profiles)
+
+    def prefixes(self) -> Mapping[str, str]:
+        return dict(self._prefix)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _detach(self, prefix: str, key: str) -> frozenset[str]:
+        prof = self._profiles[key]
+        prof.prefixes.discard(prefix)
+        if prof.prefixes:
+            return frozenset()
+        del self._profiles[key]
+        self._index(prof, add=False)
+        return frozenset((key,))
+
+    def _index(self, prof: _Profile, *, add: bool) -> None:
+        def upd(d: dict[Any, set[str]], k: Any) -> None:
+            if add:
+                d.setdefault(k, set()).add(prof.key)
+            else:
+                s = d.get(k)
+                if s is not None:
+                    s.discard(prof.key)
+                    if not s:
+                        del d[k]
+
+        for nh, nnh in prof.nhs.items():
+            if nh.ifname is not None:
+                upd(self._by_if, nh.ifname)
+            for s in nnh or ():
+                upd(self._by_remote, (nh.bgp_id, s))
+
+    def _recompute(self, keys: Iterable[str]) -> Changes:
+        changed = set()
+        for k in keys:
+            prof = self._profiles.get(k)
+            if prof is not None and self._compute(prof):
+                changed.add(k)
+        ch = Changes(frozenset(changed))
+        if changed:
+            self._pending = self._pending | ch
+        return ch
+
+    def _remote_of(
+        self, nh: NextHop, nnh: frozenset[int] | None
+    ) -> tuple[str, float | None, float | None, bool]:
+        """(status, quality, usable capacity, down) of n's compound remote part."""
+        if not self._p.role.load_balancer:
+            return "not_load_balancer", None, None, False
+        if nnh is None or not nnh:
+            return "nnhn_missing", None, None, False
+        if nh.bgp_id not in self._remote:
+            return "no_heartbeat", None, None, False
+        known = [a for s in nnh if (a := self._agg.get((nh.bgp_id, s))) is not None]
+        if not known:
+            return "nnh_not_reported", None, None, False
+        live = [a for a in known if not a.down]
+        if not live:
+            if len(known) == len(nnh):
+                return "down", 0.0, 0.0, True
+            return "nnh_not_reported", None, None, False  # known ones down, others unknown
+        usable = sum(a.usable for a in live)
+        q = sum(a.quality * a.usable for a in live) / usable if usable else 0.0
+        return "ok", q, usable, False
+
+    def _compute(self, prof: _Profile) -> bool:
+        p = self._p
+        prof.recomputes += 1
+        self.recomputes += 1
+        table = p.weight_table
+        # local capacity per helper, for sharing its downstream capacity among parallel NHs
+        local_cap_by_spine: dict[int, float] = {}
+        for nh in prof.nhs:
+            loc = self._local.get(nh.ifname) if nh.ifname is not None else None
+            if loc is not None and not loc.down:
+                local_cap_by_spine[nh.bgp_id] = (
+                    local_cap_by_spine.get(nh.bgp_id, 0.0) + loc.capacity_mbps
+                )
+        raws: dict[NextHop, WeightInputs] = {}
+        sources: dict[NextHop, str] = {}
+        for nh, nnh in prof.nhs.items():
+            loc = self._local.get(nh.ifname) if nh.ifname is not None else None
+            status, rq, rcap, rdown = self._remote_of(nh, nnh)
+            lband = None if loc is None else (0 if loc.down else loc.band)
+            lcap = None if loc is None else loc.capacity_mbps
+            if rq is not None:
+                source = "glb"
+                if lband is None:
+                    q = rq
+                elif p.combine == "bottleneck":
+                    q = min(float(lband), rq)
+                else:
+                    q = (lband + rq) / 2.0
+            elif lband is not None:
+                source, q = "dlb", float(lband)
+            else:
+                source, q = "static", MAX_Q
+            share = None
+            if rcap is not None and lcap is not None:
+                tot = local_cap_by_spine.get(nh.bgp_id, 0.0)
+                share = rcap * (lcap / tot) if tot > 0 else rcap
+            elif rcap is not None:
+                share = rcap
+            caps = [c for c in (lcap, share) if c is not None]
+            cap = min(caps) if caps else 1.0
+            if not p.capacity_aware:
+                cap = 1.0
+            dead = (loc is not None and loc.down) or rdown
+            raw = 0.0 if dead else cap * _interp(table, q)
+            raws[nh] = WeightInputs(
+                lband, bool(loc and loc.down), lcap, rq, rdown, rcap, status,
+                None if nnh is None else tuple(sorted(nnh)), q, cap, raw,
+            )  # fmt: skip
+            sources[nh] = source
+        top = max((w.raw for w in raws.values()), default=0.0)
+        new: dict[NextHop, Weight] = {}
+        if top <= 0.0:
+            for nh, wi in raws.items():
+                new[nh] = Weight(1, sources[nh], _with_guard(wi))
+        else:
+            mw = p.max_weight
+            for nh, wi in raws.items():
+                v = 0 if wi.raw <= 0 else max(1, round(wi.raw / top * mw))
+                new[nh] = Weight(v, sources[nh], wi)
+        changed = _values(new) != _values(prof.weights) or _srcs(new) != _srcs(prof.weights)
+        prof.weights = new
+        return changed
+
+    # --- introspection ---------------------------------------------------------------------
+
+    def profile_dict(self, key: str) -> dict[str, Any] | None:
+        prof = self._profiles.get(key)
+        if prof is None:
+            return None
+        return {
+            "key": key,
+            "prefixes": len(prof.prefixes),
+            "example_prefixes": sorted(prof.prefixes)[:4],
+            "recomputes": prof.recomputes,
+            "next_hops": [
+                {**nh.to_dict(), "weight": prof.weights[nh].to_dict()}
+                for nh in sorted(prof.nhs, key=lambda n: (n.bgp_id, n.address, n.ifname or ""))
+            ],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """``glbctl quality``: inputs and every profile's weights."""
+        return {
+            "role": self._p.role.value,
+            "combine": self._p.combine,
+            "weight_table": list(self._p.weight_table),
+            "max_weight": self._p.max_weight,
+            "capacity_aware": self._p.capacity_aware,
+            "recomputes": self.recomputes,
+            "local": {
+                k: {"band": v.band, "down": v.down, "capacity_mbps": v.capacity_mbps}
+                for k, v in sorted(self._local.items())
+            },
+            "remote": {
+                _ip(spine): [
+                    {
+                        "far_end_id": _ip(fe),
+                        "link_id": lid,
+                        "band": ln.band,
+                        "down": ln.down,
+                        "capacity_mbps": ln.capacity_mbps,
+                    }
+                    for (fe, lid), ln in sorted(links.items())
+                ]
+                for spine, links in sorted(self._remote.items())
+            },
+            "profiles": [self.profile_dict(k) for k in sorted(self._profiles)],
+        }
+
+    def profiles_dict(self) -> dict[str, Any]:
+        """``glbctl profiles``: profile key -> prefixes and weights (compact)."""
+        return {
+            "profiles": [
+                {
+                    "key": k,
+                    "prefixes": sorted(prof.prefixes),
+                    "weights": [
+                        {
+                            "next_hop": nh.address,
+                            "ifname": nh.ifname,
+                            "value": w.value,
+                            "source": w.source,
+                        }
+                        for nh, w in sorted(prof.weights.items(), key=lambda kv: kv[0].address)
+                    ],
+                }
+                for k, prof in sorted(self._profiles.items())
+            ]
+        }
+
+
+def _interp(table: tuple[int, ...], q: float) -> float:
+    q = min(MAX_Q, max(0.0, q))
+    lo = math.floor(q)
+    if lo >= 7:
+        return float(table[7])
+    f = q - lo
+    return table[lo] + f * (table[lo + 1] - table[lo])
+
+
+def _with_guard(wi: WeightInputs) -> WeightInputs:
+    return WeightInputs(
+        wi.local_band, wi.local_down, wi.local_capacity_mbps, wi.remote_quality, wi.remote_down,
+        wi.remote_capacity_mbps, wi.remote_status, wi.nnh, wi.quality, wi.capacity_mbps, wi.raw,
+        guard=True,
+    )  # fmt: skip
+
+
+def _values(w: Mapping[NextHop, Weight]) -> dict[NextHop, int]:
+    return {k: v.value for k, v in w.items()}
+
+
+def _srcs(w: Mapping[NextHop, Weight]) -> dict[NextHop, str]:
+    return {k: v.source for k, v in w.items()}

@@ -1,0 +1,257 @@
+"""Path-quality table: profiles, compound NNH, parallel links, fallback, guard, WCMP."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from glbd import rib
+from glbd.pathtable import (
+    Changes,
+    LocalLink,
+    NextHop,
+    PathTable,
+    PathTableParams,
+    RemoteLink,
+    Role,
+    profile_key,
+)
+from heartbeat import wire
+
+S = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]  # spines (helpers)
+L2, L3 = wire.node_id("10.1.0.2"), wire.node_id("10.1.0.3")  # destination leaves
+NH = [NextHop(S[i], f"198.18.{i}.0", f"eth{i + 1}") for i in range(4)]
+G = 100_000  # 100G
+
+
+def table(**kw: object) -> PathTable:
+    t = PathTable(PathTableParams(**kw))  # type: ignore[arg-type]
+    for nh in NH:
+        t.set_local(nh.ifname or "", LocalLink(7, False, G))
+    return t
+
+
+def to_leaf(leaf: int, nhs: list[NextHop] = NH) -> dict[NextHop, frozenset[int] | None]:
+    return {nh: frozenset({leaf}) for nh in nhs}
+
+
+def all_remote(t: PathTable, band: int = 7) -> None:
+    for s in S:
+        t.set_remote(s, [RemoteLink(L2, 1, band, False, G), RemoteLink(L3, 2, band, False, G)])
+
+
+def w(t: PathTable, prefix: str) -> list[int]:
+    key = t.profile_of(prefix)
+    assert key is not None
+    ws = t.weights(key)
+    return [ws[nh].value for nh in NH if nh in ws]
+
+
+def src(t: PathTable, prefix: str) -> list[str]:
+    key = t.profile_of(prefix)
+    assert key is not None
+    return [t.weights(key)[nh].source for nh in NH]
+
+
+def test_profiles_group_prefixes_and_keys_are_stable() -> None:
+    t = table()
+    c1 = t.set_prefix("10.2.0.0/24", to_leaf(L2))
+    c2 = t.set_prefix("10.2.1.0/24", to_leaf(L2))
+    c3 = t.set_prefix("10.3.0.0/24", to_leaf(L3))
+    k2, k3 = t.profile_of("10.2.0.0/24"), t.profile_of("10.3.0.0/24")
+    assert k2 == t.profile_of("10.2.1.0/24") != k3
+    assert c1.updated == {k2} and c2.updated == frozenset() and c2.prefixes == {"10.2.1.0/24"}
+    assert c3.updated == {k3}
+    assert k2 == profile_key(dict(reversed(list(to_leaf(L2).items()))))  # order-free, stable
+    assert k2 is not None and k2.startswith("pf-") and len(k2) == 19
+    # NNH set is part of the profile: same next hops, missing NNHN -> another profile
+    t.set_prefix("10.9.0.0/24", dict.fromkeys(NH))
+    assert t.profile_of("10.9.0.0/24") not in (k2, k3)
+    # last prefix leaving a profile removes it
+    ch = t.remove_prefix("10.3.0.0/24")
+    assert ch.removed == {k3} and k3 not in t.profiles()
+
+
+def test_glb_bottleneck_and_incremental_recompute() -> None:
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    t.set_prefix("p3", to_leaf(L3))
+    assert w(t, "p2") == [255] * 4 and src(t, "p2") == ["glb"] * 4
+    before = t.recomputes
+    ch = t.set_remote(S[0], [RemoteLink(L2, 1, 2, False, G), RemoteLink(L3, 2, 7, False, G)])
+    assert ch.updated == {t.profile_of("p2")}
+    assert t.recomputes == before + 1  # only the profile behind spine 1 -> leaf 2
+    assert w(t, "p2") == [round(3 / 27 * 255), 255, 255, 255]
+    wi = t.weights(t.profile_of("p2") or "")[NH[0]].inputs
+    assert (wi.local_band, wi.remote_quality, wi.quality, wi.remote_status) == (7, 2.0, 2.0, "ok")
+    # local quality is the bottleneck the other way round
+    ch = t.set_local("eth2", LocalLink(1, False, G))
+    assert ch.updated == {t.profile_of("p2"), t.profile_of("p3")}
+    assert w(t, "p3")[1] == round(2 / 27 * 255)
+    # nothing changed -> nothing recomputed
+    before = t.recomputes
+    assert not t.set_local("eth2", LocalLink(1, False, G))
+    assert t.recomputes == before
+
+
+def test_remote_link_down_zeroes_only_profiles_behind_it() -> None:
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    t.set_prefix("p3", to_leaf(L3))
+    t.set_remote(S[2], [RemoteLink(L2, 1, 0, True, G), RemoteLink(L3, 2, 7, False, G)])
+    assert w(t, "p2") == [255, 255, 0, 255]
+    assert w(t, "p3") == [255] * 4
+    assert t.weights(t.profile_of("p2") or "")[NH[2]].inputs.remote_status == "down"
+
+
+def test_never_all_zero() -> None:
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    for s in S:
+        t.set_remote(s, [RemoteLink(L2, 1, 0, True, G)])
+    ws = t.weights(t.profile_of("p2") or "")
+    assert [x.value for x in ws.values()] == [1, 1, 1, 1]
+    assert all(x.inputs.guard for x in ws.values())
+
+
+def test_dlb_fallback_when_remote_unknown() -> None:
+    t = table()
+    all_remote(t, band=0)
+    t.set_local("eth1", LocalLink(3, False, G))
+    t.set_prefix("nnhn-missing", {nh: None for nh in NH})
+    assert src(t, "nnhn-missing") == ["dlb"] * 4
+    assert w(t, "nnhn-missing") == [round(5 / 27 * 255), 255, 255, 255]
+    t.set_prefix("p2", to_leaf(L2))
+    assert src(t, "p2") == ["glb"] * 4
+    ch = t.set_remote(S[1], None)  # heartbeats of spine 2 expired: unknown, not good
+    assert ch.updated == {t.profile_of("p2")}
+    assert src(t, "p2") == ["glb", "dlb", "glb", "glb"]
+    wi = t.weights(t.profile_of("p2") or "")[NH[1]].inputs
+    assert wi.remote_status == "no_heartbeat" and wi.remote_quality is None
+    # spine 3 knows nothing about leaf 2: NNH not reported -> fallback too
+    t.set_remote(S[2], [RemoteLink(L3, 2, 7, False, G)])
+    assert src(t, "p2")[2] == "dlb"
+    assert t.weights(t.profile_of("p2") or "")[NH[2]].inputs.remote_status == "nnh_not_reported"
+
+
+def test_static_when_nothing_is_known() -> None:
+    t = PathTable()
+    t.set_prefix("p", to_leaf(L2))
+    assert src(t, "p") == ["static"] * 4 and w(t, "p") == [255] * 4
+
+
+def test_compound_quality_for_several_nnh() -> None:
+    t = table()
+    anycast = {nh: frozenset({L2, L3}) for nh in NH}
+    for s in S:
+        t.set_remote(s, [RemoteLink(L2, 1, 7, False, G), RemoteLink(L3, 2, 7, False, G)])
+    t.set_remote(S[0], [RemoteLink(L2, 1, 7, False, G), RemoteLink(L3, 2, 1, False, G)])
+    t.set_remote(S[1], [RemoteLink(L2, 1, 7, False, G), RemoteLink(L3, 2, 0, True, G)])
+    t.set_prefix("any", anycast)
+    ws = t.weights(t.profile_of("any") or "")
+    assert ws[NH[0]].inputs.remote_quality == 4.0  # mean of 7 and 1 over equal capacity
+    assert ws[NH[1]].inputs.remote_quality == 7.0 and ws[NH[1]].inputs.remote_capacity_mbps == G
+    assert ws[NH[1]].value > 0  # one of two NNHs down is not "down"
+    assert ws[NH[2]].inputs.remote_capacity_mbps == 2 * G
+
+
+def test_parallel_links_are_distinct_and_capacity_aware() -> None:
+    t = table()
+    for nh in NH:  # big local links: the spine->leaf links are the bottleneck
+        t.set_local(nh.ifname or "", LocalLink(7, False, 4 * G))
+    for s in S:
+        t.set_remote(s, [RemoteLink(L2, 1, 7, False, G), RemoteLink(L2, 2, 7, False, G)])
+    t.set_prefix("p2", to_leaf(L2))
+    assert w(t, "p2") == [255] * 4
+    t.set_remote(S[0], [RemoteLink(L2, 1, 7, False, G), RemoteLink(L2, 2, 0, True, G)])
+    assert w(t, "p2") == [128, 255, 255, 255]  # half the parallel set failed: half the share
+
+
+def test_capacity_aware_local_and_parallel_local_links_share_the_spine() -> None:
+    t = table()
+    t.set_local("eth2", LocalLink(7, False, 4 * G))
+    t.set_prefix("dlb", {nh: None for nh in NH})
+    assert w(t, "dlb") == [64, 255, 64, 64]
+    t0 = table(capacity_aware=False)
+    t0.set_local("eth2", LocalLink(7, False, 4 * G))
+    t0.set_prefix("dlb", {nh: None for nh in NH})
+    assert w(t0, "dlb") == [255] * 4
+    # two local links to the same spine split that spine's downstream capacity
+    t2 = table()
+    par = NextHop(S[0], "198.18.9.0", "eth9")
+    t2.set_local("eth9", LocalLink(7, False, G))
+    for s in S:
+        t2.set_remote(s, [RemoteLink(L2, 1, 7, False, G)])
+    t2.set_prefix("p", to_leaf(L2, [*NH, par]))
+    ws = t2.weights(t2.profile_of("p") or "")
+    assert ws[NH[0]].value == ws[par].value == 128 and ws[NH[1]].value == 255
+
+
+def test_helper_role_ignores_remote() -> None:
+    t = table(role=Role.HELPER)
+    assert not t.set_remote(S[0], [RemoteLink(L2, 1, 0, True, G)])
+    t.set_prefix("p2", to_leaf(L2))
+    assert src(t, "p2") == ["dlb"] * 4
+    assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.remote_status == "not_load_balancer"
+
+
+def test_take_changes_accumulates() -> None:
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    t.set_prefix("p3", to_leaf(L3))
+    first = t.take_changes()
+    assert first.updated == {t.profile_of("p2"), t.profile_of("p3")}
+    assert t.take_changes() == Changes()
+    t.set_remote(S[0], [RemoteLink(L2, 1, 3, False, G), RemoteLink(L3, 2, 7, False, G)])
+    t.remove_prefix("p3")
+    ch = t.take_changes()
+    assert ch.updated == {t.profile_of("p2")} and len(ch.removed) == 1 and ch.prefixes == {"p3"}
+
+
+def test_rib_event_and_json() -> None:
+    t = table()
+    all_remote(t)
+    nhs = tuple(
+        rib.NextHop(
+            ipaddress.ip_address(nh.address),
+            ipaddress.IPv4Address(nh.bgp_id),
+            ipaddress.ip_address(nh.address),
+            nh.ifname,
+            (ipaddress.IPv4Address(L2),),
+            "valid",
+        )
+        for nh in NH
+    )
+    ch = t.on_next_hops_changed(rib.NextHopsChanged(ipaddress.ip_network("10.2.0.0/24"), nhs))
+    key = t.profile_of("10.2.0.0/24")
+    assert ch.updated == {key} and key == profile_key(to_leaf(L2))
+    json.dumps(t.to_dict())
+    json.dumps(t.profiles_dict())
+    d = t.profile_dict(key or "")
+    assert d is not None and d["next_hops"][0]["weight"]["source"] == "glb"
+    t.on_next_hops_changed(rib.NextHopsChanged(ipaddress.ip_network("10.2.0.0/24"), ()))
+    assert t.profile_of("10.2.0.0/24") is None
+
+
+@given(st.lists(st.floats(0, 7), min_size=2, max_size=2))
+@settings(max_examples=100, deadline=None)
+def test_weight_is_monotone_in_quality(qs: list[float]) -> None:
+    from glbd.pathtable import DEFAULT_WEIGHT_TABLE, _interp
+
+    a, b = sorted(qs)
+    assert _interp(DEFAULT_WEIGHT_TABLE, a) <= _interp(DEFAULT_WEIGHT_TABLE, b)
+
+
+def test_mean_combine() -> None:
+    t = table(combine="mean")
+    all_remote(t)
+    t.set_local("eth1", LocalLink(3, False, G))
+    t.set_prefix("p2", to_leaf(L2))
+    assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.quality == 5.0
