@@ -236,6 +236,18 @@ class FrrInstance:
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(d)
 
+    def state(self) -> dict[str, Any]:
+        """JSON-safe record for ``glbd-lab down/status`` of a detached fabric."""
+        return {
+            "name": self.name,
+            "node": self.ns.node,
+            "build": self.build.kind,
+            "version": self.build.version,
+            "pids": {d: p.pid for d, p in self.procs.items()},
+            "dirs": sorted({str(self.etc_dir), str(self.run_dir), str(self.log_dir)}),
+            "vtysh": self._vtysh_argv(),
+        }
+
     def alive(self) -> dict[str, bool]:
         return {d: p.poll() is None for d, p in self.procs.items()}
 

@@ -500,6 +500,17 @@ class Lab:
         self._pids.append(proc)
 
     # --- teardown -----------------------------------------------------------------------
+    def detach(self) -> list[int]:
+        """Give up ownership: nothing is deleted on close/exit (``glbd-lab up --detach``; then
+        ``glbd-lab down`` deletes by the names it recorded). Returns the tracked PIDs."""
+        pids = [_pid(p) for p in self._pids if _alive(p)]
+        self._pids.clear()
+        self._cleanups.clear()
+        self._closed = True
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        return pids
+
     def close(self) -> None:
         """Stop tracked processes by PID, run on_close hooks, delete this lab's namespaces.
 
