@@ -339,6 +339,20 @@ class FrrInstance:
         """Wait until the BFD sessions to ``peers`` (default: all) are up."""
         self._wait("BFD", self.bfd_peers, "up", peers, timeout)
 
+    def wait_route(self, prefix: str, *, protocol: str = "bgp", timeout: float = 30) -> Any:
+        """Wait until ``prefix`` is in the RIB via ``protocol``; return its route JSON list."""
+        six = ipaddress.ip_network(prefix, strict=False).version == 6
+        cmd = f"show {'ipv6' if six else 'ip'} route {prefix} json"
+        deadline = time.monotonic() + timeout
+        while True:
+            data = self.vtysh_json(cmd)
+            entries = data.get(prefix, []) if isinstance(data, dict) else []
+            if any(e.get("protocol") == protocol for e in entries):
+                return entries
+            if time.monotonic() > deadline:
+                raise LabError(f"{self.name}: no {protocol} route to {prefix} after {timeout}s")
+            time.sleep(0.2)
+
     async def await_bgp_established(
         self, peers: Iterable[str] | None = None, timeout: float = 30
     ) -> None:
@@ -418,17 +432,19 @@ def start_fabric_frr(
     *,
     build: BuildKind | FrrBuild = "sid",
     config: dict[str, str] | None = None,
+    peers: Iterable[str] | None = None,
     **cfg: Any,
 ) -> dict[str, FrrInstance]:
-    """Start FRR on ``nodes`` of ``fab`` with :func:`fabric_bgp_config` (or ``config[node]``),
-    each peering only with the other FRR nodes given here. Stopped when the fabric's Lab closes.
-    """
+    """Start FRR on ``nodes`` of ``fab`` with :func:`fabric_bgp_config` (or ``config[node]``).
+    Each peers with every BGP neighbour on its links, or only with those in ``peers``. Stopped
+    when the fabric's Lab closes."""
     names = list(nodes)
+    only = list(peers) if peers is not None else None
     b = build if isinstance(build, FrrBuild) else frr_build(build)
     out: dict[str, FrrInstance] = {}
     for n in names:
         conf = (config or {}).get(n) or fabric_bgp_config(
-            fab, n, peers=names, legacy=b.kind == "host", **cfg
+            fab, n, peers=only, legacy=b.kind == "host", **cfg
         )
         out[n] = FrrInstance(fab.ns(n), build=b, hostname=n).start(conf)
     return out

@@ -8,8 +8,9 @@ Fixtures:
   test (processes stopped by PID, namespaces deleted). Skips with the reason when the run is not
   root or the kernel has no namespaces.
 
-Markers: a test marked ``netns`` is skipped (with the reason) when namespaces are unavailable, so
-it can be collected anywhere. Example::
+Markers: a test marked ``netns`` is skipped (with the reason) when namespaces are unavailable,
+and one marked ``frr`` when the FRR 10.x chroot is not provisioned (``glbd-lab provision``), so
+they can be collected anywhere. Example::
 
     @pytest.mark.netns
     def test_ping(netns_lab):
@@ -36,9 +37,23 @@ def _netns_skip_reason() -> str | None:
     return None
 
 
+def _frr_skip_reason() -> str | None:
+    from glbd.lab.provision import require_chroot
+
+    try:
+        require_chroot()
+    except LabError as exc:
+        return str(exc)
+    return None
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("netns") is not None:
+    if item.get_closest_marker("netns") is not None or item.get_closest_marker("frr"):
         reason = _netns_skip_reason()
+        if reason:
+            pytest.skip(reason)
+    if item.get_closest_marker("frr") is not None:
+        reason = _frr_skip_reason()
         if reason:
             pytest.skip(reason)
 
