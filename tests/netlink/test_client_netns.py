@@ -1,0 +1,93 @@
+"""NetlinkSocket against the real kernel, inside a lab namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+
+from glbd.lab.netns import Lab
+from glbd.netlink import const as c
+from glbd.netlink.client import NetlinkError, NetlinkSocket
+from glbd.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, TcMsg
+from glbd.netlink.netns import in_netns, read_sysctl
+from glbd.netlink.rtnl import (
+    LINK_WANT,
+    QDISC_WANT,
+    link_dump,
+    link_state,
+    nexthop_dump,
+    qdisc_dump,
+    qdisc_queue,
+)
+
+pytestmark = pytest.mark.netns
+
+
+def _nh(nid: int, oif: int, gw: str) -> Message:
+    return Message(
+        c.RTM_NEWNEXTHOP, c.NLM_F_CREATE | c.NLM_F_EXCL,
+        header=NhMsg(socket.AF_INET, 0, 200, 0),
+        attrs=(Attr.u32(c.NHA_ID, nid), Attr.u32(c.NHA_OIF, oif), Attr.addr(c.NHA_GATEWAY, gw)),
+    )  # fmt: skip
+
+
+async def test_dumps_requests_batch_and_events(netns_lab: Lab) -> None:
+    a, b = netns_lab.pair()
+    a.run(["tc", "qdisc", "add", "dev", "a-b", "root", "pfifo", "limit", "100"])
+    events: list[Message] = []
+    ev = await NetlinkSocket.open(
+        netns=a.name, groups=(c.RTNLGRP_LINK, c.RTNLGRP_NEXTHOP), on_event=events.append
+    )
+    s = await NetlinkSocket.open(netns=a.name)
+    try:
+        # fast-path link dump
+        links = {st.name: st for st in map(link_state, await s.dump_select(
+            link_dump(), IfInfoMsg, LINK_WANT))}  # fmt: skip
+        assert set(links) == {"lo", "a-b"}
+        ab = links["a-b"]
+        assert ab.up and ab.operstate == c.IF_OPER_UP
+        # qdisc backlog (TCA_STATS2/TCA_STATS_QUEUE)
+        qs = [qdisc_queue(r) for r in await s.dump_select(qdisc_dump(), TcMsg, QDISC_WANT)]
+        fq = [q for q in qs if q.ifindex == ab.ifindex and q.kind == "pfifo"]
+        assert fq and fq[0].backlog == 0
+        # request + ACK, then an error with the kernel's extended ACK text
+        assert await s.request(_nh(1, ab.ifindex, "198.18.0.2")) == []
+        with pytest.raises(NetlinkError) as ei:
+            await s.request(_nh(1, ab.ifindex, "198.18.0.2"))
+        assert ei.value.errno == 17
+        with pytest.raises(NetlinkError) as ei:
+            await s.request(_nh(2, 999, "198.18.0.2"))
+        assert ei.value.ext_msg  # e.g. "Invalid device index"
+        # batch: 50 nexthops, one bad in the middle; the others still apply, in order
+        msgs = [_nh(100 + i, ab.ifindex, "198.18.0.2") for i in range(50)]
+        msgs[20] = _nh(1, ab.ifindex, "198.18.0.2")  # exists -> EEXIST
+        errs = await s.batch(msgs, max_bytes=512)
+        assert [(i, e.errno) for i, e in errs] == [(20, 17)]
+        dumped = await s.dump(nexthop_dump())
+        assert len(dumped) == 50
+        # events: nexthop notifications (RTNLGRP_NEXTHOP = 32) and link changes
+        b.link_down("b-a")
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if any(m.type == c.RTM_NEWLINK for m in events):
+                break
+        assert any(m.type == c.RTM_NEWNEXTHOP for m in events)
+        assert any(m.type == c.RTM_NEWLINK for m in events)
+    finally:
+        s.close()
+        ev.close()
+
+
+async def test_in_netns_switches_back(netns_lab: Lab) -> None:
+    ns = netns_lab.netns("x")
+    home = os.readlink("/proc/thread-self/ns/net")
+    with in_netns(ns.name):
+        inside = os.readlink("/proc/thread-self/ns/net")
+    assert inside != home
+    assert os.readlink("/proc/thread-self/ns/net") == home
+    assert read_sysctl("net.ipv4.nexthop_compat_mode", ns.name) in ("0", "1")
+    with pytest.raises(FileNotFoundError), in_netns("glb-does-not-exist-zz"):
+        pass
