@@ -184,7 +184,9 @@ class BgpSpeaker:
             router_id=str(p.router_id),
             local_as=p.local_as,
             neighbors=tuple(
-                ExabgpNeighbor(str(n.address), str(n.local_address), n.remote_as, n.hold_time)
+                ExabgpNeighbor(
+                    str(n.address), str(n.local_address), n.remote_as, n.hold_time, n.is_passive
+                )
                 for n in p.neighbors
             ),
             exabgp=self.process.exabgp,

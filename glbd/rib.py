@@ -91,6 +91,18 @@ class NeighborParams:
     description: str = ""
     #: next-hop-self for IPv6 prefixes on an IPv4 session (None: IPv6 prefixes are not sent)
     local_address6: ipaddress.IPv6Address | None = None
+    #: never open the TCP session, only accept it. None = automatic: passive when our address
+    #: is the lower one, so two glbds never both connect (ExaBGP collision handling is slow)
+    passive: bool | None = None
+
+    @property
+    def is_passive(self) -> bool:
+        if self.passive is not None:
+            return self.passive
+        return (self.local_address.version, int(self.local_address)) < (
+            self.address.version,
+            int(self.address),
+        )
 
 
 @dataclass(frozen=True)

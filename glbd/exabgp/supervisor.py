@@ -1,9 +1,12 @@
 """Runs ExaBGP 5.0.x as a supervised child and moves API lines between it and glbd.
 
 * ``render_config`` writes ExaBGP's config from glbd's neighbor list (both families, hold
-  time, ``listen 179`` so either side may open the TCP session, ``group-updates false`` so every
+  time, ``listen 179`` so the peer may open the TCP session, ``group-updates false`` so every
   prefix travels in its own UPDATE with its own NHC, and the API block glbd needs:
-  ``receive { parsed; update; open; notification; } neighbor-changes;``).
+  ``receive { parsed; update; open; notification; } neighbor-changes;``). A ``passive``
+  neighbor is only accepted, never connected to: two ExaBGPs that both connect collide, and
+  after collision handling ExaBGP 5.0.15 sometimes services the surviving session only on its
+  idle tick (~75 UPDATEs/s instead of ~600/s, observed in bench/bgp_burst.py).
 * ExaBGP runs in the foreground as root without named pipes (``exabgp.daemon.user=root``,
   ``exabgp.api.cli=false``, ``exabgp.daemon.daemonize=false``), with systemd's
   NOTIFY_SOCKET/WATCHDOG_*/LISTEN_* removed from its environment, optionally inside a network
@@ -55,6 +58,8 @@ class ExabgpNeighbor:
     local_address: str
     remote_as: int
     hold_time: int = 9
+    #: only accept the TCP session, never open it (see ``render_config``)
+    passive: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             f"    peer-as {n.remote_as};",
             f"    hold-time {n.hold_time};",
             "    listen 179;",
+            *(["    passive true;"] if n.passive else []),
             "    group-updates false;",
             "    family {",
             "        ipv4 unicast;",

@@ -91,3 +91,33 @@ async def test_leaf_spine_leaf_nnhn_and_restart(netns_lab: Lab) -> None:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
     for n in nodes:
         assert n.speaker.supervisor.pid is None or n.speaker.supervisor._proc.returncode is not None  # type: ignore[union-attr]
+
+
+def _prefixes(n: int) -> list[str]:
+    return [f"10.{100 + i // 256}.{i % 256}.0/24" for i in range(n)]
+
+
+async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab) -> None:
+    from glbd.rib import PeerDown
+
+    leaf1, spine, leaf2 = topology(netns_lab)
+    nodes = (spine, leaf1, leaf2)
+    burst = _prefixes(1000)
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24"), 40)
+        leaf2.speaker.set_originated([*map(__import__("ipaddress").ip_network, burst)])
+        fwd = leaf1.speaker.rib.forwarding
+        await wait_for(lambda: len(fwd()) == 1000 + 1 - 1, 60, "1000 prefixes at leaf1")
+        # every prefix carries its own, validated NNHN (no packing: group-updates false)
+        for p, nhs in fwd().items():
+            assert [(str(x.peer), x.nnhn_status) for x in nhs] == [("172.16.11.2", "valid")], p
+            assert [str(i) for i in nhs[0].nnh or ()] == ["10.0.0.2"]
+        assert len(leaf1.speaker.routes_snapshot()) == 1001  # + its own originated prefix
+        leaf2.speaker.set_originated([])
+        await wait_for(lambda: not fwd(), 60, "withdrawals at leaf1")
+        assert not [e for n in nodes for e in n.events if isinstance(e, PeerDown)]
+        assert spine.speaker.supervisor.stats.acked_error == 0
+        assert leaf2.speaker.supervisor.stats.acked_error == 0
+    finally:
+        await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
