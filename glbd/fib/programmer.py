@@ -1,0 +1,619 @@
+"""FibProgrammer: the asyncio service that keeps the kernel FIB equal to glbd's desired state.
+
+Life cycle::
+
+    fib = FibProgrammer(netns="leaf1", protocol=197, table=254, compat_mode=0)
+    await fib.start(adopt=True)          # read kernel state, keep everything, start watching
+    await fib.apply(Desired(groups=..., routes=...))   # plan + apply (idempotent)
+    await fib.remove_nexthop("198.18.10.2")            # fast failover, one message per group
+    await fib.restore_nexthop("198.18.10.2")           # let it back in (next reconcile)
+    fib.snapshot()                       # desired vs installed, for glbctl routes/profiles
+    await fib.stop(keep=True)            # default: leave the FIB as it is for the next start
+
+Reconcile is level-triggered: after link/nexthop events (coalesced, at most one run per
+``min_gap_s``) and every ``reconcile_interval_s``. An event-driven run dumps links and nexthops
+only (cost ~ number of nexthops, not routes): routes are known from glbd's own successful writes
+plus the kernel rule "a route goes away with its group". The periodic run also dumps glbd's
+route table. The kernel's silent flush on carrier loss/admin down therefore costs one nexthop
+dump; link up re-creates the members, groups and routes.
+
+After an adopting start, glbd-owned objects that the first desired state no longer contains are
+kept for ``stale_s`` (like BGP graceful restart), then removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import ipaddress
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from glbd.fib.kernel import (
+    encode_group,
+    get_compat_mode,
+    observe,
+    op_message,
+    parse_link,
+    set_compat_mode,
+)
+from glbd.fib.model import (
+    Desired,
+    GroupSpec,
+    IPAddress,
+    KGroup,
+    KNexthop,
+    KRoute,
+    Member,
+    Observed,
+    RouteKey,
+)
+from glbd.fib.plan import (
+    WEIGHT_MAX_8BIT,
+    WEIGHT_MAX_16BIT,
+    GroupDel,
+    GroupSet,
+    IdMap,
+    IdRanges,
+    NhDel,
+    NhSet,
+    Op,
+    PlanParams,
+    RouteDel,
+    RouteSet,
+    assign_ids,
+    plan,
+    programmed_weights,
+    route_metric,
+)
+from glbd.netlink import const as c
+from glbd.netlink.client import NetlinkError, NetlinkSocket
+from glbd.netlink.codec import Attr, Message, NhMsg
+from glbd.netlink.rtnl import link_dump, nexthop_dump, route_dump
+
+__all__ = ["DEFAULT_PROTOCOL", "ApplyResult", "FibProgrammer"]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PROTOCOL = 200  # RTPROT value for glbd (glbd.config.RTPROT_GLBD); FRR uses 186-198
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    ops: int
+    errors: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Stats:
+    applies: int = 0
+    reconciles: int = 0
+    full_reconciles: int = 0
+    ops: int = 0
+    op_errors: int = 0
+    failovers: int = 0
+    link_events: int = 0
+    nexthop_events: int = 0
+    overruns: int = 0
+    last_errors: list[str] = field(default_factory=list)
+
+
+class FibProgrammer:
+    def __init__(
+        self,
+        netns: str | None = None,
+        protocol: int = DEFAULT_PROTOCOL,
+        table: int = c.RT_TABLE_MAIN,
+        *,
+        metric: int = 0,
+        id_ranges: IdRanges | None = None,
+        weight_bits: int | None = None,
+        compat_mode: int | None = None,
+        reconcile_interval_s: float = 30.0,
+        min_gap_s: float = 0.05,
+        stale_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 1 <= protocol <= 255 or protocol in (c.RTPROT_KERNEL, c.RTPROT_BOOT):
+            raise ValueError(f"bad route protocol {protocol}")
+        if weight_bits not in (None, 8, 16):
+            raise ValueError("weight_bits must be None (detect), 8 or 16")
+        self.netns = netns
+        self.protocol = protocol
+        self.table = table
+        self.metric = metric
+        self.id_ranges = id_ranges or IdRanges()
+        self.compat_mode = compat_mode
+        self.reconcile_interval_s = reconcile_interval_s
+        self.min_gap_s = min_gap_s
+        self.stale_s = stale_s
+        self._clock = clock
+        self._weight_bits = weight_bits
+        self._req: NetlinkSocket | None = None
+        self._ev: NetlinkSocket | None = None
+        self._obs = Observed()
+        self._desired: Desired | None = None
+        self._ids = IdMap()
+        self._excluded: set[Member] = set()
+        self._notes: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._need_full = False
+        self._stale_until = 0.0
+        self._adopted = 0
+        self._task: asyncio.Task[None] | None = None
+        self.stats = _Stats()
+
+    # -- life cycle ---------------------------------------------------------------------------
+    async def start(self, adopt: bool = True) -> None:
+        """Open the sockets, read the kernel and start watching. Never changes the FIB by
+        itself: the first :meth:`apply` does. With ``adopt`` the glbd-owned objects found are
+        reused, and the ones the desired state does not contain are removed only after
+        ``stale_s``; without it they are removed at the first apply."""
+        if self.compat_mode is not None:
+            set_compat_mode(self.compat_mode, self.netns)
+        # events first, so nothing between the dump and the subscription is lost
+        self._ev = await NetlinkSocket.open(
+            netns=self.netns,
+            groups=(c.RTNLGRP_LINK, c.RTNLGRP_NEXTHOP),
+            on_event=self._on_event,
+            on_overrun=self._on_overrun,
+        )
+        self._req = await NetlinkSocket.open(netns=self.netns)
+        await self._refresh(full=True)
+        self._adopted = len(self._obs.nexthops) + len(self._obs.groups) + len(self._obs.routes)
+        if adopt and self._adopted:
+            self._stale_until = self._clock() + self.stale_s
+        if self._weight_bits is None:
+            self._weight_bits = await self._detect_weight_bits()
+        log.info(
+            "fib_started",
+            netns=self.netns,
+            protocol=self.protocol,
+            table=self.table,
+            adopted=self._adopted,
+            weight_bits=self._weight_bits,
+            compat_mode=get_compat_mode(self.netns),
+        )
+        self._task = asyncio.create_task(self._run(), name="fib-reconcile")
+
+    async def stop(self, keep: bool = True) -> None:
+        """Stop watching. ``keep=True`` (default) leaves every route and nexthop in place for
+        the next start; ``keep=False`` removes everything glbd owns (routes, groups, members)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            if not keep and self._req is not None:
+                async with self._lock:
+                    await self._refresh(full=True)
+                    o = self._obs
+                    ops: list[Op] = [RouteDel(k[0], k[1]) for k in sorted(o.routes, key=_rk)]
+                    ops += [GroupDel(i) for i in sorted(o.groups)]
+                    ops += [NhDel(i) for i in sorted(o.nexthops)]
+                    await self._execute(ops)
+        finally:
+            for s in (self._ev, self._req):
+                if s is not None:
+                    s.close()
+            self._ev = self._req = None
+
+    # -- the service API ----------------------------------------------------------------------
+    async def apply(self, desired: Desired) -> ApplyResult:
+        """Make the kernel match ``desired`` (idempotent; only differences are written)."""
+        self._desired = desired
+        self.stats.applies += 1
+        async with self._lock:
+            return await self._sync()
+
+    async def remove_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
+        """Fast failover: next hop ``gateway`` (on ``ifname``, or on any interface) is gone.
+        Every glbd group that contains it is replaced without it at once (one message per
+        group, all in a few datagrams; a group left empty is deleted with its routes), keeping
+        the other members' installed weights. The member stays excluded until
+        :meth:`restore_nexthop`. Returns the number of groups changed."""
+        gw = ipaddress.ip_address(gateway)
+        targets = {
+            m
+            for m in self._known_members()
+            if m.gateway == gw and (ifname is None or m.ifname == ifname)
+        }
+        self._excluded |= targets
+        self.stats.failovers += 1
+        async with self._lock:
+            ids = {self._ids.members[m] for m in targets if m in self._ids.members}
+            link_idx = {
+                lk.index for lk in self._obs.links.values() if ifname is None or lk.name == ifname
+            }
+            ids |= {
+                nh.id
+                for nh in self._obs.nexthops.values()
+                if nh.gateway == gw and nh.ifindex in link_idx
+            }
+            ops: list[Op] = []
+            keys = {v: k for k, v in self._ids.groups.items()}
+            for gid, kg in sorted(self._obs.groups.items()):
+                if not any(mid in ids for mid, _w in kg.entries):
+                    continue
+                rest = tuple(e for e in kg.entries if e[0] not in ids)
+                if rest:
+                    ops.append(GroupSet(gid, keys.get(gid, ""), rest, kg.resilient, create=False))
+                else:
+                    ops.append(GroupDel(gid))
+            if ops:
+                await self._execute(ops)
+            self._wake.set()  # a normal reconcile follows (re-scaling, cleanup)
+            return len(ops)
+
+    async def restore_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> None:
+        """Undo :meth:`remove_nexthop`; the member comes back with the next reconcile."""
+        gw = ipaddress.ip_address(gateway)
+        self._excluded = {
+            m
+            for m in self._excluded
+            if not (m.gateway == gw and (ifname is None or m.ifname == ifname))
+        }
+        async with self._lock:
+            await self._sync()
+
+    async def reconcile(self, full: bool = True) -> ApplyResult:
+        """Re-read the kernel and repair (what the periodic task does)."""
+        async with self._lock:
+            await self._refresh(full=full)
+            return await self._sync()
+
+    def set_compat_mode(self, value: int) -> None:
+        """Set ``net.ipv4.nexthop_compat_mode`` in glbd's namespace (see glbd.fib.kernel)."""
+        set_compat_mode(value, self.netns)
+
+    @property
+    def weight_bits(self) -> int:
+        return self._weight_bits or 8
+
+    def snapshot(self) -> dict[str, Any]:
+        """Desired vs installed state (JSON-safe) for ``glbctl routes`` / ``glbctl profiles``.
+
+        ``groups[key]``: ``nhid``, ``type``, ``desired`` (weights asked for, by member label),
+        ``programmed`` (what glbd writes now: usable members only, scaled), ``installed``
+        (kernel), ``excluded`` (member -> reason), ``routes`` (count), ``diff``
+        (programmed != installed), ``note``. ``routes[prefix]``: ``group``, ``nhid``,
+        ``installed_nhid``, ``desired``/``installed`` weights, ``diff``, ``note``."""
+        d = self._desired or Desired()
+        o = self._obs
+        p = self._params()
+        labels = {i: m.label for m, i in self._ids.members.items()}
+        for nh in o.nexthops.values():
+            labels.setdefault(nh.id, f"{nh.gateway}@if{nh.ifindex}")
+        groups: dict[str, Any] = {}
+        counts: dict[str, int] = {}
+        for key in d.routes.values():
+            counts[key] = counts.get(key, 0) + 1
+        for key, spec in sorted(d.groups.items()):
+            gid = self._ids.groups.get(key)
+            kg = o.groups.get(gid) if gid is not None else None
+            prog = {m.label: w for m, w in programmed_weights(spec, o, p).items()}
+            inst = {labels.get(i, str(i)): w for i, w in kg.entries} if kg else {}
+            groups[key] = {
+                "nhid": gid,
+                "type": spec.type.value,
+                "desired": {m.label: w for m, w in sorted(spec.weights.items())},
+                "programmed": prog,
+                "installed": inst,
+                "excluded": self._exclusions(spec),
+                "routes": counts.get(key, 0),
+                "diff": prog != inst,
+                "note": self._notes.get(key, ""),
+            }
+        routes: dict[str, Any] = {}
+        for prefix, key in sorted(d.routes.items(), key=lambda t: (t[0].version, t[0])):
+            rk = (prefix, route_metric(prefix, self.metric))
+            kr = o.routes.get(rk)
+            g = groups.get(key, {})
+            gid = self._ids.groups.get(key)
+            installed = kr.nhid if kr else None
+            routes[str(prefix)] = {
+                "group": key,
+                "nhid": gid,
+                "installed_nhid": installed,
+                "desired": g.get("programmed", {}),
+                "installed": g.get("installed", {}) if installed == gid else {},
+                "diff": installed != gid or bool(g.get("diff", True)),
+                "note": self._notes.get(str(prefix), ""),
+            }
+        return {
+            "netns": self.netns,
+            "protocol": self.protocol,
+            "table": self.table,
+            "weight_bits": self.weight_bits,
+            "compat_mode": get_compat_mode(self.netns),
+            "stale_remaining_s": max(0.0, self._stale_until - self._clock()),
+            "excluded": sorted(m.label for m in self._excluded),
+            "groups": groups,
+            "routes": routes,
+            "kernel": {
+                "nexthops": len(o.nexthops),
+                "groups": len(o.groups),
+                "routes": len(o.routes),
+            },
+            "stats": {
+                "applies": self.stats.applies,
+                "reconciles": self.stats.reconciles,
+                "full_reconciles": self.stats.full_reconciles,
+                "ops": self.stats.ops,
+                "op_errors": self.stats.op_errors,
+                "failovers": self.stats.failovers,
+                "link_events": self.stats.link_events,
+                "nexthop_events": self.stats.nexthop_events,
+                "overruns": self.stats.overruns,
+                "last_errors": list(self.stats.last_errors),
+            },
+        }
+
+    # -- internals ----------------------------------------------------------------------------
+    def _exclusions(self, spec: GroupSpec) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for m, w in spec.weights.items():
+            if w <= 0:
+                out[m.label] = "weight_zero"
+            elif m in self._excluded:
+                out[m.label] = "removed"
+            else:
+                lk = self._obs.links.get(m.ifname)
+                if lk is None:
+                    out[m.label] = "no_link"
+                elif not lk.admin_up:
+                    out[m.label] = "admin_down"
+                elif not lk.carrier:
+                    out[m.label] = "no_carrier"
+        return out
+
+    def _known_members(self) -> set[Member]:
+        ms = set(self._ids.members)
+        if self._desired is not None:
+            for spec in self._desired.groups.values():
+                ms.update(spec.weights)
+        return ms
+
+    def _params(self) -> PlanParams:
+        return PlanParams(
+            protocol=self.protocol,
+            metric=self.metric,
+            max_weight=WEIGHT_MAX_16BIT if self._weight_bits == 16 else WEIGHT_MAX_8BIT,
+            excluded=frozenset(self._excluded),
+            allow_delete=self._clock() >= self._stale_until,
+        )
+
+    async def _sync(self) -> ApplyResult:
+        """Plan against the cached kernel view and apply. Caller holds the lock."""
+        if self._desired is None:
+            return ApplyResult(0)
+        t0 = time.perf_counter()
+        self._ids = assign_ids(self._desired, self._obs, self._ids, self.id_ranges)
+        pl = plan(self._desired, self._obs, self._ids, self._params())
+        self._notes = dict(pl.notes)
+        errors = await self._execute(list(pl.ops))
+        return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
+
+    async def _execute(self, ops: Sequence[Op]) -> list[str]:
+        if not ops:
+            return []
+        assert self._req is not None
+        w16 = self._weight_bits == 16
+        msgs = [
+            op_message(op, protocol=self.protocol, table=self.table, weight_16bit=w16) for op in ops
+        ]
+        failed = dict(await self._req.batch(msgs))
+        self.stats.ops += len(ops)
+        errors: list[str] = []
+        for i, op in enumerate(ops):
+            err = failed.get(i)
+            if err is None:
+                self._account(op)
+                continue
+            if isinstance(op, RouteDel | GroupDel | NhDel) and err.errno in (
+                errno.ENOENT,
+                errno.ESRCH,
+            ):
+                self._account(op)  # already gone: the goal is reached
+                continue
+            if (
+                isinstance(op, GroupSet)
+                and err.errno == errno.EINVAL
+                and w16
+                and any(w > 256 for _i, w in op.entries)
+            ):
+                self._weight_bits = 8  # kernel without weight_high: scale into 1..255
+                self._wake.set()
+            errors.append(f"{type(op).__name__} {_op_id(op)}: {err}")
+        if errors:
+            self.stats.op_errors += len(errors)
+            self.stats.last_errors = (self.stats.last_errors + errors)[-20:]
+            self._need_full = True
+            self._wake.set()
+            log.warning("fib_op_errors", count=len(errors), first=errors[0])
+        return errors
+
+    def _account(self, op: Op) -> None:
+        """Fold a successful op into the cached kernel view."""
+        o = self._obs
+        if isinstance(op, NhSet):
+            m = op.member
+            o.nexthops[op.id] = KNexthop(op.id, self.protocol, m.gateway, op.ifindex, m.onlink)
+        elif isinstance(op, GroupSet):
+            o.groups[op.id] = KGroup(op.id, self.protocol, op.entries, op.resilient)
+        elif isinstance(op, RouteSet):
+            o.routes[(op.prefix, op.metric)] = KRoute(
+                op.prefix, self.table, self.protocol, op.metric, op.nhid
+            )
+        elif isinstance(op, RouteDel):
+            o.routes.pop((op.prefix, op.metric), None)
+        elif isinstance(op, GroupDel):
+            o.groups.pop(op.id, None)
+            o.routes = {k: r for k, r in o.routes.items() if r.nhid != op.id}
+        elif isinstance(op, NhDel):
+            o.nexthops.pop(op.id, None)
+            for gid, kg in list(o.groups.items()):
+                rest = tuple(e for e in kg.entries if e[0] != op.id)
+                if len(rest) != len(kg.entries):
+                    if rest:
+                        o.groups[gid] = KGroup(gid, kg.protocol, rest, kg.resilient)
+                    else:
+                        del o.groups[gid]
+                        o.routes = {k: r for k, r in o.routes.items() if r.nhid != gid}
+
+    async def _refresh(self, full: bool) -> None:
+        assert self._req is not None
+        links = await self._req.dump(link_dump(skip_stats=True))
+        nhs = await self._req.dump(nexthop_dump())
+        routes = None
+        if full:
+            routes = []
+            for fam in (2, 10):  # AF_INET, AF_INET6
+                routes += await self._req.dump(route_dump(fam, table=self.table))
+            self.stats.full_reconciles += 1
+        obs = observe(
+            links,
+            nhs,
+            routes,
+            protocol=self.protocol,
+            table=self.table,
+            previous_routes=self._obs,
+        )
+        if obs.weight_16bit and self._weight_bits is None:
+            self._weight_bits = 16
+        self._obs = obs
+        self.stats.reconciles += 1
+
+    async def _detect_weight_bits(self) -> int:
+        """16-bit group weights (kernel >= 6.12, weight_high) or 8-bit. Known from an
+        NHA_OP_FLAGS in any group dump; otherwise probe with a throw-away blackhole nexthop and a
+        one-member group of weight 300 in glbd's id range (needs ``lo`` up)."""
+        if self._obs.weight_16bit:
+            return 16
+        assert self._req is not None
+        r = self.id_ranges
+        nh_id, grp_id = r.member_base + r.size - 1, r.group_base + r.size - 1
+        hdr = NhMsg(0, 0, self.protocol, 0)
+        create = c.NLM_F_CREATE | c.NLM_F_REPLACE
+        bits = 8
+        try:
+            await self._req.request(
+                Message(
+                    c.RTM_NEWNEXTHOP,
+                    create,
+                    header=NhMsg(2, 0, self.protocol, 0),
+                    attrs=(Attr.u32(c.NHA_ID, nh_id), Attr.flag(c.NHA_BLACKHOLE)),
+                )
+            )
+            try:
+                await self._req.request(
+                    Message(
+                        c.RTM_NEWNEXTHOP,
+                        create,
+                        header=hdr,
+                        attrs=(
+                            Attr.u32(c.NHA_ID, grp_id),
+                            Attr(c.NHA_GROUP, encode_group([(nh_id, 300)], True)),
+                        ),
+                    )
+                )
+                bits = 16
+            except NetlinkError as e:
+                log.info("fib_weight_probe", result="8bit", error=str(e))
+        except NetlinkError as e:
+            log.info("fib_weight_probe", result="unknown", error=str(e))
+        finally:
+            for i in (grp_id, nh_id):
+                with contextlib.suppress(NetlinkError):
+                    await self._req.request(
+                        Message(c.RTM_DELNEXTHOP, 0, header=NhMsg(), attrs=(Attr.u32(c.NHA_ID, i),))
+                    )
+        return bits
+
+    # -- events and the reconcile loop --------------------------------------------------------
+    def _on_event(self, msg: Message) -> None:
+        t = msg.type
+        if t in (c.RTM_NEWLINK, c.RTM_DELLINK):
+            lk = parse_link(msg)
+            if lk is None:
+                return
+            self.stats.link_events += 1
+            old = self._obs.links.get(lk.name)
+            if t == c.RTM_DELLINK:
+                self._obs.links.pop(lk.name, None)
+                self._link_lost(lk.index)
+                self._wake.set()
+            elif old is None or old.usable != lk.usable or old.index != lk.index:
+                self._obs.links[lk.name] = lk
+                if old is not None and old.usable and not lk.usable:
+                    self._link_lost(old.index)
+                self._wake.set()
+        elif t in (c.RTM_NEWNEXTHOP, c.RTM_DELNEXTHOP):
+            h = msg.header
+            if not isinstance(h, NhMsg):
+                return
+            self.stats.nexthop_events += 1
+            if h.protocol != self.protocol:
+                a = msg.attr(c.NHA_ID)
+                if a is not None and t == c.RTM_NEWNEXTHOP:
+                    self._obs.foreign_ids.add(a.as_u32())
+            elif t == c.RTM_DELNEXTHOP:
+                self._wake.set()  # ours deleted (by us or by someone): check
+
+    def _link_lost(self, ifindex: int) -> None:
+        """Mirror the kernel's silent flush in the cache: members on the link disappear,
+        groups shrink, an emptied group vanishes with its routes. The reconcile confirms."""
+        for nid in [i for i, nh in self._obs.nexthops.items() if nh.ifindex == ifindex]:
+            self._account(NhDel(nid))
+
+    def _on_overrun(self) -> None:
+        self.stats.overruns += 1
+        self._need_full = True
+        self._wake.set()
+
+    async def _run(self) -> None:
+        stale_pending = self._stale_until > 0
+        backoff = 0.0
+        while True:
+            timeout = self.reconcile_interval_s
+            if stale_pending:
+                timeout = min(timeout, max(0.0, self._stale_until - self._clock()))
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+                full = self._need_full
+            except TimeoutError:
+                full = True
+            if stale_pending and self._clock() >= self._stale_until:
+                stale_pending = False
+                full = True
+            self._wake.clear()
+            self._need_full = False
+            ok = False
+            try:
+                async with self._lock:
+                    await self._refresh(full=full)
+                    ok = not (await self._sync()).errors
+            except (OSError, ValueError) as e:
+                log.warning("fib_reconcile_failed", error=str(e))
+                self._need_full = True
+            # bounded cost: at most one run per min_gap_s; back off while the kernel refuses
+            backoff = 0.0 if ok else min(max(2 * backoff, 0.5), 30.0)
+            await asyncio.sleep(max(self.min_gap_s, backoff))
+
+
+def _rk(k: RouteKey) -> tuple[int, Any]:
+    return (k[0].version, k)
+
+
+def _op_id(op: Op) -> str:
+    if isinstance(op, RouteSet | RouteDel):
+        return str(op.prefix)
+    return str(op.id)

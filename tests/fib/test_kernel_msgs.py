@@ -1,0 +1,84 @@
+"""Ops -> rtnetlink messages and kernel messages -> model (pure)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from glbd.fib.kernel import encode_group, observe, op_message, parse_group_entries, parse_nexthop
+from glbd.fib.model import KGroup, KNexthop, Member, Resilient
+from glbd.fib.plan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
+from glbd.netlink import const as c
+from glbd.netlink.codec import NhMsg, RtMsg, decode
+
+VECTORS = Path(__file__).parents[1] / "vectors" / "netlink_rtnl_kernel618.jsonl"
+N = ipaddress.ip_network
+
+
+def test_group_weights_wire_is_weight_minus_one_with_weight_high() -> None:
+    raw = encode_group([(1, 1), (2, 256), (3, 257), (4, 65535)], weight_16bit=True)
+    assert raw.hex() == (
+        "01000000" "00000000" "02000000" "ff000000" "03000000" "00010000" "04000000" "feff0000"
+    )
+    assert parse_group_entries(raw) == ((1, 1), (2, 256), (3, 257), (4, 65535))
+    with pytest.raises(ValueError):
+        encode_group([(1, 257)], weight_16bit=False)
+    with pytest.raises(ValueError):
+        encode_group([(1, 0)], weight_16bit=True)
+
+
+def test_group_message_round_trips_through_parser() -> None:
+    op = GroupSet(7, "k", ((1, 3), (2, 300)), Resilient(64, 1.5, 5.0), create=True)
+    m = decode(op_message(op, protocol=200, table=254, weight_16bit=True).encode())
+    assert m.flags & c.NLM_F_EXCL and not m.flags & c.NLM_F_REPLACE
+    obj, _flag = parse_nexthop(m)
+    assert obj == KGroup(7, 200, ((1, 3), (2, 300)), Resilient(64, 1.5, 5.0))
+    rep = op_message(GroupSet(7, "k", ((1, 1),), None, create=False), protocol=200, table=254,
+                     weight_16bit=False)
+    assert rep.flags & c.NLM_F_REPLACE
+
+
+def test_member_and_route_messages() -> None:
+    mem = Member(ipaddress.ip_address("fe80::1"), "eth1", onlink=True)
+    m = decode(op_message(NhSet(5, mem, 3), protocol=200, table=254, weight_16bit=True).encode())
+    assert isinstance(m.header, NhMsg) and m.header.family == socket.AF_INET6
+    obj, _ = parse_nexthop(m)
+    assert obj == KNexthop(5, 200, mem.gateway, 3, onlink=True)
+    r = op_message(RouteSet(N("2001:db8::/32"), 1024, 9), protocol=200, table=1000,
+                   weight_16bit=True)
+    h = r.header
+    assert isinstance(h, RtMsg) and (h.family, h.dst_len, h.table, h.protocol) == (10, 32, 0, 200)
+    a = r.attr_map()
+    assert a[c.RTA_TABLE].as_u32() == 1000 and a[c.RTA_NH_ID].as_u32() == 9
+    assert a[c.RTA_PRIORITY].as_u32() == 1024
+    d = op_message(RouteDel(N("0.0.0.0/0"), 0), protocol=200, table=254, weight_16bit=True)
+    assert d.type == c.RTM_DELROUTE and d.attr(c.RTA_DST) is None
+    assert isinstance(d.header, RtMsg) and d.header.protocol == 200  # never deletes foreign
+    g = op_message(GroupDel(4), protocol=200, table=254, weight_16bit=True)
+    assert g.type == c.RTM_DELNEXTHOP
+
+
+def test_observe_kernel_capture() -> None:
+    msgs = [decode(bytes.fromhex(json.loads(x)["hex"])) for x in VECTORS.read_text().splitlines()]
+    nhs = [m for m in msgs if m.type == c.RTM_NEWNEXTHOP]
+    routes = [m for m in msgs if m.type == c.RTM_NEWROUTE]
+    links = [m for m in msgs if m.type == c.RTM_NEWLINK]
+    obs = observe(links, nhs, routes, protocol=200, table=254)
+    assert obs.weight_16bit is True
+    assert set(obs.nexthops) == {1, 2} and set(obs.groups) == {10, 11}
+    assert obs.groups[10].entries == ((1, 200),)
+    assert obs.groups[11].resilient == Resilient(8, 1.0, 5.0)
+    assert {(str(p), m): r.nhid for (p, m), r in obs.routes.items()} == {
+        ("203.0.113.0/24", 0): 10,
+        ("198.51.100.0/24", 20): 11,
+    }
+    assert (N("198.18.10.0/30"), 0) in obs.foreign_routes  # proto kernel
+    other = observe(links, nhs, routes, protocol=186, table=254)
+    assert not other.groups and other.foreign_ids == {1, 2, 10, 11}
+    # partial refresh: routes kept from the cache unless their group vanished
+    part = observe(links, nhs[:3], None, protocol=200, table=254, previous_routes=obs)
+    assert {r.nhid for r in part.routes.values()} == {10}

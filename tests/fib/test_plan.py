@@ -1,0 +1,248 @@
+"""Pure FIB planner tests: plain data in, ops out, no kernel."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from glbd.fib.model import (
+    Desired,
+    GroupSpec,
+    KGroup,
+    KLink,
+    KNexthop,
+    KRoute,
+    Member,
+    Observed,
+    Resilient,
+)
+from glbd.fib.plan import (
+    GroupDel,
+    GroupSet,
+    IdMap,
+    NhDel,
+    NhSet,
+    Op,
+    PlanParams,
+    RouteDel,
+    RouteSet,
+    assign_ids,
+    plan,
+    route_metric,
+    scale_weights,
+)
+
+P = 200
+N = ipaddress.ip_network
+A = ipaddress.ip_address
+M1 = Member(A("198.18.10.2"), "eth1")
+M2 = Member(A("198.18.10.6"), "eth2")
+M3 = Member(A("198.18.10.10"), "eth3")
+V6 = Member(A("fe80::1"), "eth1")
+PFX = N("203.0.113.0/24")
+PFX2 = N("198.51.100.0/24")
+
+
+def links(down: tuple[str, ...] = ()) -> dict[str, KLink]:
+    return {f"eth{i}": KLink(i + 1, f"eth{i}", True, f"eth{i}" not in down) for i in (1, 2, 3)}
+
+
+def kernel_apply(obs: Observed, ops: tuple[Op, ...] | list[Op]) -> Observed:
+    """A tiny fake kernel: what each op does to the glbd-owned state."""
+    o = obs.copy()
+    for op in ops:
+        if isinstance(op, NhSet):
+            o.nexthops[op.id] = KNexthop(op.id, P, op.member.gateway, op.ifindex, op.member.onlink)
+        elif isinstance(op, GroupSet):
+            assert all(i in o.nexthops for i, _w in op.entries), "member before group"
+            if op.create:
+                assert op.id not in o.groups
+            o.groups[op.id] = KGroup(op.id, P, op.entries, op.resilient)
+        elif isinstance(op, RouteSet):
+            assert op.nhid in o.groups, "group before route"
+            o.routes[(op.prefix, op.metric)] = KRoute(op.prefix, 254, P, op.metric, op.nhid)
+        elif isinstance(op, RouteDel):
+            del o.routes[(op.prefix, op.metric)]
+        elif isinstance(op, GroupDel):
+            del o.groups[op.id]
+            o.routes = {k: r for k, r in o.routes.items() if r.nhid != op.id}
+        elif isinstance(op, NhDel):
+            assert not any(op.id in dict(g.entries) for g in o.groups.values())
+            del o.nexthops[op.id]
+    return o
+
+
+def run(
+    d: Desired, obs: Observed, ids: IdMap | None = None, **kw: object
+) -> tuple[list[Op], Observed, IdMap]:
+    ids = assign_ids(d, obs, ids or IdMap())
+    pl = plan(d, obs, ids, PlanParams(protocol=P, **kw))  # type: ignore[arg-type]
+    return list(pl.ops), kernel_apply(obs, pl.ops), ids
+
+
+def desired(weights: dict[Member, int], res: Resilient | None = None) -> Desired:
+    return Desired(groups={"prof": GroupSpec(weights, res)}, routes={PFX: "prof", PFX2: "prof"})
+
+
+def test_install_from_scratch_in_safe_order_then_idempotent() -> None:
+    d = desired({M1: 3, M2: 1})
+    ops, obs, ids = run(d, Observed(links=links()))
+    kinds = [type(o).__name__ for o in ops]
+    assert kinds == ["NhSet", "NhSet", "GroupSet", "RouteSet", "RouteSet"]
+    gid = ids.groups["prof"]
+    assert obs.groups[gid].entries == tuple(sorted([(ids.members[M1], 3), (ids.members[M2], 1)]))
+    assert {r.nhid for r in obs.routes.values()} == {gid}
+    again, _o, _i = run(d, obs, ids)
+    assert again == []
+
+
+def test_reweight_is_one_group_replace_and_no_route_op() -> None:
+    ops, obs, ids = run(desired({M1: 3, M2: 1}), Observed(links=links()))
+    ops, _obs2, _ = run(desired({M1: 1, M2: 7}), obs, ids)
+    assert len(ops) == 1
+    (op,) = ops
+    assert isinstance(op, GroupSet) and not op.create
+    assert dict(op.entries) == {ids.members[M1]: 1, ids.members[M2]: 7}
+
+
+def test_link_without_carrier_is_left_out_and_comes_back() -> None:
+    d = desired({M1: 1, M2: 1, M3: 2})
+    _ops, obs, ids = run(d, Observed(links=links()))
+    # the kernel flushed M2 (carrier loss): member gone, group shrunk, link not usable
+    flushed = obs.copy()
+    flushed.links = links(down=("eth2",))
+    mid2 = ids.members[M2]
+    del flushed.nexthops[mid2]
+    for gid, g in flushed.groups.items():
+        flushed.groups[gid] = KGroup(gid, P, tuple(e for e in g.entries if e[0] != mid2))
+    ops, obs2, ids = run(d, flushed, ids)
+    assert ops == []  # nothing to do while eth2 is down; the kernel already dropped M2
+    # link up again -> member re-created, group replaced with it
+    obs2.links = links()
+    ops, obs3, ids = run(d, obs2, ids)
+    assert [type(o) for o in ops] == [NhSet, GroupSet]
+    assert isinstance(ops[1], GroupSet) and not ops[1].create
+    assert len(obs3.groups[ids.groups["prof"]].entries) == 3
+
+
+def test_group_with_no_usable_member_is_recreated_with_routes() -> None:
+    d = desired({M1: 1, M2: 1})
+    _ops, _obs, ids = run(d, Observed(links=links()))
+    # both links lost carrier: the kernel deleted members, the group and its routes
+    gone = Observed(links=links(down=("eth1", "eth2")))
+    ids2 = assign_ids(d, gone, ids)
+    pl = plan(d, gone, ids2, PlanParams(protocol=P))
+    assert pl.ops == ()
+    assert pl.notes["prof"] == "no_usable_member"
+    assert pl.notes[str(PFX)] == "group_down"
+    gone.links = links(down=("eth2",))
+    ops, _obs2, ids3 = run(d, gone, ids2)
+    assert [type(o) for o in ops] == [NhSet, GroupSet, RouteSet, RouteSet]
+    assert ids3.groups == ids.groups and ids3.members == ids.members  # same kernel ids
+
+
+def test_failover_exclusion_and_empty_group_is_deleted_with_routes() -> None:
+    d = desired({M1: 1, M2: 1})
+    _ops, obs, ids = run(d, Observed(links=links()))
+    ops, obs2, _ = run(d, obs, ids, excluded=frozenset({M1}))
+    assert [type(o) for o in ops] == [GroupSet, NhDel]
+    ops, obs3, _ = run(d, obs2, ids, excluded=frozenset({M1, M2}))
+    assert [type(o) for o in ops] == [GroupDel, NhDel]  # no per-route deletes
+    assert obs3.routes == {} and obs3.groups == {}
+
+
+def test_foreign_objects_are_never_touched() -> None:
+    d = desired({M1: 1})
+    obs = Observed(links=links())
+    obs.foreign_routes.add((PFX, 0))
+    ids0 = assign_ids(d, obs, IdMap())
+    obs.foreign_ids.update({ids0.groups["prof"], ids0.members[M1]})  # someone took those ids
+    ops, obs2, ids = run(d, obs, IdMap())
+    assert ids.groups["prof"] not in obs.foreign_ids
+    assert ids.members[M1] not in obs.foreign_ids
+    assert all(not isinstance(o, RouteSet) or o.prefix != PFX for o in ops)
+    pl = plan(d, obs2, ids, PlanParams(protocol=P))
+    assert pl.notes[str(PFX)] == "foreign_route"
+
+
+def test_adopt_after_restart_recovers_ids_and_changes_nothing() -> None:
+    d = desired({M1: 5, M2: 1}, Resilient(64, 1.0, 5.0))
+    _ops, obs, _ids = run(d, Observed(links=links()))
+    # a previous run used other ids: renumber everything in the "kernel"
+    remap = {old: 7_000_000 + n for n, old in enumerate(sorted(obs.nexthops | obs.groups))}
+    k = Observed(links=links())
+    for nh in obs.nexthops.values():
+        k.nexthops[remap[nh.id]] = KNexthop(remap[nh.id], P, nh.gateway, nh.ifindex)
+    for g in obs.groups.values():
+        ent = tuple(sorted((remap[i], w) for i, w in g.entries))
+        k.groups[remap[g.id]] = KGroup(remap[g.id], P, ent, g.resilient)
+    for key, r in obs.routes.items():
+        assert r.nhid is not None
+        k.routes[key] = KRoute(r.prefix, 254, P, r.metric, remap[r.nhid])
+    ids = assign_ids(d, k, IdMap())  # a fresh process: nothing remembered
+    assert set(ids.groups.values()) <= set(k.groups)
+    assert set(ids.members.values()) <= set(k.nexthops)
+    assert plan(d, k, ids, PlanParams(protocol=P)).ops == ()
+
+
+def test_type_change_is_make_before_break() -> None:
+    d1 = desired({M1: 1, M2: 1})
+    _ops, obs, ids = run(d1, Observed(links=links()))
+    old = ids.groups["prof"]
+    ops, obs2, ids2 = run(desired({M1: 1, M2: 1}, Resilient(32)), obs, ids)
+    new = ids2.groups["prof"]
+    assert new != old
+    assert [type(o) for o in ops] == [GroupSet, RouteSet, RouteSet, GroupDel]
+    assert isinstance(ops[-1], GroupDel) and ops[-1].id == old
+    assert {r.nhid for r in obs2.routes.values()} == {new}
+
+
+def test_resilient_timer_change_is_in_place() -> None:
+    _ops, obs, ids = run(desired({M1: 1, M2: 1}, Resilient(32, 1.0)), Observed(links=links()))
+    ops, _o, ids2 = run(desired({M1: 1, M2: 1}, Resilient(32, 5.0, 10.0)), obs, ids)
+    assert ids2.groups == ids.groups
+    assert len(ops) == 1 and isinstance(ops[0], GroupSet) and not ops[0].create
+
+
+def test_stale_objects_kept_until_allowed() -> None:
+    d = desired({M1: 1, M2: 1})
+    _ops, obs, _ids = run(d, Observed(links=links()))
+    smaller = Desired(groups={"other": GroupSpec({M3: 1})}, routes={})
+    ops, _o, _i = run(smaller, obs, IdMap(), allow_delete=False)
+    assert not any(isinstance(o, RouteDel | GroupDel | NhDel) for o in ops)
+    ops, o2, _i = run(smaller, obs, IdMap(), allow_delete=True)
+    dels = [type(o) for o in ops if isinstance(o, RouteDel | GroupDel | NhDel)]
+    assert dels == [GroupDel, NhDel, NhDel]  # routes go with their group
+    assert o2.routes == {}
+
+
+def test_weights_scaled_for_8bit_and_zero_dropped() -> None:
+    assert scale_weights({M1: 1000, M2: 10, M3: 0}, 255) == {M1: 255, M2: 3}
+    assert scale_weights({M1: 1000, M2: 1}, 65535) == {M1: 1000, M2: 1}
+    _ops, obs, ids = run(desired({M1: 1000, M2: 1}), Observed(links=links()), max_weight=255)
+    g = obs.groups[ids.groups["prof"]]
+    assert dict(g.entries) == {ids.members[M1]: 255, ids.members[M2]: 1}
+
+
+def test_ipv6_route_needs_ipv6_members_and_metric() -> None:
+    d = Desired(
+        groups={"v4": GroupSpec({M1: 1}), "v6": GroupSpec({V6: 1})},
+        routes={N("2001:db8::/48"): "v4", N("2001:db8:1::/48"): "v6"},
+    )
+    ids = assign_ids(d, Observed(links=links()), IdMap())
+    pl = plan(d, Observed(links=links()), ids, PlanParams(protocol=P))
+    rs = [o for o in pl.ops if isinstance(o, RouteSet)]
+    assert [(str(o.prefix), o.metric) for o in rs] == [("2001:db8:1::/48", 1024)]
+    assert pl.notes["2001:db8::/48"] == "ipv6_route_needs_ipv6_members"
+    assert route_metric(N("10.0.0.0/8"), 0) == 0
+
+
+@pytest.mark.parametrize("n", [1, 50])
+def test_ids_are_deterministic(n: int) -> None:
+    groups = {f"p{i}": GroupSpec({M1: 1, M2: i + 1}) for i in range(n)}
+    d = Desired(groups=groups, routes={})
+    a = assign_ids(d, Observed(links=links()), IdMap())
+    b = assign_ids(d, Observed(links=links()), IdMap())
+    assert a.groups == b.groups and a.members == b.members
+    assert len(set(a.groups.values())) == n
