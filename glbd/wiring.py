@@ -1,15 +1,549 @@
-"""Builds the daemon's components from the config (filled in as the parts land)."""
+"""Builds the daemon's parts from the config and routes events between them.
+
+One :class:`Node` owns every part; four thin facades (``fib``, ``quality``, ``bfd``, ``bgp``)
+expose them to the daemon as components (start order; stop runs in reverse)::
+
+    fib      FibProgrammer: adopt what the kernel has (never flush), then follow the path table
+    quality  LinkMonitor + HeartbeatEndpoint (sender: helper, receiver: load balancer) + PathTable
+    bfd      BfdEngine in its own process; state changes hop onto the loop
+    bgp      BgpSpeaker: ExaBGP child + Clos RIB (NNHN origination/validation)
+
+Event routing (all on the event loop):
+
+* RIB ``NextHopsChanged`` -> path table -> FIB sync (one group replace per changed profile);
+* RIB ``PeerUp``/``PeerDown`` -> heartbeat neighbors (a heartbeat is accepted only from the BGP
+  neighbor on that interface, by its BGP id) and the far-end ids in our own heartbeat entries;
+* link monitor -> path table (local quality) and heartbeat sender (our links' entries);
+* heartbeat receiver -> path table (remote quality; expiry = unknown -> DLB fallback);
+* BFD Down (a failure) -> FIB fast failover (the next hop leaves every group at once, before any
+  recomputation) -> RIB (strict mode, session teardown); BFD Up -> back in; a peer's AdminDown is
+  not a failure.
+
+FIB syncs are coalesced: while one runs, further changes only mark the table dirty and one more
+sync follows. Until BGP has been up for ``fib_hold_s`` after start, adopted kernel state is left
+alone (a restarted glbd must not withdraw routes it has not re-learned yet).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ipaddress
 import os
-from typing import TYPE_CHECKING
+import socket
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from glbd import config as cfgmod
+from glbd.metrics import Sample
 
 if TYPE_CHECKING:
+    from bfd.engine import BfdEngine, BfdEvent
+    from glbd.bgp import BgpEvent, BgpSpeaker
     from glbd.daemon import Component, Daemon
+    from glbd.fib.programmer import FibProgrammer
+    from glbd.linkmon import LinkMonitor, MonitorRunner, QualityChanged
+    from glbd.netlink.client import NetlinkSocket
+    from glbd.pathtable import Changes, PathTable
+    from heartbeat.receiver import RemoteUpdate
+    from heartbeat.transport import HeartbeatEndpoint
+
+log = structlog.get_logger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
+    """Our address toward ``peer`` as the kernel would choose it (source address selection)."""
+    fam = socket.AF_INET if peer.version == 4 else socket.AF_INET6
+    with socket.socket(fam, socket.SOCK_DGRAM) as s:
+        with contextlib.suppress(OSError):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, interface.encode())
+        try:
+            s.connect((str(peer), 179))
+        except OSError as e:
+            raise RuntimeError(
+                f"neighbor {peer}: no local address toward it on {interface} ({e.strerror}); "
+                "set neighbors.local_address or configure the interface"
+            ) from None
+        return ipaddress.ip_address(s.getsockname()[0].split("%")[0])
+
+
+class Node:
+    """Every part of one glbd, wired. Built from a validated config; no I/O until ``start``."""
+
+    def __init__(self, daemon: Daemon, *, netns: str | None = None) -> None:
+        self.daemon = daemon
+        self.cfg = daemon.cfg
+        self.netns = netns
+        self.loop = asyncio.get_running_loop()
+        self.started_at = time.monotonic()
+        self.fib_hold_s = float(os.environ.get("GLBD_FIB_HOLD_S", "1.0"))
+        self.counters: dict[str, int] = {
+            "fib_syncs": 0,
+            "fib_sync_errors": 0,
+            "fib_fast_failovers": 0,
+            "bfd_events": 0,
+            "bgp_events": 0,
+            "remote_updates": 0,
+            "local_changes": 0,
+        }
+        self.last_fib_sync: dict[str, Any] = {}
+        self._fib_dirty = False
+        self._fib_task: asyncio.Task[None] | None = None
+        self._bgp_ready_at: float | None = None
+        self.peer_ids: dict[IPAddress, int] = {}  # BGP neighbor -> its BGP id (from OPEN)
+        self.iface_of: dict[IPAddress, str] = {n.address: n.interface for n in self.cfg.neighbors}
+        self.fib: FibProgrammer | None = None
+        self.table: PathTable | None = None
+        self.monitor: LinkMonitor | None = None
+        self.runner: MonitorRunner | None = None
+        self.endpoint: HeartbeatEndpoint | None = None
+        self.bfd: BfdEngine | None = None
+        self.bgp: BgpSpeaker | None = None
+        self._nl: NetlinkSocket | None = None
+
+    # ---- construction -------------------------------------------------------------------
+
+    def local_address(self, n: cfgmod.NeighborSection) -> IPAddress:
+        return n.local_address or local_address_for(n.address, n.interface)
+
+    def build_fib(self) -> FibProgrammer:
+        from glbd.fib.programmer import FibProgrammer
+
+        f = self.cfg.fib
+        return FibProgrammer(
+            netns=self.netns,
+            protocol=f.protocol,
+            table=f.table,
+            compat_mode=0 if f.set_compat_mode_off else None,
+            reconcile_interval_s=f.reconcile_interval_s,
+            stale_s=f.stale_timer_s,
+        )
+
+    def build_table(self) -> PathTable:
+        from glbd.pathtable import PathTable, PathTableParams
+        from glbd.rib import Role
+
+        role = Role(self.cfg.role)
+        if not self.cfg.heartbeat.enabled and role.load_balancer:
+            role = Role.HELPER if role is Role.BOTH else role
+        return PathTable(PathTableParams(role=role))
+
+    def linkmon_params(self) -> Any:
+        from glbd.linkmon import LinkMonParams
+
+        q = self.cfg.link_quality
+        return LinkMonParams(
+            sample_interval_s=q.sample_interval_ms / 1e3,
+            ewma_alpha=q.ewma_alpha,
+            load_min_pct=q.load_min_pct,
+            load_max_pct=q.load_max_pct,
+            queue_min_bytes=q.queue_min_bytes,
+            queue_max_bytes=q.queue_max_bytes,
+            rate_weight=q.rate_weight,
+            default_capacity_mbps=q.default_capacity_mbps,
+            capacity_mbps=dict(q.capacity_mbps),
+        )
+
+    def heartbeat_key(self) -> Any:
+        from heartbeat import wire
+
+        a = self.cfg.heartbeat.auth
+        if a is None or a.secret is None:
+            return None
+        return wire.HmacKey(a.key_id, a.secret.reveal())
+
+    def build_endpoint(self) -> HeartbeatEndpoint | None:
+        from heartbeat import wire
+        from heartbeat.receiver import Receiver, ReceiverParams
+        from heartbeat.sender import Sender, SenderParams, initial_sequence
+        from heartbeat.transport import HeartbeatEndpoint
+
+        hb = self.cfg.heartbeat
+        if not hb.enabled:
+            return None
+        key = self.heartbeat_key()
+        sender = receiver = None
+        if self.cfg.is_helper:
+            sender = Sender(
+                SenderParams(
+                    node_id=wire.node_id(str(self.cfg.router_id)),
+                    interval_s=hb.interval_ms / 1e3,
+                    min_spacing_s=hb.min_spacing_ms / 1e3,
+                    on_change=hb.on_change,
+                    key=key,
+                ),
+                initial_sequence(time.time()),
+            )
+        if self.cfg.is_load_balancer:
+            receiver = Receiver(
+                ReceiverParams(
+                    hold_multiplier=hb.hold_multiplier, keys={key.key_id: key} if key else {}
+                )
+            )
+        return HeartbeatEndpoint(
+            self.loop,
+            sender=sender,
+            receiver=receiver,
+            on_remote=self.on_remote,
+            group=str(hb.group),
+            port=hb.port,
+        )
+
+    def rib_params(self) -> Any:
+        from glbd.rib import NeighborParams, RibParams, Role
+
+        c = self.cfg
+        return RibParams(
+            router_id=c.router_id,
+            local_as=c.local_as,
+            role=Role(c.role),
+            neighbors=tuple(
+                NeighborParams(
+                    address=n.address,
+                    remote_as=n.remote_as,
+                    local_address=self.local_address(n),
+                    interface=n.interface,
+                    hold_time=n.hold_time or c.bgp.hold_time,
+                    description=n.description,
+                )
+                for n in c.neighbors
+            ),
+            originated=tuple(c.originate),
+            multipath_relax=c.bgp.multipath_relax,
+            max_paths=c.bgp.max_paths,
+            nnhn_strict_next_hop=c.bgp.nnhn_strict_next_hop,
+            stale_timer_s=c.bgp.stale_timer_s,
+            bfd_strict=c.bgp.bfd_strict,
+        )
+
+    def bfd_sessions(self) -> list[Any]:
+        from bfd.engine import SessionConfig
+        from bfd.session import SessionParams
+
+        out = []
+        for n in self.cfg.neighbors:
+            b = self.cfg.neighbor_bfd(n)
+            if not b.enabled:
+                continue
+            out.append(
+                SessionConfig(
+                    peer=str(n.address),
+                    interface=n.interface,
+                    local=str(self.local_address(n)),
+                    params=SessionParams(
+                        desired_min_tx=b.min_tx_ms * 1000,
+                        required_min_rx=b.min_rx_ms * 1000,
+                        detect_mult=b.detect_mult,
+                        passive=b.passive,
+                    ),
+                )
+            )
+        return out
+
+    # ---- start / stop per part ------------------------------------------------------------
+
+    async def start_fib(self) -> None:
+        self.fib = self.build_fib()
+        await self.fib.start(adopt=True)
+
+    async def stop_fib(self) -> None:
+        if self._fib_task is not None:
+            self._fib_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._fib_task
+        if self.fib is not None:
+            await self.fib.stop(keep=self.cfg.fib.on_stop == "keep")
+
+    async def start_quality(self) -> None:
+        from glbd.linkmon import LinkMonitor, MonitorRunner, StatsReader
+        from glbd.netlink.client import NetlinkSocket
+
+        self.table = self.build_table()
+        self.monitor = LinkMonitor(self.linkmon_params())
+        self.monitor.set_interfaces(sorted({n.interface for n in self.cfg.neighbors}))
+        self._nl = await NetlinkSocket.open(netns=self.netns)
+        self.runner = MonitorRunner(self.monitor, StatsReader(self._nl), self.on_local)
+        self.runner.start()
+        self.endpoint = self.build_endpoint()
+
+    async def stop_quality(self) -> None:
+        if self.runner is not None:
+            await self.runner.stop()
+        if self.endpoint is not None:
+            self.endpoint.close()
+        if self._nl is not None:
+            self._nl.close()
+
+    async def start_bfd(self) -> None:
+        from bfd.engine import BfdEngine
+
+        sessions = self.bfd_sessions()
+        if not sessions:
+            return
+
+        def hop(ev: BfdEvent) -> None:  # engine thread -> event loop
+            self.loop.call_soon_threadsafe(self.on_bfd, ev)
+
+        self.bfd = BfdEngine(
+            hop,
+            mode=os.environ.get("GLBD_BFD_MODE", "process"),  # type: ignore[arg-type]
+            on_exit=lambda rc: log.error("bfd_engine_exited", rc=rc),
+        )
+        await asyncio.to_thread(self.bfd.start)
+        for s in sessions:
+            await asyncio.to_thread(self.bfd.add_session, s)
+
+    async def stop_bfd(self) -> None:
+        if self.bfd is not None:
+            await asyncio.to_thread(self.bfd.stop)
+
+    async def start_bgp(self) -> None:
+        from glbd.bgp import BgpSpeaker, ProcessOptions
+
+        runtime = Path(self.cfg.control.socket).parent / f"exabgp-{os.getpid()}"
+        self.bgp = BgpSpeaker(
+            self.rib_params(),
+            netns=self.netns,
+            on_event=self.on_bgp,
+            process=ProcessOptions(runtime_dir=runtime),
+        )
+        await self.bgp.start()
+
+    async def stop_bgp(self) -> None:
+        if self.bgp is not None:
+            await self.bgp.stop()
+
+    # ---- event routing --------------------------------------------------------------------
+
+    def on_bgp(self, ev: BgpEvent) -> None:
+        from glbd.bgp import SpeakerLost, SpeakerReady
+        from glbd.rib import NextHopsChanged, PeerDown, PeerUp
+
+        self.counters["bgp_events"] += 1
+        if isinstance(ev, NextHopsChanged):
+            if self.table is not None:
+                self._changed(self.table.on_next_hops_changed(ev))
+        elif isinstance(ev, PeerUp):
+            if self._bgp_ready_at is None:
+                self._bgp_ready_at = time.monotonic()
+                self.loop.call_later(self.fib_hold_s, self.schedule_fib_sync)
+            if ev.bgp_id is not None:
+                self.peer_ids[ev.peer] = int(ev.bgp_id)
+            self._update_heartbeat_neighbors()
+            log.info("bgp_peer_up", peer=str(ev.peer), bgp_id=str(ev.bgp_id))
+        elif isinstance(ev, PeerDown):
+            self.peer_ids.pop(ev.peer, None)
+            self._update_heartbeat_neighbors()
+            log.info("bgp_peer_down", peer=str(ev.peer), reason=ev.reason)
+        elif isinstance(ev, SpeakerLost):
+            log.warning("exabgp_lost", generation=ev.generation, note="FIB left as it is")
+        elif isinstance(ev, SpeakerReady):
+            log.info("exabgp_ready", generation=ev.generation)
+        else:
+            log.info("bgp_event", event=type(ev).__name__)
+
+    def _update_heartbeat_neighbors(self) -> None:
+        from heartbeat.receiver import Neighbor
+
+        if self.endpoint is None:
+            return
+        nbs = [
+            Neighbor(ifname=self.iface_of[p], node_id=i, address=str(p))
+            for p, i in self.peer_ids.items()
+            if p in self.iface_of
+        ]
+        self.endpoint.set_neighbors(nbs)
+
+    def on_local(self, changes: list[QualityChanged], monitor: LinkMonitor) -> None:
+        if self.endpoint is not None and self.endpoint.sender is not None:
+            far = {self.iface_of[p]: i for p, i in self.peer_ids.items() if p in self.iface_of}
+            self.endpoint.update_links(monitor.entries(far))
+        if not changes or self.table is None:
+            return
+        self.counters["local_changes"] += len(changes)
+        agg: Changes | None = None
+        for ch in changes:
+            ifn = ch.quality.ifname
+            c = self.table.set_local(ifn, monitor.quality(ifn))
+            agg = c if agg is None else agg | c
+        if agg:
+            self._changed(agg)
+
+    def on_remote(self, updates: list[RemoteUpdate]) -> None:
+        if self.table is None:
+            return
+        self.counters["remote_updates"] += len(updates)
+        agg: Changes | None = None
+        for u in updates:
+            c = self.table.set_remote(u.node_id, u.entries)
+            agg = c if agg is None else agg | c
+        if agg:
+            self._changed(agg)
+
+    def on_bfd(self, ev: BfdEvent) -> None:
+        from bfd.packet import State
+
+        self.counters["bfd_events"] += 1
+        peer = ipaddress.ip_address(ev.peer)
+        log.info(
+            "bfd_state",
+            peer=ev.peer,
+            interface=ev.interface,
+            old=ev.old.name,
+            new=ev.new.name,
+            reason=ev.reason,
+            failure=ev.failure,
+        )
+        if ev.new is State.UP:
+            if self.fib is not None:
+                self.loop.create_task(self.fib.restore_nexthop(peer, ev.interface))
+            if self.bgp is not None:
+                self.bgp.peer_bfd_up(peer)
+        elif ev.failure:
+            # fast failover first: out of every group now, recompute afterwards
+            if self.fib is not None:
+                self.counters["fib_fast_failovers"] += 1
+                self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
+            if self.bgp is not None:
+                self.bgp.peer_bfd_down(peer)
+        elif ev.reason == "neighbor_admin_down" and self.bgp is not None:
+            self.bgp.peer_bfd_admin_down(peer)
+
+    # ---- FIB sync -------------------------------------------------------------------------
+
+    def _changed(self, changes: Changes) -> None:
+        if changes:
+            self.schedule_fib_sync()
+
+    def schedule_fib_sync(self) -> None:
+        if self._bgp_ready_at is None or time.monotonic() - self._bgp_ready_at < self.fib_hold_s:
+            return  # adopted state stays until BGP had a chance to re-learn it
+        self._fib_dirty = True
+        if self._fib_task is None or self._fib_task.done():
+            self._fib_task = self.loop.create_task(self._fib_sync_loop())
+
+    def desired(self) -> Any:
+        from glbd.fib.model import Desired, GroupSpec, Member, Resilient
+
+        assert self.table is not None
+        f = self.cfg.fib
+        res = (
+            Resilient(
+                buckets=f.resilient_buckets,
+                idle_timer_s=f.resilient_idle_timer_s,
+                unbalanced_timer_s=f.resilient_unbalanced_timer_s,
+            )
+            if f.group_type == "resilient"
+            else None
+        )
+        groups = {}
+        for key in self.table.profiles():
+            weights = {
+                Member(ipaddress.ip_address(nh.address), nh.ifname or ""): w.value
+                for nh, w in self.table.weights(key).items()
+                if w.value > 0 and nh.ifname
+            }
+            if weights:
+                groups[key] = GroupSpec(weights=weights, resilient=res)
+        routes = {
+            ipaddress.ip_network(p): k for p, k in self.table.prefixes().items() if k in groups
+        }
+        return Desired(groups=groups, routes=routes)
+
+    async def _fib_sync_loop(self) -> None:
+        while self._fib_dirty:
+            self._fib_dirty = False
+            if self.fib is None or self.table is None:
+                return
+            self.table.take_changes()
+            t0 = time.perf_counter()
+            try:
+                result = await self.fib.apply(self.desired())
+                self.counters["fib_syncs"] += 1
+                self.last_fib_sync = {
+                    "at": time.time(),
+                    "ms": round((time.perf_counter() - t0) * 1e3, 3),
+                    "result": _plain(result),
+                }
+            except Exception as e:  # the kernel said no: count, log, retry on the next change
+                self.counters["fib_sync_errors"] += 1
+                log.error("fib_sync_failed", error=repr(e))
+
+    # ---- views ----------------------------------------------------------------------------
+
+    def quality_snapshot(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "links": [
+                q.to_dict() for q in (self.monitor.qualities().values() if self.monitor else [])
+            ],
+            "heartbeats": [self.endpoint.to_dict()] if self.endpoint else [],
+            "quality": self.table.to_dict() if self.table else {},
+            "counters": dict(self.counters),
+        }
+        return out
+
+    def fib_snapshot(self) -> dict[str, Any]:
+        snap = self.fib.snapshot() if self.fib else {}
+        prof = self.table.profiles_dict() if self.table else {}
+        return {
+            "profiles": prof,
+            "kernel": snap,
+            "last_sync": self.last_fib_sync,
+            "counters": snap.get("counters", {}) if isinstance(snap, dict) else {},
+        }
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "__dataclass_fields__"):
+        return {k: _plain(getattr(v, k)) for k in v.__dataclass_fields__}
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple | set | frozenset):
+        return [_plain(x) for x in v]
+    if isinstance(v, int | float | str | bool) or v is None:
+        return v
+    return str(v)
+
+
+class _Facade:
+    """A part of the node as the daemon sees it."""
+
+    def __init__(self, name: str, node: Node) -> None:
+        self.name = name
+        self.node = node
+
+    async def start(self) -> None:
+        await getattr(self.node, f"start_{self.name}")()
+
+    async def stop(self) -> None:
+        await getattr(self.node, f"stop_{self.name}")()
+
+    async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
+        self.node.cfg = new
+
+    def snapshot(self) -> dict[str, Any]:
+        n = self.node
+        if self.name == "bgp":
+            return n.bgp.snapshot() if n.bgp else {}
+        if self.name == "bfd":
+            return n.bfd.snapshot() if n.bfd else {"sessions": []}
+        if self.name == "quality":
+            return n.quality_snapshot()
+        return n.fib_snapshot()
+
+    def samples(self) -> Iterable[Sample]:
+        return []
 
 
 def build_components(d: Daemon) -> list[Component]:
     if os.environ.get("GLBD_TEST_NO_COMPONENTS") == "1":  # lifecycle tests of the bare daemon
         return []
-    return []
+    node = Node(d)
+    d.node = node  # type: ignore[attr-defined]
+    return [_Facade(name, node) for name in ("fib", "quality", "bfd", "bgp")]
