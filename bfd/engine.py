@@ -62,6 +62,7 @@ import os
 import pickle
 import queue
 import random
+import resource
 import select
 import socket
 import subprocess
@@ -136,6 +137,9 @@ class BfdEvent:
     local_discriminator: int
     #: time.monotonic() in the engine (CLOCK_MONOTONIC is system-wide)
     at: float
+    #: when the last packet from the peer was accepted (same clock; None: never heard).
+    #: For a detection timeout, ``at - last_rx`` is the detection latency.
+    last_rx: float | None = None
 
 
 def _norm_ip(addr: str) -> str:
@@ -400,6 +404,7 @@ class _Loop:
                     remote_diag=s.remote_diag,
                     local_discriminator=s.local_discr,
                     at=now,
+                    last_rx=s.last_rx,
                 )
                 log.info(
                     "bfd %s %s: %s -> %s (%s)",
@@ -603,6 +608,15 @@ def _enter_netns(name: str) -> None:
         os.close(fd)
 
 
+def _raise_nofile() -> None:
+    """One socket per session: lift the soft fd limit to the hard one (1024 by default)."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 def _set_rt(priority: int | None) -> None:
     if not priority:
         return
@@ -784,6 +798,7 @@ class BfdEngine:
             if self.netns:
                 _enter_netns(self.netns)
             _set_rt(self.rt_priority)
+            _raise_nofile()
             rng = random.Random(self.seed)
             loop = _Loop(self._on_event, rng=rng)
         except BaseException as exc:
@@ -888,6 +903,7 @@ def _child_main(argv: list[str] | None = None) -> int:
     if args.netns:
         _enter_netns(args.netns)
     _set_rt(args.rt_priority)
+    _raise_nofile()
 
     def emit(ev: BfdEvent) -> None:
         conn.send(("event", ev))

@@ -246,6 +246,11 @@ class Session:
         return self._next_tx
 
     @property
+    def last_rx(self) -> float | None:
+        """When the last accepted packet arrived (None: never)."""
+        return self._last_rx
+
+    @property
     def detect_at(self) -> float | None:
         """When the detection time expires (None: not armed)."""
         return self._detect_at

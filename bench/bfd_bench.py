@@ -1,0 +1,432 @@
+"""BFD engine benchmark (issue 9 "Performance"): sessions held, detection latency, CPU.
+
+One command (root; creates and deletes its own namespaces)::
+
+    .venv/bin/python bench/bfd_bench.py                       # 256 x 3x50ms + 64 x 3x10ms, 30 s
+    .venv/bin/python bench/bfd_bench.py --sessions 1024 --interval-ms 50 --duration 300 --frr
+    .venv/bin/python bench/bfd_bench.py --isolation           # thread vs process engine
+
+Topology: namespaces a and b joined by one veth (198.18.0.1/30 - .2/30). Session i runs between
+a_i = 198.19.x.y (on a's lo) and b_i = 198.20.x.y (on b's lo), over the veth on both sides,
+with one /16 route each way, so N sessions need 1 neighbour entry instead of N (the kernel's
+neighbour table is shared by all namespaces and its gc_thresh3 is 1024). Packets still leave with
+TTL 255 and arrive on the veth, exactly like N single-hop peers on one link.
+
+Scenario (per row): two glbd BFD engines (process mode; ``--rt-priority`` optional), N sessions
+each, wait for all Up, then for ``--duration`` seconds under load -- a second process spinning on
+one core and this process's main thread busy with synthetic Python work (the "busy glbd main
+loop") -- count failure events (false flaps) on both sides, the engines' timer lag and CPU.
+Then an nftables drop on a's input cuts every session at once and the detection latency (last
+packet received -> Down) of each is measured against the theoretical detection time.
+
+``--frr`` runs FRR 10.x bfdd (the lab's sid chroot) through the same scenario (same sessions,
+interval and load): flaps = the sum of ``session-down`` counters, CPU of both bfdd processes.
+Detection latency is not measured for FRR (its JSON has no timestamps finer than seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bfd.engine import BfdEngine, BfdEvent, SessionConfig
+from bfd.packet import State
+from bfd.session import SessionParams
+from glbd.lab.netns import Lab, Netns, stop_pids
+
+TICK = os.sysconf("SC_CLK_TCK")
+A_NET = ipaddress.ip_network("198.19.0.0/16")
+B_NET = ipaddress.ip_network("198.20.0.0/16")
+
+
+def addr(net: ipaddress.IPv4Network, i: int) -> str:
+    return str(net.network_address + 1 + i)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# ----------------------------------------------------------------------------- load
+
+
+class Load:
+    """A second process spinning on one core, plus a busy thread in this process."""
+
+    def __init__(self, busy_process: bool, busy_main: bool) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        if busy_process:
+            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        if busy_main:
+            self.thread = threading.Thread(target=self._spin, daemon=True)
+            self.thread.start()
+
+    def _spin(self) -> None:
+        x = 0
+        while not self.stop.is_set():
+            for i in range(10_000):  # pure Python: holds the GIL like RIB/JSON work would
+                x ^= i * i
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        stop_pids(self.procs)
+
+
+# ----------------------------------------------------------------------------- topology
+
+
+def build(lab: Lab, n: int) -> tuple[Netns, Netns]:
+    a, b = lab.pair(a_addr="198.18.0.1/30", b_addr="198.18.0.2/30")
+    a.ip_batch([f"addr add {addr(A_NET, i)}/32 dev lo" for i in range(n)])
+    b.ip_batch([f"addr add {addr(B_NET, i)}/32 dev lo" for i in range(n)])
+    a.ip("route", "add", str(B_NET), "via", "198.18.0.2", "dev", "a-b")
+    b.ip("route", "add", str(A_NET), "via", "198.18.0.1", "dev", "b-a")
+    return a, b
+
+
+def nft_drop(ns: Netns) -> None:
+    ns.run(["nft", "add table inet bench"])
+    ns.run(["nft", "add chain inet bench in { type filter hook input priority 0 ; }"])
+    ns.run(["nft", "add rule inet bench in udp dport 3784 drop"])
+
+
+# ----------------------------------------------------------------------------- glbd
+
+
+@dataclass
+class Result:
+    impl: str
+    sessions: int
+    interval_ms: int
+    mult: int
+    duration: float
+    up: int = 0
+    up_time_s: float = 0.0
+    flaps: int = 0
+    cpu_s: float = 0.0
+    lag: dict[str, float] = field(default_factory=dict)
+    detect: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def cpu_per_session_us_per_s(self) -> float:
+        """CPU µs per session per second, both ends together."""
+        if not self.sessions or not self.duration:
+            return float("nan")
+        return self.cpu_s / (self.sessions * self.duration) * 1e6
+
+    @property
+    def held(self) -> bool:
+        return self.up == self.sessions and self.flaps == 0
+
+
+def run_glbd(
+    n: int,
+    interval_ms: int,
+    mult: int,
+    duration: float,
+    *,
+    mode: str = "process",
+    rt_priority: int | None = None,
+    busy_process: bool = True,
+    busy_main: bool = True,
+) -> Result:
+    res = Result(
+        f"glbd-{mode}" + (f"-rt{rt_priority}" if rt_priority else ""),
+        n,
+        interval_ms,
+        mult,
+        duration,
+    )
+    params = SessionParams(interval_ms * 1000, interval_ms * 1000, mult)
+    with Lab() as lab:
+        a, b = build(lab, n)
+        ev_a: queue.SimpleQueue[BfdEvent] = queue.SimpleQueue()
+        ev_b: queue.SimpleQueue[BfdEvent] = queue.SimpleQueue()
+        ea = BfdEngine(
+            ev_a.put,
+            mode=mode,
+            netns=a.name,
+            rt_priority=rt_priority,  # type: ignore[arg-type]
+            call_timeout=30,
+        )
+        eb = BfdEngine(
+            ev_b.put,
+            mode=mode,
+            netns=b.name,
+            rt_priority=rt_priority,  # type: ignore[arg-type]
+            call_timeout=30,
+        )
+        ea.start()
+        lab.on_close(ea.stop)
+        eb.start()
+        lab.on_close(eb.stop)
+        t0 = time.monotonic()
+        for i in range(n):
+            ea.add_session(SessionConfig(addr(B_NET, i), "a-b", addr(A_NET, i), params))
+            eb.add_session(SessionConfig(addr(A_NET, i), "b-a", addr(B_NET, i), params))
+        deadline = time.monotonic() + 30 + n / 50
+        while time.monotonic() < deadline:
+            ups = sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
+            if ups == n and all(s["state"] == "up" for s in eb.snapshot()["sessions"]):
+                break
+            time.sleep(0.2)
+        res.up_time_s = time.monotonic() - t0
+        res.up = sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
+        time.sleep(1.0)  # the Polls to the fast rate are done
+        while not ev_a.empty():
+            ev_a.get()
+        while not ev_b.empty():
+            ev_b.get()
+        load = Load(busy_process, busy_main)
+        try:
+            time.sleep(0.5)
+            ea.reset_lag_stats()
+            eb.reset_lag_stats()
+            pids = {ea.pid, eb.pid}
+            c0 = sum(cpu_seconds(p) for p in pids) if mode == "process" else 0.0
+            time.sleep(duration)
+            c1 = sum(cpu_seconds(p) for p in pids) if mode == "process" else 0.0
+            res.cpu_s = c1 - c0
+            sa, sb = ea.snapshot(), eb.snapshot()
+            flaps = [e for q in (ev_a, ev_b) for e in _drain(q) if e.failure]
+            res.flaps = len(flaps)
+            res.lag = {
+                k: max(sa["engine"][k], sb["engine"][k])
+                for k in (
+                    "timer_lag_p50_ms",
+                    "timer_lag_p99_ms",
+                    "timer_lag_p999_ms",
+                    "timer_lag_max_ms",
+                )
+            }
+            res.lag["timers_late_5ms"] = (
+                sa["engine"]["timers_late_5ms"] + sb["engine"]["timers_late_5ms"]
+            )
+            # detection latency: cut everything that reaches a
+            cut = time.monotonic()
+            nft_drop(a)
+            lat: list[float] = []
+            deadline = cut + 2.0 + mult * interval_ms / 1000
+            while len(lat) < n and time.monotonic() < deadline:
+                try:
+                    e = ev_a.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if e.new == State.DOWN and e.reason == "detection_timeout" and e.last_rx:
+                    lat.append((e.at - e.last_rx) * 1e3)
+            theo = mult * interval_ms
+            res.detect = {
+                "theoretical_ms": theo,
+                "n": len(lat),
+                "p50_ms": pct(lat, 0.5),
+                "p99_ms": pct(lat, 0.99),
+                "max_ms": max(lat) if lat else float("nan"),
+            }
+        finally:
+            load.close()
+    return res
+
+
+def _drain(q: queue.SimpleQueue[BfdEvent]) -> list[BfdEvent]:
+    out = []
+    while not q.empty():
+        out.append(q.get())
+    return out
+
+
+# ----------------------------------------------------------------------------- FRR
+
+
+def run_frr(
+    n: int,
+    interval_ms: int,
+    mult: int,
+    duration: float,
+    *,
+    busy_process: bool = True,
+    busy_main: bool = True,
+) -> Result:
+    from glbd.lab.frr import FrrInstance
+
+    res = Result("frr-bfdd", n, interval_ms, mult, duration)
+
+    def conf(me: ipaddress.IPv4Network, peer: ipaddress.IPv4Network, ifname: str) -> str:
+        lines = ["frr defaults datacenter", "bfd"]
+        for i in range(n):
+            lines += [
+                f" peer {addr(peer, i)} local-address {addr(me, i)} interface {ifname}",
+                f"  receive-interval {interval_ms}",
+                f"  transmit-interval {interval_ms}",
+                f"  detect-multiplier {mult}",
+                " exit",
+            ]
+        return "\n".join([*lines, "exit", ""])
+
+    with Lab() as lab:
+        a, b = build(lab, n)
+        fa = FrrInstance(a, daemons=("mgmtd", "zebra", "bfdd"))
+        fb = FrrInstance(b, daemons=("mgmtd", "zebra", "bfdd"))
+        t0 = time.monotonic()
+        fa.start(conf(A_NET, B_NET, "a-b"), timeout=60)
+        fb.start(conf(B_NET, A_NET, "b-a"), timeout=60)
+        deadline = time.monotonic() + 60 + n / 20
+        while time.monotonic() < deadline:
+            ups = sum(1 for v in fa.bfd_peers().values() if v == "up")
+            if ups == n:
+                break
+            time.sleep(0.5)
+        res.up_time_s = time.monotonic() - t0
+        res.up = sum(1 for v in fa.bfd_peers().values() if v == "up")
+        time.sleep(1.0)
+
+        def downs() -> int:
+            return sum(
+                int(p.get("session-down", 0))
+                for f in (fa, fb)
+                for p in f.vtysh_json("show bfd peers counters json") or []
+            )
+
+        d0 = downs()
+        pids = [fa.procs["bfdd"].pid, fb.procs["bfdd"].pid]
+        load = Load(busy_process, busy_main)
+        try:
+            time.sleep(0.5)
+            c0 = sum(cpu_seconds(p) for p in pids)
+            time.sleep(duration)
+            c1 = sum(cpu_seconds(p) for p in pids)
+        finally:
+            load.close()
+        res.cpu_s = c1 - c0
+        res.flaps = downs() - d0
+        res.note = "detection latency not measured"
+    return res
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def fmt(r: Result) -> str:
+    det = r.detect
+    return (
+        f"{r.impl:<18} {r.sessions:>5} {r.mult}x{r.interval_ms:<4}ms {r.duration:>5.0f}s "
+        f"up {r.up:>5}/{r.sessions:<5} {'HELD' if r.held else 'LOST':<5} flaps {r.flaps:>5} "
+        f"cpu {r.cpu_per_session_us_per_s:>7.1f} us/sess/s "
+        + (
+            f"lag p99 {r.lag.get('timer_lag_p99_ms', float('nan')):>5.1f} "
+            f"max {r.lag.get('timer_lag_max_ms', float('nan')):>6.1f} ms "
+            if r.lag
+            else ""
+        )
+        + (
+            f"detect p50 {det['p50_ms']:.1f} p99 {det['p99_ms']:.1f} max {det['max_ms']:.1f} "
+            f"(theory {det['theoretical_ms']} ms, n={det['n']})"
+            if det
+            else r.note
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, nargs="*", help="session counts (default per row)")
+    ap.add_argument("--interval-ms", type=int, help="only this interval (50 or 10 typically)")
+    ap.add_argument("--mult", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds held under load")
+    ap.add_argument("--frr", action="store_true", help="also run FRR 10.x bfdd, same scenario")
+    ap.add_argument("--no-load", action="store_true", help="idle machine (no busy core/main)")
+    ap.add_argument("--rt-priority", type=int, help="run the glbd engines SCHED_FIFO")
+    ap.add_argument("--mode", choices=["process", "thread"], default="process")
+    ap.add_argument(
+        "--isolation",
+        action="store_true",
+        help="thread vs process engine with a busy main loop (64 x 3x10ms)",
+    )
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args(argv)
+    busy = not args.no_load
+
+    rows: list[tuple[int, int]] = []
+    if args.isolation:
+        rows = [(args.sessions[0] if args.sessions else 64, args.interval_ms or 10)]
+    elif args.sessions and args.interval_ms:
+        rows = [(s, args.interval_ms) for s in args.sessions]
+    elif args.interval_ms:
+        rows = [(256 if args.interval_ms >= 50 else 64, args.interval_ms)]
+    else:
+        rows = [(256, 50), (64, 10)]
+
+    print(
+        f"# bfd_bench: {os.cpu_count()} cpus, load={'busy core + busy main' if busy else 'idle'}"
+        f", duration {args.duration:.0f}s",
+        flush=True,
+    )
+    results: list[Result] = []
+    for n, iv in rows:
+        if args.isolation:
+            for mode in ("thread", "process"):
+                r = run_glbd(
+                    n, iv, args.mult, args.duration, mode=mode, busy_process=busy, busy_main=True
+                )
+                print(fmt(r), flush=True)
+                results.append(r)
+            continue
+        r = run_glbd(
+            n,
+            iv,
+            args.mult,
+            args.duration,
+            mode=args.mode,
+            rt_priority=args.rt_priority,
+            busy_process=busy,
+            busy_main=busy,
+        )
+        print(fmt(r), flush=True)
+        results.append(r)
+        if args.frr:
+            f = run_frr(n, iv, args.mult, args.duration, busy_process=busy, busy_main=busy)
+            print(fmt(f), flush=True)
+            results.append(f)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {
+                        **r.__dict__,
+                        "cpu_us_per_session_s": r.cpu_per_session_us_per_s,
+                        "held": r.held,
+                    }
+                    for r in results
+                ],
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
