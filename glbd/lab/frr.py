@@ -372,6 +372,7 @@ def fabric_bgp_config(
     peers: Iterable[str] | None = None,
     bfd: bool = True,
     networks: Iterable[str] = (),
+    originate_own: bool = True,
     nhc_to: Iterable[str] = (),
     extra_bgp: Iterable[str] = (),
     extra: str = "",
@@ -379,7 +380,8 @@ def fabric_bgp_config(
 ) -> str:
     """frr.conf for ``node`` of a fabric: eBGP to the far end of each of its links (restricted to
     ``peers`` if given), IPv4 unicast, multipath-relax, fast timers, BFD, announcing its
-    loopback, its host prefix (leaves) and ``networks``; ``send-nexthop-characteristics`` toward
+    loopback and its host prefix (leaves; unless ``originate_own=False``) and ``networks``;
+    ``send-nexthop-characteristics`` toward
     the peers named in ``nhc_to``. ``legacy=True`` leaves out 10.x-only commands."""
     me = fab.topo.node(node)
     if me.asn is None or me.router_id is None:
@@ -415,8 +417,8 @@ def fabric_bgp_config(
             lines.append(f" neighbor {addr} send-nexthop-characteristics")
         af.append(f"  neighbor {addr} activate")
     lines += list(extra_bgp)
-    nets = [me.loopback4] if me.loopback4 else []
-    if me.prefix4:
+    nets = [me.loopback4] if me.loopback4 and originate_own else []
+    if me.prefix4 and originate_own:
         nets.append(me.prefix4)
     nets += list(networks)
     for net in nets:

@@ -1,0 +1,56 @@
+"""Golden FRR 10.x captures (tests/vectors/frr10_*.json): self-consistency, and a re-capture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from glbd.lab.capture import capture, decode_bfd, nhc_tlvs, parse_update
+
+VECTORS = Path(__file__).resolve().parent.parent / "vectors"
+
+
+def _load(name: str) -> dict[str, object]:
+    data: dict[str, object] = json.loads((VECTORS / name).read_text())
+    return data
+
+
+def test_nnhn_vector_is_self_consistent() -> None:
+    vec = _load("frr10_nnhn.json")
+    upd = parse_update(bytes.fromhex(str(vec["update_hex"])))
+    flags, whole, value = upd["attrs"][39]
+    assert whole.hex() == vec["attribute_hex"] and value.hex() == vec["value_hex"]
+    assert flags == 0xD0 and whole[:4] == bytes([0xD0, 39, 0, len(value)])
+    assert upd["nlri"] == vec["prefixes"]
+    ((code, nnhn),) = nhc_tlvs(value)
+    assert code == 2
+    ids = [".".join(str(b) for b in nnhn[i : i + 4]) for i in range(0, len(nnhn), 4)]
+    assert ids == [vec["next_hop_bgp_id"], *vec["nnh_ids"]]  # type: ignore[misc]
+    assert vec["nnh_ids"] == vec["leaf1_json_next_next_hop_nodes"]
+
+
+def test_bfd_vector_is_self_consistent() -> None:
+    vec = _load("frr10_bfd.json")
+    assert decode_bfd(bytes.fromhex(str(vec["udp_payload_hex"]))) == vec["decoded"]
+
+
+@pytest.mark.netns
+@pytest.mark.frr
+@pytest.mark.slow
+def test_recapture_matches_golden(tmp_path: Path) -> None:
+    """Same FRR build, same lab: the captured bytes must equal the committed vectors (except
+    BFD's random discriminator)."""
+    nnhn, bfd = capture(tmp_path, echo=False)
+    gold = _load("frr10_nnhn.json")
+    if nnhn["frr_version"] != gold["frr_version"]:
+        pytest.skip(f"chroot has FRR {nnhn['frr_version']}, vectors are {gold['frr_version']}")
+    for key in ("attribute_hex", "update_hex", "next_hop_bgp_id", "nnh_ids", "prefixes"):
+        assert nnhn[key] == gold[key], key
+    gold_bfd = _load("frr10_bfd.json")
+    mine = dict(bfd["decoded"])
+    theirs = dict(gold_bfd["decoded"])  # type: ignore[call-overload]
+    mine.pop("my_discriminator")
+    theirs.pop("my_discriminator")
+    assert mine == theirs
