@@ -72,9 +72,13 @@ def _bgp_lines(frr: dict[str, Any]) -> list[str]:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from glbd.lab.frr import start_fabric_frr
+    from glbd.lab.frr import frr_build, start_fabric_frr
+    from glbd.lab.netns import require_netns
     from glbd.lab.topology import Fabric, leaf_spine
 
+    require_netns()
+    if args.frr != "none":
+        frr_build(args.frr_build)  # fail before building anything if FRR is missing
     t0 = time.monotonic()
     fab = Fabric(leaf_spine(args.spines, args.leaves, hosts=not args.no_hosts))
     detached = False
