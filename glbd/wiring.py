@@ -364,6 +364,18 @@ class Node:
         if self.endpoint is not None and self.endpoint.sender is not None:
             far = {self.iface_of[p]: i for p, i in self.peer_ids.items() if p in self.iface_of}
             self.endpoint.update_links(monitor.entries(far))
+        for ch in changes:
+            q = ch.quality
+            log.info(
+                "link_band",
+                ifname=q.ifname,
+                band=q.band,
+                old_band=ch.old_band,
+                down=q.down,
+                load_pct=round(q.load_pct, 1),
+                queue_bytes=int(q.queue_bytes),
+                reason=ch.reason,
+            )
         if not changes or self.table is None:
             return
         self.counters["local_changes"] += len(changes)
