@@ -1,5 +1,13 @@
 """glbd lab harness: network namespaces, veth links, a leaf-spine fabric and FRR instances.
 
-* :mod:`glbd.lab.netns`         namespaces/veths with a per-run tag, always cleaned up (``Lab``)
-* :mod:`glbd.lab.pytest_plugin` the ``netns_lab`` fixture and the ``netns``/``frr`` markers' skips
+* :mod:`glbd.lab.netns`         ``Lab``: namespaces/veths under a per-run tag, always cleaned up;
+                                 ``Netns``: run/arun/popen/spawn/socket/ping inside a namespace
+* :mod:`glbd.lab.topology`      ``leaf_spine(S, L)`` addressing plan; ``Fabric`` build/destroy,
+                                 status, tbf ``shape``, ``cut``/``restore``, nft ``drop``
+* :mod:`glbd.lab.provision`     FRR 10.x (Debian sid) debootstrap chroot, ``glbd-lab provision``
+* :mod:`glbd.lab.frr`           ``FrrInstance`` (sid 10.x or host 8.4) per namespace, vtysh JSON,
+                                 BGP/BFD/route waits; ``fabric_bgp_config``, ``start_fabric_frr``
+* :mod:`glbd.lab.capture`       golden FRR 10.x NHC/NNHN and BFD captures (tests/vectors/frr10_*)
+* :mod:`glbd.lab.pytest_plugin` fixtures ``netns_lab``, ``lab_fabric``; ``netns``/``frr`` skips
+* :mod:`glbd.lab.cli`           ``glbd-lab provision|up|status|down``
 """

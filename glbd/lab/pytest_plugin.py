@@ -7,6 +7,8 @@ Fixtures:
 * ``netns_lab`` -- a fresh :class:`glbd.lab.netns.Lab` (own random tag) per test, closed after the
   test (processes stopped by PID, namespaces deleted). Skips with the reason when the run is not
   root or the kernel has no namespaces.
+* ``lab_fabric`` -- a factory ``lab_fabric(spines=2, leaves=2, hosts=True) -> Fabric`` building a
+  leaf-spine fabric (:mod:`glbd.lab.topology`) inside that test's ``netns_lab``.
 
 Markers: a test marked ``netns`` is skipped (with the reason) when namespaces are unavailable,
 and one marked ``frr`` when the FRR 10.x chroot is not provisioned (``glbd-lab provision``), so
@@ -20,13 +22,14 @@ they can be collected anywhere. Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from glbd.lab.netns import Lab, LabError, require_netns
+from glbd.lab.topology import Fabric, leaf_spine
 
-__all__ = ["netns_lab"]
+__all__ = ["lab_fabric", "netns_lab"]
 
 
 def _netns_skip_reason() -> str | None:
@@ -69,3 +72,13 @@ def netns_lab() -> Iterator[Lab]:
         yield lab
     finally:
         lab.close()
+
+
+@pytest.fixture
+def lab_fabric(netns_lab: Lab) -> Callable[..., Fabric]:
+    """``lab_fabric(spines=2, leaves=2, hosts=True)``: a built Fabric in this test's Lab."""
+
+    def make(spines: int = 2, leaves: int = 2, *, hosts: bool = True) -> Fabric:
+        return Fabric(leaf_spine(spines, leaves, hosts=hosts), lab=netns_lab).build()
+
+    return make

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 
 import pytest
 
@@ -73,3 +74,15 @@ def test_fabric_faults_and_cleanup(netns_lab: Lab) -> None:
 
     fab.destroy()
     assert list_lab_namespaces(netns_lab.tag) == []
+
+
+@pytest.mark.netns
+def test_lab_fabric_fixture(lab_fabric: Callable[..., Fabric], netns_lab: Lab) -> None:
+    fab = lab_fabric(1, 2, hosts=False)
+    assert fab.tag == netns_lab.tag
+    assert sorted(n.split("-")[-1] for n in list_lab_namespaces(fab.tag)) == [
+        "leaf1",
+        "leaf2",
+        "spine1",
+    ]
+    assert fab.ns("leaf2").ping(fab.addr("spine1", "leaf2"))
