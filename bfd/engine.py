@@ -65,6 +65,7 @@ import random
 import resource
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -75,7 +76,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from .packet import DecodeError, Diag, State, decode
+from .packet import ControlPacket, DecodeError, Diag, State, decode
 from .session import Effect, Session, SessionParams, StateChange, Transmit
 from .transport import Datagram, open_rx_socket, open_tx_socket, peer_sockaddr, recv_batch
 
@@ -93,6 +94,7 @@ _PR_SET_PDEATHSIG = 1
 _HOUSEKEEPING_S = 1.0
 _LAG_BUCKET_S = 0.0001  # 0.1 ms
 _LAG_BUCKETS = 1001  # the last one is ">= 100 ms"
+_U32 = struct.Struct("!I")
 
 
 class EngineError(RuntimeError):
@@ -177,6 +179,8 @@ class _Entry:
         "port",
         "removed",
         "rx",
+        "rx_bytes",
+        "rx_pkt",
         "sess",
         "socket_error",
         "tx",
@@ -190,6 +194,8 @@ class _Entry:
         self.family = socket.AF_INET6 if ":" in self.peer else socket.AF_INET
         self.sess = sess
         self.rx: _RxSock | None = None
+        self.rx_bytes = b""
+        self.rx_pkt: ControlPacket | None = None
         self.tx: socket.socket | None = None
         self.port = 0
         self.dst: Any = None
@@ -286,11 +292,19 @@ class _Loop:
         if ttl != 255:  # RFC 5881 §5 (GTSM); Linux IP_MINTTL does not filter UDP
             rx.drop("bad_ttl" if ttl >= 0 else "no_ttl")
             return
-        try:
-            pkt = decode(data)
-        except DecodeError as exc:
-            rx.drop(exc.reason)
-            return
+        # Steady state: the peer sends the same bytes every time. A packet equal to the last
+        # one accepted for the session its Your Discriminator names reuses that decode.
+        ent = self.by_discr.get(_U32.unpack_from(data, 8)[0]) if len(data) >= 24 else None
+        cached = ent.rx_pkt if ent is not None and data == ent.rx_bytes else None
+        if cached is not None:
+            pkt = cached
+        else:
+            ent = None
+            try:
+                pkt = decode(data)
+            except DecodeError as exc:
+                rx.drop(exc.reason)
+                return
         peer = self.norm.get(host)
         if peer is None:
             if len(self.norm) > 4096:
@@ -298,10 +312,11 @@ class _Loop:
             peer = self.norm[host] = _norm_ip(host)
         your = pkt.your_discriminator
         if your:
-            ent = self.by_discr.get(your)
             if ent is None:
-                rx.drop("unknown_discriminator")
-                return
+                ent = self.by_discr.get(your)
+                if ent is None:
+                    rx.drop("unknown_discriminator")
+                    return
             if ent.rx is not rx:
                 ent.sess.drop("wrong_interface")
                 return
@@ -313,6 +328,8 @@ class _Loop:
             if ent is None:
                 rx.drop("no_session")
                 return
+        ent.rx_bytes = data
+        ent.rx_pkt = pkt
         effects = ent.sess.on_packet(pkt, now)
         if effects:
             self._apply(ent, effects, now)
