@@ -1,0 +1,351 @@
+"""The whole GLB loop with real processes: glbd (ExaBGP, BFD, heartbeats, FIB) on a 2-spine x
+3-leaf fabric of namespaces, tbf-shaped links, real traffic. The kernel (``ip -j``) is the oracle.
+
+One fabric for the module (start-up costs ~10 s); every test leaves it as it found it.
+Three leaves so that "other prefixes are left alone" can be checked: leaf1 reaches leaf2's and
+leaf3's prefixes, and congestion toward leaf2 must move only the former.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from glbd.lab.demo import NexthopWatcher
+from glbd.lab.netns import LabError
+from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
+from glbd.lab.topology import Fabric, leaf_spine
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+RATE = 20  # Mbit/s on every fabric link
+BFD_MS = 100  # 3 x 100 ms: BGP withdraws ~300 ms after a cut, heartbeats act in ~tens of ms
+TOPO = leaf_spine(2, 3)
+P = {n: TOPO.node(n).prefix4 for n in TOPO.names("leaf")}
+
+
+def spine_addr(spine: str, leaf: str) -> str:
+    return TOPO.link(spine, leaf).end(spine)[1].split("/")[0]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fabric, dict[str, GlbdNode]]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    run = tmp_path_factory.mktemp("e2e")
+    fab = Fabric(TOPO)
+    nodes: dict[str, GlbdNode] = {}
+    try:
+        fab.build()
+        for s in TOPO.names("spine"):
+            for leaf in TOPO.names("leaf"):
+                for a, b in ((s, leaf), (leaf, s)):
+                    fab.shape(a, b, rate=f"{RATE}mbit", burst="64kbit", latency="100ms")
+        nodes = start_glbd(fab, Path(run), GlbdOptions(capacity_mbps=RATE, bfd_interval_ms=BFD_MS))
+        for leaf in TOPO.names("leaf"):
+            for other, prefix in P.items():
+                if other != leaf:
+                    wait_until(
+                        lambda leaf=leaf, prefix=prefix: (
+                            len(kernel_group_for(fab, leaf, prefix)) == 2
+                        ),
+                        60,
+                        what=f"{leaf} group for {prefix}",
+                    )
+        yield fab, nodes
+    finally:
+        stop_all(nodes)
+        fab.destroy()
+
+
+def group(fab: Fabric, node: str, prefix: str) -> dict[str, int]:
+    return kernel_group_for(fab, node, prefix)
+
+
+def both_equal(fab: Fabric, node: str, prefix: str) -> bool:
+    g = group(fab, node, prefix)
+    return len(g) == 2 and len(set(g.values())) == 1
+
+
+def settle(fab: Fabric) -> None:
+    for leaf in TOPO.names("leaf"):
+        for other, prefix in P.items():
+            if other != leaf:
+                wait_until(
+                    lambda leaf=leaf, prefix=prefix: both_equal(fab, leaf, prefix),
+                    30,
+                    what=f"{leaf} equal weights for {prefix}",
+                )
+
+
+# (a)
+def test_every_leaf_has_weighted_group_via_both_spines(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    for leaf in TOPO.names("leaf"):
+        for other, prefix in P.items():
+            if other == leaf:
+                continue
+            g = group(fab, leaf, prefix)
+            assert set(g) == {spine_addr("spine1", leaf), spine_addr("spine2", leaf)}, (leaf, g)
+    routes = nodes["leaf1"].request("routes")
+    r2 = next(r for r in routes if r["prefix"] == P["leaf2"])
+    # NNHN validated: each spine says leaf2 (198.18.0.102) lies behind it
+    assert {tuple(nh["nnh"]) for nh in r2["next_hops"]} == {(TOPO.node("leaf2").router_id,)}
+    assert fab.ns("host1").ping("198.19.2.2", count=5, wait=1.0)
+
+
+# (b)
+def test_congestion_two_hops_away_is_prefix_specific(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    dst = TOPO.link("spine1", "leaf2").end("leaf2")[1].split("/")[0]
+    srv = fab.ns("leaf2").popen(["iperf3", "-s", "-1", "-B", dst])
+    time.sleep(0.3)
+    cli = fab.ns("spine1").popen(
+        ["iperf3", "-c", dst, "-u", "-b", f"{2 * RATE}M", "-t", "4", "-l", "1200"]
+    )
+    try:
+        g = wait_until(
+            lambda: (x := group(fab, "leaf1", P["leaf2"])) and len(set(x.values())) > 1 and x,
+            10,
+            what="leaf1 weights to move",
+        )
+        s1, s2 = spine_addr("spine1", "leaf1"), spine_addr("spine2", "leaf1")
+        assert g[s1] < g[s2], g
+        prof = nodes["leaf1"].request("profiles")
+        p2 = next(p for p in prof["profiles"] if P["leaf2"] in p["prefixes"])
+        src = {w["next_hop"]: w["source"] for w in p2["weights"]}
+        assert src == {s1: "glb", s2: "glb"}
+        # other prefixes and the other leaves' own weights stay equal
+        time.sleep(0.5)
+        assert both_equal(fab, "leaf1", P["leaf3"]), group(fab, "leaf1", P["leaf3"])
+        assert both_equal(fab, "leaf2", P["leaf1"]), group(fab, "leaf2", P["leaf1"])
+        assert both_equal(fab, "leaf3", P["leaf1"])
+        # leaf3 toward leaf2 is also behind spine1->leaf2: it moves too
+        g3 = group(fab, "leaf3", P["leaf2"])
+        assert g3[spine_addr("spine1", "leaf3")] < g3[spine_addr("spine2", "leaf3")]
+    finally:
+        cli.wait(15)
+        srv.wait(5)
+    settle(fab)
+
+
+# (c)
+def test_cut_two_hops_away_fails_over_from_heartbeat_before_bgp(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    s1 = spine_addr("spine1", "leaf1")
+    with NexthopWatcher(fab.ns("leaf1").name) as watch:
+        t_cut = time.time()
+        fab.cut("spine1", "leaf2")
+        try:
+            # poll the RIB for BGP's withdraw while watching the kernel
+            t_withdraw = None
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and t_withdraw is None:
+                r2 = next(
+                    (r for r in nodes["leaf1"].request("routes") if r["prefix"] == P["leaf2"]), None
+                )
+                if r2 is None or all(nh["peer"] != s1 for nh in r2["next_hops"]):
+                    t_withdraw = time.time()
+                time.sleep(0.005)
+            assert t_withdraw is not None, "BGP never withdrew spine1's path"
+            t_out = watch.first_after(t_cut, lambda es: len(es) == 1)
+            assert t_out is not None, "leaf1's group never lost spine1"
+            assert t_out < t_withdraw, (t_out - t_cut, t_withdraw - t_cut)
+            assert s1 not in group(fab, "leaf1", P["leaf2"])
+            assert both_equal(fab, "leaf1", P["leaf3"])  # leaf3's prefix keeps spine1
+        finally:
+            fab.restore("spine1", "leaf2")
+    settle(fab)
+
+
+# (d)
+def test_bfd_takes_next_hop_out_within_detection_time(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    s1 = spine_addr("spine1", "leaf1")
+    detect = 3 * BFD_MS / 1e3
+    with NexthopWatcher(fab.ns("leaf1").name) as watch:
+        t0 = time.time()
+        fab.drop("leaf1", "spine1")  # link stays up, packets dropped
+        try:
+            wait_until(
+                lambda: (
+                    s1 not in group(fab, "leaf1", P["leaf2"])
+                    and s1 not in group(fab, "leaf1", P["leaf3"])
+                ),
+                5,
+                what="spine1 out of all of leaf1's groups",
+            )
+            t_out = watch.first_after(t0, lambda es: len(es) == 1)
+            assert t_out is not None
+            # detection time + scheduling slack (the packet in flight at t0 counts)
+            assert t_out - t0 <= detect + 0.15, t_out - t0
+            bfd = nodes["leaf1"].request("bfd")
+            st = {s["peer"]: s["state"] for s in bfd}
+            assert st[s1] == "down"
+        finally:
+            fab.undrop("leaf1", "spine1")
+    wait_until(
+        lambda: {s["peer"]: s["state"] for s in nodes["leaf1"].request("bfd")}[s1] == "up",
+        15,
+        what="BFD back up",
+    )
+    settle(fab)
+
+
+# (e)
+def test_silent_spine_falls_back_to_dlb_within_hold_time(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    s2 = spine_addr("spine2", "leaf1")
+    ns = fab.ns("spine2")
+    rules = (
+        "add table inet glbtest\n"
+        "add chain inet glbtest out { type filter hook output priority 0; }\n"
+        "add rule inet glbtest out udp dport 6149 drop\n"
+    )
+    ns.run(["nft", "-f", "-"], input=rules)
+    t0 = time.monotonic()
+    try:
+
+        def spine2_source() -> str | None:
+            prof = nodes["leaf1"].request("profiles")
+            p2 = next(p for p in prof["profiles"] if P["leaf2"] in p["prefixes"])
+            return next(w["source"] for w in p2["weights"] if w["next_hop"] == s2)
+
+        wait_until(lambda: spine2_source() == "dlb", 5, interval=0.01, what="DLB fallback")
+        took = time.monotonic() - t0
+        hold = 3 * 0.020  # hold_multiplier x advertised interval
+        assert took <= hold + 0.5, took  # + polling and the last heartbeat in flight
+        assert len(group(fab, "leaf1", P["leaf2"])) == 2  # still used, on local quality
+    finally:
+        ns.run(["nft", "delete", "table", "inet", "glbtest"])
+    wait_until(lambda: spine2_source() == "glb", 5, what="GLB again")
+
+
+def _children(pid: int) -> dict[int, str]:
+    out = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (d / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == pid:
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return out
+
+
+# (g)
+def test_exabgp_crash_restarts_without_touching_fib(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    leaf1 = nodes["leaf1"]
+    assert leaf1.proc is not None
+    exa = [p for p, cmd in _children(leaf1.proc.pid).items() if "exabgp" in cmd]
+    assert len(exa) == 1, _children(leaf1.proc.pid)
+    before = {p: group(fab, "leaf1", p) for p in (P["leaf2"], P["leaf3"])}
+    os.kill(exa[0], signal.SIGKILL)
+    t0 = time.monotonic()
+    seen_down = False
+    while time.monotonic() - t0 < 30:
+        for p, g in before.items():
+            assert group(fab, "leaf1", p) == g, "FIB touched while ExaBGP restarted"
+        st = {n["peer"]: n["state"] for n in leaf1.request("neighbors")}
+        seen_down |= any(s != "up" for s in st.values())
+        new = [p for p, cmd in _children(leaf1.proc.pid).items() if "exabgp" in cmd]
+        if new and new != exa and all(s == "up" for s in st.values()):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("ExaBGP not restarted / sessions not back within 30 s")
+    assert leaf1.running()
+    settle(fab)
+
+
+# (h)
+def test_bad_config_on_sighup_is_rejected_and_daemon_keeps_running(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    leaf1 = nodes["leaf1"]
+    good = leaf1.config.read_text()
+    leaf1.config.write_text(good.replace("[bgp]", "[bgp]\nbogus_key = 1"))
+    try:
+        leaf1.signal(signal.SIGHUP)
+        st = wait_until(
+            lambda: (s := leaf1.request("status"))["last_reload"] and s, 10, what="reload result"
+        )
+        assert st["last_reload"]["ok"] is False
+        assert "bgp.bogus_key: unknown key" in st["last_reload"]["message"]
+        assert st["state"] == "running" and leaf1.running()
+        assert len(group(fab, "leaf1", P["leaf2"])) == 2
+    finally:
+        leaf1.config.write_text(good)
+
+
+# (f) last: it restarts leaf1
+def test_kill9_and_restart_keeps_and_readopts_kernel_state(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    leaf1 = nodes["leaf1"]
+    ns = fab.ns("leaf1")
+
+    def nh_ids() -> str:
+        return ns.ip("-j", "nexthop", "show").stdout
+
+    ids_before = nh_ids()
+    before = {p: group(fab, "leaf1", p) for p in (P["leaf2"], P["leaf3"])}
+    mon = subprocess.Popen(
+        ns.argv(["ip", "monitor", "nexthop", "route"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        leaf1.kill9()
+        for _ in range(20):  # 1 s with glbd dead: the kernel keeps forwarding
+            for p, g in before.items():
+                assert group(fab, "leaf1", p) == g
+            time.sleep(0.05)
+        leaf1.start()
+        leaf1.wait_ready()
+        wait_until(
+            lambda: all(n["state"] == "up" for n in leaf1.request("neighbors")),
+            30,
+            what="leaf1 sessions back",
+        )
+        time.sleep(2.0)  # past the FIB hold: glbd now owns the state again
+        for p, g in before.items():
+            assert group(fab, "leaf1", p) == g
+        assert nh_ids() == ids_before  # adopted, not re-created
+    finally:
+        mon.terminate()
+        out, _ = mon.communicate(timeout=5)
+    deleted = [ln for ln in out.splitlines() if ln.startswith("Deleted")]
+    assert not deleted, deleted
+    with contextlib.suppress(LabError):
+        settle(fab)
