@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rt-priority", type=int, help="run the glbd engines SCHED_FIFO")
     ap.add_argument("--mode", choices=["process", "thread"], default="process")
     ap.add_argument(
-        "--isolation",
+        "--isolation",  # busy main loop always; --no-load drops only the busy core
         action="store_true",
         help="thread vs process engine with a busy main loop (64 x 3x10ms)",
     )
@@ -388,9 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     for n, iv in rows:
         if args.isolation:
-            for mode in ("thread", "process"):
+            for mode, rt in (("thread", None), ("process", None), ("thread", 10), ("process", 10)):
                 r = run_glbd(
-                    n, iv, args.mult, args.duration, mode=mode, busy_process=busy, busy_main=True
+                    n,
+                    iv,
+                    args.mult,
+                    args.duration,
+                    mode=mode,
+                    rt_priority=rt,
+                    busy_process=busy,
+                    busy_main=True,
                 )
                 print(fmt(r), flush=True)
                 results.append(r)

@@ -12,14 +12,30 @@ with the same control API (:class:`BfdEngine`):
   also run SCHED_FIFO (``rt_priority``) so that a busy core does not delay it either.
 * ``mode="thread"``: the same loop on a thread of the daemon's process. Cheaper to start, but it
   shares the GIL: while the main thread computes, each GIL hand-over waits for the switch
-  interval (5 ms), and every syscall on the BFD thread gives the GIL away again. Measured with
-  ``bench/bfd_bench.py --isolation`` (64 sessions at 3 x 10 ms, main thread spinning in pure
-  Python; numbers in docs/benchmarks.md): thread mode p99 timer lag ~10 ms and false flaps;
-  process mode sub-millisecond lag and no flaps. Hence process by default; thread mode remains
-  for tests and for a daemon that is otherwise idle.
+  interval (5 ms), and every syscall on the BFD thread gives the GIL away again.
 
-Hot path per received packet: ``recvmsg`` (batched until EAGAIN), TTL check, :func:`decode`,
-dict lookup by Your Discriminator, :meth:`Session.on_packet`, and at most one ``heappush`` when
+Measured with ``bench/bfd_bench.py --isolation --no-load --duration 10`` (2-core VM shared with
+other work, load average ~2.5; two engines, 64 sessions at 3 x 10 ms, the bench's main thread
+spinning in pure Python like a busy glbd main loop; in thread mode both engines share the
+bench's GIL; 2026-11-22):
+
+==================  =====  =============  ============  ==========================
+engine              flaps  timer lag p99  lag max       detection p50 / p99
+==================  =====  =============  ============  ==========================
+thread              6050   100 ms         282 ms        77 / 77 ms (theory 30)
+thread + FIFO 10    5434   100 ms         716 ms        n/a (already flapping)
+process             4114   86 ms          156 ms        31 / 42 ms
+process + FIFO 10   0      1.4 ms         11.7 ms       30.4 / 31.1 ms
+==================  =====  =============  ============  ==========================
+
+A real-time priority cannot help a thread that waits for the GIL; a separate process can use
+it. Hence process mode by default, and daemons running as root should pass ``rt_priority``
+(SCHED_FIFO; Linux's RT throttling still leaves 5 % of each CPU to normal tasks). Thread mode
+stays for tests and for callers whose main loop is otherwise idle.
+
+Hot path per received packet: ``recvmsg`` (batched until EAGAIN), TTL check, dict lookup by
+Your Discriminator, :func:`decode` unless the bytes equal the session's last accepted packet
+(the steady state), :meth:`Session.on_packet`, and at most one ``heappush`` when
 the session's next deadline moved earlier (the heap is lazy: stale entries are skipped by
 generation number). Periodic transmissions reuse the session's cached packet bytes.
 
