@@ -92,8 +92,9 @@ class NeighborParams:
     #: next-hop-self for IPv6 prefixes on an IPv4 session (None: IPv6 prefixes are not sent)
     local_address6: ipaddress.IPv6Address | None = None
     #: never open the TCP session, only accept it. None = automatic: passive when our address
-    #: is the lower one, so two glbds never both connect (ExaBGP collision handling is slow)
-    passive: bool | None = None
+    #: is the lower one, so two glbds never both connect (ExaBGP 5.0.15 is sometimes slow
+    #: after a connection collision). Default False: always connect, as routers expect.
+    passive: bool | None = False
 
     @property
     def is_passive(self) -> bool:

@@ -341,8 +341,8 @@ class ExabgpSupervisor:
                 return
             self.stats.deaths += 1
             ran = time.monotonic() - (self.started_at or time.monotonic())
-            log.warning("exabgp_lost", pid=proc.pid, rc=proc.returncode, ran_s=round(ran, 3))
             await self._terminate()
+            log.warning("exabgp_lost", pid=proc.pid, rc=proc.returncode, ran_s=round(ran, 3))
             died.cancel()
             self._drop_connection()
             try:

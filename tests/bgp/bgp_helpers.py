@@ -49,6 +49,7 @@ def make_node(
     role: Role,
     neighbors: list[tuple[str, int, str, str]],
     originated: tuple[str, ...] = (),
+    passive: bool | None = None,
     **kw: object,
 ) -> Node:
     params = RibParams(
@@ -56,7 +57,7 @@ def make_node(
         local_as,
         role,
         tuple(
-            NeighborParams(A(addr), ras, A(local), interface=ifname, hold_time=9)
+            NeighborParams(A(addr), ras, A(local), interface=ifname, hold_time=9, passive=passive)
             for addr, ras, local, ifname in neighbors
         ),
         tuple(N(p) for p in originated),

@@ -1,0 +1,375 @@
+"""Interop with real FRR (issue 5 "Interop"): FRR 10.x from the lab chroot, and bookworm's FRR 8.4
+(``build="host"``). glbd speakers run ExaBGP 5.0.15 in the same lab namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+import pytest
+from bgp_helpers import Node, make_node, wait_for
+
+from glbd import nhc
+from glbd.bgp import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
+from glbd.exabgp import api
+from glbd.exabgp.supervisor import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+from glbd.lab.frr import FrrInstance
+from glbd.lab.netns import Lab, Netns
+from glbd.rib import PeerDown, Role
+
+pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
+
+A = ipaddress.ip_address
+N = ipaddress.ip_network
+V4 = ipaddress.IPv4Address
+
+
+@pytest.fixture(autouse=True)
+def _need_chroot() -> None:
+    from glbd.lab.provision import provisioned
+
+    if provisioned() is None:
+        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
+
+
+def frr_conf(
+    asn: int,
+    rid: str,
+    neighbors: Iterable[tuple[str, int]],
+    *,
+    networks: Iterable[str] = (),
+    nhc_to: Iterable[str] = (),
+    extra: Iterable[str] = (),
+    legacy: bool = False,
+) -> str:
+    lines = [
+        "frr defaults datacenter",
+        f"router bgp {asn}",
+        f" bgp router-id {rid}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+        " bgp bestpath as-path multipath-relax",
+        *extra,
+    ]
+    af = [" address-family ipv4 unicast"]
+    for addr, ras in neighbors:
+        lines += [
+            f" neighbor {addr} remote-as {ras}",
+            f" neighbor {addr} timers 3 9",
+            f" neighbor {addr} timers connect 1",
+        ]
+        if addr in set(nhc_to) and not legacy:
+            lines.append(f" neighbor {addr} send-nexthop-characteristics")
+        af.append(f"  neighbor {addr} activate")
+    af += [f"  network {n}" for n in networks]
+    af += ["  maximum-paths 64", " exit-address-family"]
+    return "\n".join([*lines, *af, "exit", ""])
+
+
+def link(lab: Lab, a: Netns, a_if: str, b: Netns, b_if: str, net: str) -> tuple[str, str]:
+    """/24 ``net`` (e.g. '172.16.11'): a gets .1, b gets .2."""
+    lab.veth(a, a_if, b, b_if, a_addr=f"{net}.1/24", b_addr=f"{net}.2/24")
+    return f"{net}.1", f"{net}.2"
+
+
+def frr_prefixes(frr: FrrInstance) -> dict[str, dict[str, object]]:
+    data = frr.vtysh_json("show bgp ipv4 unicast json")
+    return data.get("routes", {}) if isinstance(data, dict) else {}
+
+
+async def stop_all(nodes: Iterable[Node]) -> None:
+    await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+# -----------------------------------------------------------------------------------------------
+
+
+async def test_frr10_spine_nnhn_packing_and_burst(netns_lab: Lab) -> None:
+    """FRR 10.x spine with send-nexthop-characteristics toward three glbd leaves. leaf2 and leaf3
+    originate the anycast 10.200/24; leaf1 must get it with a validated NNHN {leaf2, leaf3}
+    (FRR sends next hop 0.0.0.0: accepted, counted). FRR's per-UPDATE NNHN must not leak onto
+    leaf2's single-homed 10.202/24. Then a 1000-prefix burst from leaf2 and its withdrawal:
+    leaf1's RIB equals FRR's table afterwards, no session drops."""
+    lab = netns_lab
+    s1, l1, l2, l3 = (lab.netns(n) for n in ("spine1", "leaf1", "leaf2", "leaf3"))
+    l1a, s1a = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
+    l2a, s2a = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
+    l3a, s3a = link(lab, l3, "l3-s1", s1, "s1-l3", "172.16.13")
+    spine = FrrInstance(s1, hostname="spine1").start(
+        frr_conf(
+            65100,
+            "10.0.0.11",
+            [(l1a, 65001), (l2a, 65002), (l3a, 65003)],
+            nhc_to=[l1a, l2a, l3a],
+        )
+    )
+    leaf2 = make_node(
+        l2.name,
+        "10.0.0.2",
+        65002,
+        Role.LOAD_BALANCER,
+        [(s2a, 65100, l2a, "l2-s1")],
+        ("10.200.0.0/24", "10.202.0.0/24"),
+        passive=False,
+    )
+    leaf3 = make_node(
+        l3.name,
+        "10.0.0.3",
+        65003,
+        Role.LOAD_BALANCER,
+        [(s3a, 65100, l3a, "l3-s1")],
+        ("10.200.0.0/24", "10.203.0.0/24"),
+        passive=False,
+    )
+    leaf1 = make_node(
+        l1.name,
+        "10.0.0.1",
+        65001,
+        Role.LOAD_BALANCER,
+        [(s1a, 65100, l1a, "l1-s1")],
+        ("10.201.0.0/24",),
+        passive=False,
+    )
+    nodes = (leaf1, leaf2, leaf3)
+    try:
+        # downstream leaves first, so FRR has both paths before leaf1 connects (FRR does not
+        # refresh NNHN when only its multipath set changes: frr-nnhn.md §3)
+        await asyncio.gather(leaf2.speaker.start(), leaf3.speaker.start())
+
+        def spine_multipath() -> bool:
+            r = spine.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
+            return isinstance(r, dict) and len(r.get("paths", [])) == 2
+
+        await wait_for(spine_multipath, 60, "FRR spine multipath for 10.200/24")
+        await leaf1.speaker.start()
+        await wait_for(lambda: leaf1.nh("10.200.0.0/24") and leaf1.nh("10.202.0.0/24"), 60)
+        await wait_for(lambda: leaf1.nh("10.203.0.0/24"), 30)
+        assert leaf1.nh("10.200.0.0/24") == [(s1a, ("10.0.0.2", "10.0.0.3"), "valid")]
+        rib = leaf1.speaker.rib
+        assert rib.counters["nhc_nh_unspecified"] >= 1
+        (nb,) = leaf1.speaker.neighbors_snapshot()
+        assert nb["bgp_id"] == "10.0.0.11"
+        # single-homed prefixes: FRR either sends no NHC, or leaks 10.200's NNHN onto them by
+        # packing; either way glbd must not use {leaf2, leaf3} for them
+        for p in ("10.202.0.0/24", "10.203.0.0/24"):
+            ((_peer, nnh, status),) = leaf1.nh(p)
+            assert nnh is None, (p, status)
+            assert status in ("absent", "nnhn_packed_untrusted"), status
+            print(f"\n{p} at leaf1 via FRR 10: {status}")
+
+        # 1000-prefix burst from leaf2 through FRR, then withdrawal
+        burst = [N(f"10.{100 + i // 256}.{i % 256}.0/24") for i in range(1000)]
+        base = set(rib.forwarding())
+        t0 = time.monotonic()
+        leaf2.speaker.set_originated([N("10.200.0.0/24"), *burst])
+        want = (base - {N("10.202.0.0/24")}) | set(burst)
+        await wait_for(lambda: set(rib.forwarding()) == want, 120, "burst at leaf1")
+        t_announce = time.monotonic() - t0
+        frr_table = set(frr_prefixes(spine))
+        glbd_table = {str(p) for p in rib.forwarding()} | {"10.201.0.0/24"}
+        assert glbd_table - {"10.202.0.0/24"} <= frr_table
+        assert {p for p in frr_table if p.startswith(("10.1", "10.10", "10.2"))} >= {
+            str(p) for p in burst
+        }
+        t0 = time.monotonic()
+        leaf2.speaker.set_originated([N("10.200.0.0/24")])
+        await wait_for(lambda: not set(rib.forwarding()) & set(burst), 120, "withdrawal at leaf1")
+        t_withdraw = time.monotonic() - t0
+        await wait_for(lambda: not set(frr_prefixes(spine)) & {str(p) for p in burst}, 30)
+        assert {str(p) for p in rib.forwarding()} | {"10.201.0.0/24"} == set(frr_prefixes(spine))
+        assert not [e for n in nodes for e in n.events if isinstance(e, PeerDown)]
+        print(f"\nburst via FRR 10: announce 1000 in {t_announce:.2f}s, withdraw {t_withdraw:.2f}s")
+    finally:
+        await stop_all(nodes)
+
+
+async def test_glbd_spine_drives_frr10_weighted_ecmp(netns_lab: Lab) -> None:
+    """Two glbd helper spines between FRR 10.x leaves with `bgp bestpath bandwidth ignore`.
+    spine1 learns 10.200/24 from leaf2 and leaf3 (NNHN count 2), spine2 only from leaf2
+    (count 1): FRR leaf1 must install weights 2:1 (scaled by zebra) in its kernel."""
+    lab = netns_lab
+    s1, s2, l1, l2, l3 = (lab.netns(n) for n in ("spine1", "spine2", "leaf1", "leaf2", "leaf3"))
+    a11, s11 = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
+    a21, s21 = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
+    a31, s31 = link(lab, l3, "l3-s1", s1, "s1-l3", "172.16.13")
+    a12, s12 = link(lab, l1, "l1-s2", s2, "s2-l1", "172.16.21")
+    a22, s22 = link(lab, l2, "l2-s2", s2, "s2-l2", "172.16.22")
+    spine1 = make_node(
+        s1.name,
+        "10.0.0.11",
+        65100,
+        Role.HELPER,
+        [(a11, 65001, s11, "s1-l1"), (a21, 65002, s21, "s1-l2"), (a31, 65003, s31, "s1-l3")],
+        passive=False,
+    )
+    spine2 = make_node(
+        s2.name,
+        "10.0.0.12",
+        65100,
+        Role.HELPER,
+        [(a12, 65001, s12, "s2-l1"), (a22, 65002, s22, "s2-l2")],
+        passive=False,
+    )
+    nodes = (spine1, spine2)
+    try:
+        FrrInstance(l2, hostname="leaf2").start(
+            frr_conf(65002, "10.0.0.2", [(s21, 65100), (s22, 65100)], networks=["10.200.0.0/24"])
+        )
+        FrrInstance(l3, hostname="leaf3").start(
+            frr_conf(65003, "10.0.0.3", [(s31, 65100)], networks=["10.200.0.0/24"])
+        )
+        leaf1 = FrrInstance(l1, hostname="leaf1").start(
+            frr_conf(
+                65001,
+                "10.0.0.1",
+                [(s11, 65100), (s12, 65100)],
+                extra=[" bgp bestpath bandwidth ignore"],
+            )
+        )
+        await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
+        await wait_for(lambda: len(spine1.nh("10.200.0.0/24")) == 2, 60, "spine1 multipath")
+        await wait_for(lambda: len(spine2.nh("10.200.0.0/24")) == 1, 60, "spine2 path")
+
+        def weights() -> dict[str, int]:
+            out = l1.run(["ip", "-j", "route", "show", "10.200.0.0/24"]).stdout
+            routes = json.loads(out or "[]")
+            got: dict[str, int] = {}
+            for r in routes:
+                for nh in r.get("nexthops", []):
+                    got[nh["gateway"]] = int(nh.get("weight", 1))
+            return got
+
+        await wait_for(
+            lambda: len(weights()) == 2 and len(set(weights().values())) == 2,
+            60,
+            "weighted ECMP in leaf1's kernel",
+        )
+        w = weights()
+        assert w[s11] > w[s12], w
+        assert round(w[s11] / w[s12]) == 2, w
+        print(f"\nFRR 10 leaf1 kernel weights from glbd NNHN: {w}")
+        # FRR shows our NNHN (entry 0, our router id, is not listed)
+        r = leaf1.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
+        nnhs = sorted(tuple(p.get("nextNextHopNodes", [])) for p in r["paths"])
+        assert nnhs == [("10.0.0.2",), ("10.0.0.2", "10.0.0.3")], nnhs
+        # the multipath set shrinks at spine1: glbd refreshes its NNHN (FRR would not)
+        await asyncio.to_thread(l3.run, ["ip", "link", "set", "l3-s1", "down"])
+        await wait_for(lambda: len(set(weights().values())) == 1, 60, "equal weights again")
+    finally:
+        await stop_all(nodes)
+
+
+async def test_frr84_legacy_spine_stale_nhc_ignored(netns_lab: Lab) -> None:
+    """Bookworm's FRR 8.4 does not know attribute 39: it forwards it unchanged with Partial set
+    after rewriting the next hop. glbd leaf1 must see the header/next-hop mismatch (or the wrong
+    Next-hop BGP ID) and ignore the NNHN while keeping the route."""
+    lab = netns_lab
+    s1, l1, l2 = (lab.netns(n) for n in ("spine1", "leaf1", "leaf2"))
+    l1a, s1a = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
+    l2a, s2a = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
+    FrrInstance(s1, build="host", hostname="spine1").start(
+        frr_conf(65100, "10.0.0.11", [(l1a, 65001), (l2a, 65002)], legacy=True)
+    )
+    leaf1 = make_node(
+        l1.name, "10.0.0.1", 65001, Role.LOAD_BALANCER, [(s1a, 65100, l1a, "l1-s1")], passive=False
+    )
+    # leaf2: a bare ExaBGP that announces NHCs as a glbd helper below it would
+    injector = ExabgpSupervisor(
+        ExabgpParams("10.0.0.2", 65002, (ExabgpNeighbor(s2a, l2a, 65100, 9),)),
+        netns=l2.name,
+        on_line=lambda s: None,
+        on_lost=lambda: None,
+        on_ready=lambda: None,
+    )
+    real_nh = nhc.Nhc.for_next_hop(
+        l2a, nnhn=nhc.Nnhn(V4("10.0.0.2"), (V4("10.0.0.7"), V4("10.0.0.8")))
+    )
+    zero_nh = nhc.Nhc.for_next_hop("0.0.0.0", nnhn=nhc.Nnhn(V4("10.0.0.2"), (V4("10.0.0.7"),)))
+    try:
+        await injector.start()
+        await leaf1.speaker.start()
+        for prefix, value in (("10.210.0.0/24", real_nh), ("10.211.0.0/24", zero_nh)):
+            injector.send(api.Announce(A(s2a), N(prefix), A(l2a), nhc=value.encode_value()))
+        await wait_for(lambda: leaf1.nh("10.210.0.0/24") and leaf1.nh("10.211.0.0/24"), 60)
+        assert leaf1.nh("10.210.0.0/24") == [(s1a, None, "nhc_nh_mismatch")]
+        assert leaf1.nh("10.211.0.0/24") == [(s1a, None, "nnhn_nh_bgp_id_mismatch")]
+        # the routes are kept (attribute ignored, not treat-as-withdraw) and the session is up
+        (nb,) = leaf1.speaker.neighbors_snapshot()
+        assert nb["state"] == "up" and nb["bgp_id"] == "10.0.0.11"
+        assert nb["counters"]["nhc_nh_mismatch"] >= 1
+    finally:
+        await leaf1.speaker.stop()
+        await injector.stop()
+
+
+async def test_exabgp_crash_with_frr_peer_keeps_forwarding(netns_lab: Lab) -> None:
+    """SIGKILL of glbd leaf1's ExaBGP while peered with an FRR 10.x spine: no forwarding
+    change (no NextHopsChanged) through the restart and up to and past the stale timer."""
+    lab = netns_lab
+    s1, l1, l2 = (lab.netns(n) for n in ("spine1", "leaf1", "leaf2"))
+    l1a, s1a = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
+    l2a, s2a = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
+    FrrInstance(s1, hostname="spine1").start(
+        frr_conf(65100, "10.0.0.11", [(l1a, 65001), (l2a, 65002)], nhc_to=[l1a])
+    )
+    leaf2 = make_node(
+        l2.name,
+        "10.0.0.2",
+        65002,
+        Role.LOAD_BALANCER,
+        [(s2a, 65100, l2a, "l2-s1")],
+        ("10.202.0.0/24", "10.204.0.0/24"),
+        passive=False,
+    )
+    leaf1 = make_node(
+        l1.name,
+        "10.0.0.1",
+        65001,
+        Role.LOAD_BALANCER,
+        [(s1a, 65100, l1a, "l1-s1")],
+        ("10.201.0.0/24",),
+        passive=False,
+        stale_timer_s=12.0,
+    )
+    nodes = (leaf1, leaf2)
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24") and leaf1.nh("10.204.0.0/24"), 60)
+        before = leaf1.speaker.rib.forwarding()
+        mark = len(leaf1.events)
+        pid = leaf1.speaker.supervisor.pid
+        assert pid is not None
+        t_kill = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        await wait_for(lambda: any(isinstance(e, SpeakerLost) for e in leaf1.events[mark:]), 10)
+        peer = leaf1.speaker.rib.peers[A(s1a)]
+        assert peer.stale
+        await wait_for(
+            lambda: (
+                any(isinstance(e, StaleTimerExpired) for e in leaf1.events[mark:])
+                or (not peer.stale and peer.state == "up")
+            ),
+            60,
+        )
+        t_back = time.monotonic() - t_kill
+        eor = not any(isinstance(e, StaleTimerExpired) for e in leaf1.events[mark:])
+        # wait past the stale timer in any case
+        await asyncio.sleep(max(0.0, 13.0 - (time.monotonic() - t_kill)))
+        after = leaf1.events[mark:]
+        kinds = [type(e).__name__ for e in after]
+        assert any(isinstance(e, SpeakerLost) for e in after), kinds
+        assert any(isinstance(e, SpeakerReady) for e in after), kinds
+        assert not [e for e in after if isinstance(e, NextHopsChanged)], kinds
+        assert leaf1.speaker.rib.forwarding() == before
+        assert leaf1.speaker.neighbors_snapshot()[0]["state"] == "up"
+        print(
+            f"\nExaBGP restart with FRR peer: stale paths settled {t_back:.2f}s after SIGKILL"
+            f" ({'End-of-RIB' if eor else 'stale timer'}); events: {kinds}"
+        )
+    finally:
+        await stop_all(nodes)
