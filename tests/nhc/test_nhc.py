@@ -90,29 +90,49 @@ def test_frr_capture_semantics() -> None:
     json.dumps(attr.to_dict())
 
 
-def test_frr_capture_file_if_present() -> None:
-    """The lab engineer's real capture (tests/vectors/frr10_nnhn.json)."""
-    path = VECTORS / "frr10_nnhn.json"
-    if not path.exists():
-        pytest.skip("tests/vectors/frr10_nnhn.json not captured yet")
-    doc = json.loads(path.read_text())
-    cases = doc if isinstance(doc, list) else doc.get("vectors", doc.get("cases", [doc]))
-    checked = 0
-    for case in cases:
-        hexstr = case.get("attribute_hex") or case.get("hex") or case.get("attribute")
-        if not isinstance(hexstr, str):
-            continue
-        attr = nhc.decode(h(hexstr))
-        value = attr.nhc if isinstance(attr, NhcAttribute) else attr
-        expect = case.get("nnhn") or case.get("expect", {}).get("nnhn")
-        if expect and value.nnhn is not None:
-            got = value.nnhn.to_dict()
-            if "nh_bgp_id" in expect:
-                assert got["nh_bgp_id"] == expect["nh_bgp_id"]
-            if "nnh_ids" in expect:
-                assert got["nnh_ids"] == sorted(expect["nnh_ids"], key=V4)
-        checked += 1
-    assert checked
+def _path_attributes(update: bytes) -> dict[int, bytes]:
+    """Whole path attributes of a BGP UPDATE (marker included), by type code."""
+    body = update[19:]
+    wlen = int.from_bytes(body[0:2], "big")
+    plen = int.from_bytes(body[2 + wlen : 4 + wlen], "big")
+    attrs = body[4 + wlen : 4 + wlen + plen]
+    out: dict[int, bytes] = {}
+    off = 0
+    while off < len(attrs):
+        flags, code = attrs[off], attrs[off + 1]
+        if flags & 0x10:
+            length, hdr = int.from_bytes(attrs[off + 2 : off + 4], "big"), 4
+        else:
+            length, hdr = attrs[off + 2], 3
+        out[code] = attrs[off : off + hdr + length]
+        off += hdr + length
+    return out
+
+
+def test_frr10_capture_vector() -> None:
+    """The lab's real FRR 10.7.1 capture (glbd.lab.capture -> tests/vectors/frr10_nnhn.json)."""
+    doc = json.loads((VECTORS / "frr10_nnhn.json").read_text())
+    attr = nhc.decode_attribute(bytes.fromhex(doc["attribute_hex"]))
+    assert attr.flags == int(doc["attribute_flags"], 16) == 0xD0
+    value = attr.nhc
+    assert value == nhc.decode_value(bytes.fromhex(doc["value_hex"]))
+    assert (value.afi, value.safi) == (doc["nhc_afi"], doc["nhc_safi"])
+    assert str(value.next_hop) == doc["nhc_next_hop"] == "0.0.0.0"
+    assert value.nnhn is not None
+    assert str(value.nnhn.nh_bgp_id) == doc["next_hop_bgp_id"]
+    assert [str(i) for i in value.nnhn.nnh_ids] == sorted(doc["nnh_ids"], key=V4)
+    assert [str(i) for i in value.nnhn.nnh_ids] == doc["leaf1_json_next_next_hop_nodes"]
+    # the same attribute, found by walking the captured UPDATE
+    assert _path_attributes(bytes.fromhex(doc["update_hex"]))[39] == attr.encode()
+    # byte-exact re-encode of FRR's layout
+    assert nhc.NhcAttribute(0xD0, value).encode().hex() == doc["attribute_hex"]
+    for other in doc["other_nhc"]:
+        o = nhc.decode_attribute(bytes.fromhex(other["attribute_hex"])).nhc
+        codes = [t["code"] for t in other["tlvs"]]
+        if 3 in codes:  # FRR's 4-byte BGPID on its own network routes
+            assert o.bgpid is not None and o.bgpid.asn is None
+            tlv = next(t for t in other["tlvs"] if t["code"] == 3)
+            assert o.bgpid.encode_value().hex() == tlv["value_hex"]
 
 
 def test_bare_value_as_exabgp_shows_it() -> None:
