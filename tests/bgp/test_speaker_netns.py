@@ -121,3 +121,40 @@ async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab) -> None
         assert leaf2.speaker.supervisor.stats.acked_error == 0
     finally:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
+    from glbd.rib import PeerDown
+
+    leaf1, spine, leaf2 = topology(netns_lab)
+    nodes = (spine, leaf1, leaf2)
+    l2 = __import__("ipaddress").ip_address("172.16.12.1")
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24"), 40)
+        mark = len(spine.events)
+        spine.speaker.peer_bfd_down(l2)
+        # forwarding reacts synchronously, before any BGP message
+        assert spine.nh("10.202.0.0/24") == []
+        assert isinstance(spine.events[mark], NextHopsChanged)
+        # the session is torn down with Cease/10 (BFD down) and comes back ...
+        await wait_for(
+            lambda: any(isinstance(e, PeerDown) for e in leaf2.events), 20, "leaf2 sees teardown"
+        )
+        await wait_for(lambda: not leaf1.nh("10.202.0.0/24"), 20, "leaf1 withdrawn")
+        await wait_for(
+            lambda: (
+                spine.speaker.rib.peers[l2].state == "up" and spine.speaker.rib.peers[l2].adj_in
+            ),
+            40,
+            "session back",
+        )
+        down = [e for e in leaf2.events if isinstance(e, PeerDown)]
+        assert "(6,10)" in down[0].reason, down
+        # ... but strict mode keeps leaf2's routes out while BFD is down
+        assert spine.nh("10.202.0.0/24") == []
+        spine.speaker.peer_bfd_up(l2)
+        assert spine.nh("10.202.0.0/24") == [("172.16.12.1", None, "absent")]
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24"), 20, "leaf1 has it again")
+    finally:
+        await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)

@@ -77,3 +77,53 @@ def test_send_coalesces_per_neighbor_and_prefix() -> None:
     assert sup.stats.coalesced == 1
     assert list(sup._pending.values()) == [api.Withdraw(nb, p), api.Teardown(nb, 10)]
     sup.dir.rmdir()
+
+
+async def test_acks_window_restart_and_replay() -> None:
+    """With a fake ExaBGP: windowed writes all acknowledged, errors counted, a crash restarts
+    the child with backoff and calls on_lost then on_ready again (where the owner replays)."""
+    import asyncio
+
+    fake = Path(__file__).with_name("fake_exabgp.py")
+    lines: list[str] = []
+    calls: list[str] = []
+    params = ExabgpParams(
+        "10.0.0.2",
+        65002,
+        (ExabgpNeighbor("192.0.2.1", "192.0.2.2", 65001),),
+        exabgp=(sys.executable, str(fake)),
+        window=8,
+        backoff_initial_s=0.1,
+        stop_grace_s=2.0,
+    )
+    sup = ExabgpSupervisor(
+        params,
+        netns=None,
+        on_line=lines.append,
+        on_lost=lambda: calls.append("lost"),
+        on_ready=lambda: calls.append("ready"),
+    )
+    nb = ipaddress.ip_address("192.0.2.1")
+    try:
+        await sup.start()
+        for i in range(200):
+            sup.send(api.Announce(nb, ipaddress.ip_network(f"10.1.{i}.0/24"), None))
+        assert await sup.drain(20)
+        assert sup.stats.acked_ok == 200 and sup.stats.sent == 200
+        assert any('"state": "up"' in ln for ln in lines)
+        sup.send(api.Announce(nb, ipaddress.ip_network("10.99.0.0/24"), None))
+        assert await sup.drain(10)
+        assert sup.stats.acked_error == 1
+        first_pid = sup.pid
+        sup.send(api.Announce(nb, ipaddress.ip_network("10.66.0.0/24"), None))
+        for _ in range(200):
+            if calls.count("ready") >= 2 and sup.connected:
+                break
+            await asyncio.sleep(0.05)
+        assert calls == ["ready", "lost", "ready"], calls
+        assert sup.pid != first_pid and sup.generation == 2 and sup.stats.deaths == 1
+        sup.send(api.Announce(nb, ipaddress.ip_network("10.2.0.0/24"), None))
+        assert await sup.drain(10)
+    finally:
+        await sup.stop()
+    assert not sup.dir.exists()
