@@ -147,8 +147,10 @@ class Daemon:
             await self.metrics.start()
         self.components = self._factory(self)
         for c in self.components:
-            log.info("component_starting", component=c.name)
+            t0 = time.perf_counter()
             await c.start()
+            log.info("component_started", component=c.name,
+                     ms=round((time.perf_counter() - t0) * 1e3, 1))
         self.state = "running"
         summary = (
             f"running: role {self.cfg.role}, {len(self.cfg.neighbors)} neighbors, "
@@ -338,6 +340,9 @@ def main(config_path: str, log_level: str | None = None, log_format: str | None 
             "glbd: must run as root (netlink, BFD/heartbeat sockets, BGP port 179)", file=sys.stderr
         )
         return 3
+    # import every part before the loop runs: imports on the loop would stall it at start-up
+    from glbd import wiring  # noqa: F401
+
     try:
         return asyncio.run(Daemon(config_path, cfg).run())
     except KeyboardInterrupt:

@@ -38,19 +38,25 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from bfd.engine import BfdEngine, BfdEvent, SessionConfig
+from bfd.packet import State
+from bfd.session import SessionParams
 from glbd import config as cfgmod
+from glbd.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
+from glbd.fib.model import Desired, GroupSpec, Member, Resilient
+from glbd.fib.programmer import FibProgrammer
+from glbd.linkmon import LinkMonitor, LinkMonParams, MonitorRunner, QualityChanged, StatsReader
 from glbd.metrics import Sample
+from glbd.netlink.client import NetlinkSocket
+from glbd.pathtable import Changes, PathTable, PathTableParams
+from glbd.rib import NeighborParams, NextHopsChanged, PeerDown, PeerUp, RibParams, Role
+from heartbeat import wire
+from heartbeat.receiver import Neighbor, Receiver, ReceiverParams, RemoteUpdate
+from heartbeat.sender import Sender, SenderParams, initial_sequence
+from heartbeat.transport import HeartbeatEndpoint
 
 if TYPE_CHECKING:
-    from bfd.engine import BfdEngine, BfdEvent
-    from glbd.bgp import BgpEvent, BgpSpeaker
     from glbd.daemon import Component, Daemon
-    from glbd.fib.programmer import FibProgrammer
-    from glbd.linkmon import LinkMonitor, MonitorRunner, QualityChanged
-    from glbd.netlink.client import NetlinkSocket
-    from glbd.pathtable import Changes, PathTable
-    from heartbeat.receiver import RemoteUpdate
-    from heartbeat.transport import HeartbeatEndpoint
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +119,6 @@ class Node:
         return n.local_address or local_address_for(n.address, n.interface)
 
     def build_fib(self) -> FibProgrammer:
-        from glbd.fib.programmer import FibProgrammer
 
         f = self.cfg.fib
         return FibProgrammer(
@@ -126,8 +131,6 @@ class Node:
         )
 
     def build_table(self) -> PathTable:
-        from glbd.pathtable import PathTable, PathTableParams
-        from glbd.rib import Role
 
         role = Role(self.cfg.role)
         if not self.cfg.heartbeat.enabled and role.load_balancer:
@@ -135,7 +138,6 @@ class Node:
         return PathTable(PathTableParams(role=role))
 
     def linkmon_params(self) -> Any:
-        from glbd.linkmon import LinkMonParams
 
         q = self.cfg.link_quality
         return LinkMonParams(
@@ -151,7 +153,6 @@ class Node:
         )
 
     def heartbeat_key(self) -> Any:
-        from heartbeat import wire
 
         a = self.cfg.heartbeat.auth
         if a is None or a.secret is None:
@@ -159,10 +160,6 @@ class Node:
         return wire.HmacKey(a.key_id, a.secret.reveal())
 
     def build_endpoint(self) -> HeartbeatEndpoint | None:
-        from heartbeat import wire
-        from heartbeat.receiver import Receiver, ReceiverParams
-        from heartbeat.sender import Sender, SenderParams, initial_sequence
-        from heartbeat.transport import HeartbeatEndpoint
 
         hb = self.cfg.heartbeat
         if not hb.enabled:
@@ -196,7 +193,6 @@ class Node:
         )
 
     def rib_params(self) -> Any:
-        from glbd.rib import NeighborParams, RibParams, Role
 
         c = self.cfg
         return RibParams(
@@ -223,8 +219,6 @@ class Node:
         )
 
     def bfd_sessions(self) -> list[Any]:
-        from bfd.engine import SessionConfig
-        from bfd.session import SessionParams
 
         out = []
         for n in self.cfg.neighbors:
@@ -261,8 +255,6 @@ class Node:
             await self.fib.stop(keep=self.cfg.fib.on_stop == "keep")
 
     async def start_quality(self) -> None:
-        from glbd.linkmon import LinkMonitor, MonitorRunner, StatsReader
-        from glbd.netlink.client import NetlinkSocket
 
         self.table = self.build_table()
         self.monitor = LinkMonitor(self.linkmon_params())
@@ -281,7 +273,6 @@ class Node:
             self._nl.close()
 
     async def start_bfd(self) -> None:
-        from bfd.engine import BfdEngine
 
         sessions = self.bfd_sessions()
         if not sessions:
@@ -304,7 +295,6 @@ class Node:
             await asyncio.to_thread(self.bfd.stop)
 
     async def start_bgp(self) -> None:
-        from glbd.bgp import BgpSpeaker, ProcessOptions
 
         runtime = Path(self.cfg.control.socket).parent / f"exabgp-{os.getpid()}"
         self.bgp = BgpSpeaker(
@@ -322,8 +312,6 @@ class Node:
     # ---- event routing --------------------------------------------------------------------
 
     def on_bgp(self, ev: BgpEvent) -> None:
-        from glbd.bgp import SpeakerLost, SpeakerReady
-        from glbd.rib import NextHopsChanged, PeerDown, PeerUp
 
         self.counters["bgp_events"] += 1
         if isinstance(ev, NextHopsChanged):
@@ -349,7 +337,6 @@ class Node:
             log.info("bgp_event", event=type(ev).__name__)
 
     def _update_heartbeat_neighbors(self) -> None:
-        from heartbeat.receiver import Neighbor
 
         if self.endpoint is None:
             return
@@ -399,7 +386,6 @@ class Node:
             self._changed(agg)
 
     def on_bfd(self, ev: BfdEvent) -> None:
-        from bfd.packet import State
 
         self.counters["bfd_events"] += 1
         peer = ipaddress.ip_address(ev.peer)
@@ -441,7 +427,6 @@ class Node:
             self._fib_task = self.loop.create_task(self._fib_sync_loop())
 
     def desired(self) -> Any:
-        from glbd.fib.model import Desired, GroupSpec, Member, Resilient
 
         assert self.table is not None
         f = self.cfg.fib
@@ -550,7 +535,145 @@ class _Facade:
         return n.fib_snapshot()
 
     def samples(self) -> Iterable[Sample]:
-        return []
+        """Prometheus samples, derived from the same snapshot glbctl shows."""
+        try:
+            return list(_SAMPLERS[self.name](self.snapshot()))
+        except Exception as e:  # a scrape must never break on one part's odd state
+            log.warning("metrics_samples_failed", component=self.name, error=repr(e))
+            return []
+
+
+def _bfd_samples(snap: dict[str, Any]) -> Iterable[Sample]:
+    for s in snap.get("sessions", []):
+        lab = {"peer": str(s.get("peer")), "interface": str(s.get("interface"))}
+        yield Sample(
+            "glbd_bfd_up",
+            1.0 if s.get("state") == "up" else 0.0,
+            lab,
+            "BFD session state is Up (1) or not (0)",
+        )
+        yield Sample(
+            "glbd_bfd_flaps_total",
+            float(s.get("flaps", 0)),
+            lab,
+            "BFD Up->Down transitions",
+            kind="counter",
+        )
+        yield Sample(
+            "glbd_bfd_detect_time_seconds",
+            float(s.get("detect_time_ms") or 0) / 1e3,
+            lab,
+            "negotiated BFD detection time",
+        )
+        for reason, n in (s.get("drops") or {}).items():
+            yield Sample(
+                "glbd_bfd_drops_total",
+                float(n),
+                {**lab, "reason": str(reason)},
+                "BFD packets dropped, by reason",
+                kind="counter",
+            )
+    eng = snap.get("engine", {})
+    if eng:
+        yield Sample(
+            "glbd_bfd_timer_lag_max_seconds",
+            float(eng.get("timer_lag_max_ms", 0)) / 1e3,
+            help="max lateness of a BFD transmit/expiry timer",
+        )
+
+
+def _quality_samples(snap: dict[str, Any]) -> Iterable[Sample]:
+    for q in snap.get("links", []):
+        lab = {"ifname": str(q.get("ifname"))}
+        yield Sample("glbd_link_band", float(q.get("band", 0)), lab, "link quality band 0..7")
+        yield Sample("glbd_link_down", 1.0 if q.get("down") else 0.0, lab, "link down flag")
+        yield Sample(
+            "glbd_link_load_percent",
+            float(q.get("load_pct", 0)),
+            lab,
+            "EWMA egress load, percent of capacity",
+        )
+        yield Sample(
+            "glbd_link_queue_bytes", float(q.get("queue_bytes", 0)), lab, "EWMA qdisc backlog"
+        )
+    for hb in snap.get("heartbeats", []):
+        rx = hb.get("receiver") or {}
+        yield Sample(
+            "glbd_heartbeats_accepted_total",
+            float(rx.get("accepted", 0)),
+            help="heartbeats accepted",
+            kind="counter",
+        )
+        for reason, n in (rx.get("drops") or {}).items():
+            yield Sample(
+                "glbd_heartbeat_drops_total",
+                float(n),
+                {"reason": str(reason)},
+                "heartbeats dropped, by reason",
+                kind="counter",
+            )
+        for sd in rx.get("senders", []):
+            yield Sample(
+                "glbd_heartbeat_age_seconds",
+                float(sd.get("age_ms") or 0) / 1e3,
+                {"sender": str(sd.get("node_id"))},
+                "age of the last heartbeat",
+            )
+        tx = hb.get("sender") or {}
+        if tx:
+            yield Sample(
+                "glbd_heartbeats_sent_total",
+                float(tx.get("sent", 0)),
+                help="heartbeats sent",
+                kind="counter",
+            )
+    for k, v in snap.get("counters", {}).items():
+        yield Sample(f"glbd_{k}_total", float(v), help=f"glbd {k}", kind="counter")
+
+
+def _fib_samples(snap: dict[str, Any]) -> Iterable[Sample]:
+    for p in (snap.get("profiles") or {}).get("profiles", []):
+        for w in p.get("weights", []):
+            yield Sample(
+                "glbd_weight",
+                float(w.get("value", 0)),
+                {
+                    "profile": str(p.get("key")),
+                    "next_hop": str(w.get("next_hop")),
+                    "source": str(w.get("source")),
+                },
+                "desired ECMP weight per profile",
+            )
+
+
+def _bgp_samples(snap: dict[str, Any]) -> Iterable[Sample]:
+    for n in snap.get("neighbors", []):
+        lab = {"peer": str(n.get("peer"))}
+        yield Sample(
+            "glbd_bgp_peer_up",
+            1.0 if n.get("state") == "up" else 0.0,
+            lab,
+            "BGP session established",
+        )
+        yield Sample(
+            "glbd_bgp_prefixes_in", float(n.get("prefixes_in", 0)), lab, "prefixes received"
+        )
+    for reason, n in (snap.get("counters", {}).get("api_dropped") or {}).items():
+        yield Sample(
+            "glbd_exabgp_api_drops_total",
+            float(n),
+            {"reason": str(reason)},
+            "malformed ExaBGP API lines",
+            kind="counter",
+        )
+
+
+_SAMPLERS = {
+    "bfd": _bfd_samples,
+    "quality": _quality_samples,
+    "fib": _fib_samples,
+    "bgp": _bgp_samples,
+}
 
 
 def build_components(d: Daemon) -> list[Component]:
