@@ -192,3 +192,51 @@ def test_fuzz_mutated_recorded_lines() -> None:
 @given(st.text(max_size=200))
 def test_fuzz_arbitrary_text(s: str) -> None:
     api.ApiParser().feed(s)
+
+
+# Recorded at glbd leaf1 (ExaBGP 5.0.15) from an FRR 10.7.1 spine with
+# send-nexthop-characteristics, leaf2+leaf3 (glbd) originating 10.200/24; later leaf3 stopped and
+# `clear bgp ... soft out` run on the spine.
+FRR_LINES = (VECTORS.parent / "exabgp5_frr10_events.jsonl").read_text().splitlines()
+
+
+def test_frr10_lines_through_codec_and_rib() -> None:
+    from glbd.rib import NeighborParams, Rib, RibParams, Role
+
+    evs = [api.decode(line) for line in FRR_LINES]
+    (op,) = [e for e in evs if isinstance(e, api.OpenEvent)]
+    assert op.router_id == A("10.0.0.11") and op.asn == 65100
+    ups = [e for e in evs if isinstance(e, api.UpdateEvent) and e.announced]
+    first = ups[0]
+    # FRR sends 0xD0; ExaBGP reports it with Partial ORed in
+    assert first.attributes.nhc_flags == 0xF0
+    assert first.attributes.nhc is not None
+    v = nhc.decode_value(first.attributes.nhc)
+    assert str(v.next_hop) == "0.0.0.0"
+    assert v.nnhn is not None and str(v.nnhn.nh_bgp_id) == "10.0.0.11"
+    # FRR's packing: the single-homed 10.202/24 rides in the same UPDATE, same NNHN
+    assert [str(a.prefix) for a in first.announced] == ["10.200.0.0/24", "10.202.0.0/24"]
+
+    rib = Rib(
+        RibParams(
+            ipaddress.IPv4Address("10.0.0.1"),
+            65001,
+            Role.LOAD_BALANCER,
+            (NeighborParams(A("172.16.11.2"), 65100, A("172.16.11.1"), "l1-s1"),),
+        )
+    )
+    statuses: list[dict[str, str]] = []
+    for ev in evs:
+        if isinstance(ev, api.OpenEvent):
+            rib.on_open(ev.peer, ev.router_id)
+        elif isinstance(ev, api.StateEvent):
+            rib.on_state(ev.peer, ev.state, 0.0, ev.reason)
+        elif isinstance(ev, api.UpdateEvent):
+            rib.on_update(ev, 1.0)
+            statuses.append({str(p): nhs[0].nnhn_status for p, nhs in rib.forwarding().items()})
+    assert {"10.200.0.0/24": "valid", "10.202.0.0/24": "nnhn_packed_untrusted"} in statuses
+    # FRR reflected leaf1's own 10.201/24 back (no sender-side loop check): rejected
+    assert N("10.201.0.0/24") not in rib.forwarding()
+    assert rib.peers[A("172.16.11.2")].counters["as_loop_rejected"] >= 1
+    # after the soft-out refresh the prefix carries no NHC any more
+    assert statuses[-1]["10.200.0.0/24"] == "absent"
