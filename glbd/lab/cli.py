@@ -5,6 +5,8 @@
                             build the fabric; by default stay in the foreground until Ctrl-C
   glbd-lab status [TAG]     show running labs (from their state files in /run/glbd-lab)
   glbd-lab down [TAG|--all] delete detached labs (only namespaces/processes they recorded)
+  glbd-lab demo [--spines glbd|frr]   the GLB loop end to end, with a timeline (README's job)
+  glbd-lab congest|cut|restore A B    poke at a running lab (e.g. congest spine1 leaf2)
 
 Every subcommand is a function ``cmd_<name>(args) -> int`` registered in :func:`build_parser`;
 add new ones there (``sub.add_parser(...)``, ``set_defaults(func=...)``).
@@ -84,16 +86,43 @@ def cmd_up(args: argparse.Namespace) -> int:
     detached = False
     try:
         fab.build()
+        if args.rate:
+            for sp_ in fab.topo.names("spine"):
+                for lf in fab.topo.names("leaf"):
+                    for a, b in ((sp_, lf), (lf, sp_)):
+                        fab.shape(a, b, rate=f"{args.rate}mbit", burst="64kbit", latency="100ms")
         t_built = time.monotonic()
         nodes = _frr_nodes(fab, args.frr)
         frr = start_fabric_frr(fab, nodes, build=args.frr_build) if nodes else {}
-        if frr and args.frr != "spines":  # spines alone have no BGP peer to reach
+        glbd_names = (
+            []
+            if args.no_glbd
+            else [n.name for n in fab.nodes() if n.role != "host" and n.name not in nodes]
+        )
+        glbd_nodes: dict[str, Any] = {}
+        if glbd_names:
+            from glbd.lab.nodes import GlbdOptions, start_glbd
+
+            run_dir = STATE_DIR / fab.tag
+            glbd_nodes = start_glbd(
+                fab, run_dir, GlbdOptions(capacity_mbps=args.rate), names=glbd_names
+            )
+            fab.lab.on_close(lambda: shutil.rmtree(run_dir, ignore_errors=True))
+        if frr and (glbd_nodes or args.frr != "spines"):
             for inst in frr.values():
                 inst.wait_bgp_established(timeout=args.timeout)
             for inst in frr.values():
                 inst.wait_bfd_up(timeout=args.timeout)
         t_ready = time.monotonic()
         print(fab.status())
+        if glbd_nodes:
+            print(
+                "\nglbd: "
+                + ", ".join(
+                    f"{n} (pid {g.proc.pid}, glbctl --socket {g.socket})"
+                    for n, g in glbd_nodes.items()
+                )
+            )
         if frr:
             print("\nBGP sessions:")
             print("\n".join(_bgp_lines(frr)))
@@ -115,6 +144,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             "topology": fab.topo.to_dict(),
             "namespaces": [ns.name for ns in fab.lab.namespaces.values()],
             "frr": {n: inst.state() for n, inst in frr.items()},
+            "glbd": {
+                n: {"pid": g.proc.pid, "socket": str(g.socket), "log": str(g.log)}
+                for n, g in glbd_nodes.items()
+            },
             "owner_pid": os.getpid(),
             "detached": bool(args.detach),
             "status": fab.status(),
@@ -168,6 +201,23 @@ def _pid_alive(pid: int, must_contain: str = "") -> bool:
     return stat != b"Z" and must_contain in cmd
 
 
+def _glbd_line(node: str, g: dict[str, Any]) -> str:
+    from glbd import ctl
+
+    try:
+        nb = ctl.request(g["socket"], "neighbors", timeout=2)
+        prof = ctl.request(g["socket"], "profiles", timeout=2)
+    except ctl.DaemonError as e:
+        return f"  {node}: glbd {e}"
+    peers = ", ".join(f"{n['peer']} {n['state']}" for n in nb)
+    ws = "; ".join(
+        f"{','.join(p['prefixes'])}: "
+        + " ".join(f"{w['ifname']}={w['value']}({w['source']})" for w in p["weights"])
+        for p in prof.get("profiles", [])
+    )
+    return f"  {node}: glbd BGP {peers}\n      weights {ws or '-'}"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     states = _states(args.tags)
     if not states:
@@ -180,6 +230,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         mode = "detached" if st.get("detached") else f"foreground pid {st.get('owner_pid')}"
         print(f"== lab {st['tag']} ({mode}): {present}/{len(names)} namespaces present")
         print(st.get("status", ""))
+        for node, g in st.get("glbd", {}).items():
+            print(_glbd_line(node, g))
         for node, fr in st.get("frr", {}).items():
             alive = [d for d, pid in fr["pids"].items() if _pid_alive(pid, "/usr/lib/frr/")]
             line = f"  {node}: FRR {fr['version']} daemons up: {', '.join(alive) or 'none'}"
@@ -210,6 +262,14 @@ def _down_one(path: Path, st: dict[str, Any]) -> list[str]:
         if not _pid_alive(int(owner), "glbd-lab"):
             path.unlink(missing_ok=True)
             return errors
+    gl = [int(g["pid"]) for g in st.get("glbd", {}).values() if _pid_alive(int(g["pid"]), "glbd")]
+    for pid in gl:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while any(_pid_alive(p, "glbd") for p in gl) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shutil.rmtree(STATE_DIR / str(st.get("tag")), ignore_errors=True)
     pids = [pid for fr in st.get("frr", {}).values() for pid in fr["pids"].values()]
     pids = [p for p in pids if _pid_alive(p, "/usr/lib/frr/")]
     pids += [p for p in st.get("pids", []) if _pid_alive(p) and p not in pids]
@@ -252,6 +312,133 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- poke at a lab
+
+
+def _one_state(tag: str | None) -> dict[str, Any]:
+    states = _states([tag] if tag else [])
+    if not states:
+        raise LabError("no lab is running (start one with: glbd-lab up --detach)")
+    if len(states) > 1:
+        raise LabError(
+            "several labs are running: name one with --tag "
+            + ", ".join(st["tag"] for _, st in states)
+        )
+    return states[0][1]
+
+
+def _ns(st: dict[str, Any], node: str) -> str:
+    name = f"glb-{st['tag']}-{node}"
+    if name not in st.get("namespaces", []):
+        raise LabError(f"no node {node!r} in lab {st['tag']}")
+    return name
+
+
+def _ip(ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(["ip", "-n", ns, *args], capture_output=True, text=True, timeout=30)
+    if check and r.returncode != 0:
+        raise LabError(f"ip -n {ns} {' '.join(args)}: {r.stderr.strip()}")
+    return r
+
+
+def _peer_addr(st: dict[str, Any], node: str, peer: str) -> str:
+    """The address of ``peer``'s end of the node--peer link (interface names = peer names)."""
+    out = _ip(_ns(st, peer), "-j", "-4", "addr", "show", "dev", node).stdout
+    addrs = [a["local"] for i in json.loads(out or "[]") for a in i.get("addr_info", [])]
+    if not addrs:
+        raise LabError(f"no IPv4 address on {peer}'s link to {node}")
+    return str(addrs[0])
+
+
+def cmd_cut(args: argparse.Namespace) -> int:
+    st = _one_state(args.tag)
+    _ip(_ns(st, args.a), "link", "set", args.b, "down")
+    print(f"glbd-lab: cut {args.a}--{args.b} (link down on {args.a}'s end)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    st = _one_state(args.tag)
+    for a, b in ((args.a, args.b), (args.b, args.a)):
+        _ip(_ns(st, a), "link", "set", b, "up")
+    print(f"glbd-lab: restored {args.a}--{args.b}")
+    return 0
+
+
+def cmd_congest(args: argparse.Namespace) -> int:
+    st = _one_state(args.tag)
+    src, dst = _ns(st, args.a), _ns(st, args.b)
+    dst_addr = _peer_addr(st, args.a, args.b)
+    if args.rate:
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                src,
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                args.b,
+                "root",
+                "tbf",
+                "rate",
+                f"{args.rate}mbit",
+                "burst",
+                "64kbit",
+                "latency",
+                "100ms",
+            ],
+            check=True,
+            timeout=10,
+        )
+    load = args.load or (2 * args.rate if args.rate else 100)
+    print(
+        f"glbd-lab: {load} Mbit/s UDP from {args.a} into its link to {args.b} for "
+        f"{args.seconds:g} s (watch: glbctl --socket ... watch)"
+    )
+    srv = subprocess.Popen(
+        ["ip", "netns", "exec", dst, "iperf3", "-s", "-1", "-B", dst_addr],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.3)
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                src,
+                "iperf3",
+                "-c",
+                dst_addr,
+                "-u",
+                "-b",
+                f"{load}M",
+                "-t",
+                f"{args.seconds:g}",
+                "-l",
+                "1200",
+            ],
+            stdout=subprocess.DEVNULL,
+            timeout=args.seconds + 30,
+            check=False,
+        )
+    finally:
+        if srv.poll() is None:
+            srv.terminate()
+        srv.wait(5)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from glbd.lab.demo import run_demo
+
+    return run_demo(args.spines_run, args.keep, args.rate)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -274,8 +461,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--frr",
         choices=("all", "spines", "none"),
-        default="all",
-        help="where to run FRR (default: all spines and leaves)",
+        default="none",
+        help="where to run FRR 10.x instead of glbd (default: glbd everywhere)",
+    )
+    sp.add_argument("--no-glbd", action="store_true", help="run no glbd (bare fabric or FRR)")
+    sp.add_argument(
+        "--rate",
+        type=int,
+        default=None,
+        metavar="MBIT",
+        help="shape every fabric link with tbf to this rate (and tell glbd)",
     )
     sp.add_argument(
         "--frr-build", choices=("sid", "host"), default="sid", help="FRR 10.x chroot or host 8.4"
@@ -295,6 +490,45 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("tags", nargs="*", metavar="TAG")
     sp.add_argument("--all", action="store_true", help="every lab listed by 'status'")
     sp.set_defaults(func=cmd_down)
+
+    sp = sub.add_parser("demo", help="the GLB loop end to end: congest, cut, restore, timeline")
+    sp.add_argument(
+        "--spines",
+        dest="spines_run",
+        choices=("glbd", "frr"),
+        default="glbd",
+        help="run glbd (default) or FRR 10.x on the spines",
+    )
+    sp.add_argument("--rate", type=int, default=20, metavar="MBIT", help="fabric link rate")
+    sp.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
+    sp.set_defaults(func=cmd_demo)
+
+    for name, fn, text in (
+        ("cut", cmd_cut, "take a link down on A's end"),
+        ("restore", cmd_restore, "bring a cut link up again"),
+        ("congest", cmd_congest, "load A's link toward B with UDP traffic"),
+    ):
+        sp = sub.add_parser(name, help=text)
+        sp.add_argument("a", metavar="A", help="node, e.g. spine1")
+        sp.add_argument("b", metavar="B", help="its neighbor, e.g. leaf2")
+        sp.add_argument("--tag", help="which lab (default: the only one running)")
+        if name == "congest":
+            sp.add_argument("--seconds", type=float, default=10.0)
+            sp.add_argument(
+                "--rate",
+                type=int,
+                default=None,
+                metavar="MBIT",
+                help="shape A's end to this rate first",
+            )
+            sp.add_argument(
+                "--load",
+                type=int,
+                default=None,
+                metavar="MBIT",
+                help="offered load (default: twice the rate)",
+            )
+        sp.set_defaults(func=fn)
     return p
 
 
