@@ -84,14 +84,6 @@ def test_up_congest_cut_restore_down() -> None:
     finally:
         d = lab("down", t)
     assert d.returncode == 0, d.stderr
-    assert not [
-        n
-        for n in subprocess.run(
-            ["ip", "-j", "netns", "list"], capture_output=True, text=True
-        ).stdout
-        and json.loads(
-            subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
-        )
-        if n["name"].startswith(f"glb-{t}-")
-    ]
+    out = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True).stdout
+    assert not [n for n in json.loads(out or "[]") if n["name"].startswith(f"glb-{t}-")]
     assert not os.path.exists(f"/run/glbd-lab/{t}")
