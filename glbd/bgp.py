@@ -156,6 +156,25 @@ class BgpSpeaker:
     def set_originated(self, prefixes: Iterable[Prefix]) -> None:
         self._apply(self.rib.set_originated(prefixes))
 
+    def reconfigure(self, params: RibParams) -> None:
+        """Apply a new config without a restart: originated prefixes and multipath knobs take
+        effect at once; added, removed or redefined neighbors make ExaBGP reload its config
+        (sessions to unchanged neighbors stay up) and get their Adj-RIB-Out replayed.
+        ``router_id``, ``local_as`` and ``role`` need a restart (ValueError)."""
+        effects, touched = self.rib.reconfigure(params)
+        neighbors_changed = {n.address: n for n in params.neighbors} != {
+            n.address: n for n in self.params.neighbors
+        }
+        self.params = params
+        if neighbors_changed:
+            self.supervisor.reload(self._exabgp_params())
+        self._apply(effects)
+        for addr in touched:
+            st = self.rib.peers.get(addr)
+            if st is not None:
+                for cmd in st.adj_out.values():
+                    self.supervisor.send(cmd)
+
     # ---- views -------------------------------------------------------------------------
 
     def neighbors_snapshot(self) -> list[dict[str, Any]]:

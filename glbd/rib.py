@@ -378,6 +378,55 @@ class Rib:
         self.originated = new
         return self._recompute(changed)
 
+    def reconfigure(self, params: RibParams) -> tuple[list[Effect], set[IPAddress]]:
+        """Apply new parameters (router id, local AS and role must not change: restart).
+        Returns the effects and the peers whose ExaBGP session is new or redefined (the
+        caller reloads ExaBGP and replays their Adj-RIB-Out). Validation knobs apply to
+        UPDATEs received from now on."""
+        if (params.router_id, params.local_as, params.role) != (
+            self.params.router_id,
+            self.params.local_as,
+            self.params.role,
+        ):
+            raise ValueError("router_id, local_as and role need a restart")
+        changed: set[Prefix] = set(self.originated) ^ set(params.originated)
+        touched: set[IPAddress] = set()
+        new = {n.address: n for n in params.neighbors}
+        for addr in list(self.peers):
+            if addr not in new:
+                st = self.peers.pop(addr)
+                changed |= set(st.adj_in) | set(st.adj_out)
+        for addr, n in new.items():
+            st_old = self.peers.get(addr)
+            if st_old is None:
+                self.peers[addr] = PeerState(n)
+                touched.add(addr)
+            elif st_old.params != n:
+                session = (n.remote_as, n.local_address, n.hold_time, n.is_passive)
+                if session != (
+                    st_old.params.remote_as,
+                    st_old.params.local_address,
+                    st_old.params.hold_time,
+                    st_old.params.is_passive,
+                ):
+                    touched.add(addr)
+                    changed |= set(st_old.adj_in) | set(st_old.adj_out)
+                    st_old.adj_in.clear()
+                    st_old.adj_out.clear()
+                st_old.params = n
+        knobs_changed = (params.multipath_relax, params.max_paths) != (
+            self.params.multipath_relax,
+            self.params.max_paths,
+        )
+        self.params = params
+        self.originated = set(params.originated)
+        if knobs_changed or touched:
+            changed |= set(self._fwd)
+            for st in self.peers.values():
+                changed |= set(st.adj_in) | set(st.adj_out)
+            changed |= self.originated
+        return self._recompute(changed), touched
+
     def adj_rib_out_commands(self) -> list[api.Announce]:
         """Everything glbd announces, per peer (replayed into a restarted ExaBGP)."""
         return [cmd for st in self.peers.values() for cmd in st.adj_out.values()]

@@ -237,6 +237,17 @@ class ExabgpSupervisor:
         except TimeoutError:
             log.warning("exabgp_bridge_not_connected", timeout=self.params.connect_timeout_s)
 
+    def reload(self, params: ExabgpParams) -> None:
+        """Rewrite the config and make ExaBGP reload it (SIGUSR1): new neighbors are added,
+        removed ones closed, redefined ones re-established; routes announced over the API to
+        unchanged neighbors stay (ExaBGP only replaces routes that came from its config)."""
+        self.params = params
+        bridge = [sys.executable, "-m", "glbd.exabgp.bridge", str(self.socket_path)]
+        self.config_path.write_text(render_config(params, bridge))
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGUSR1)
+
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until every queued command was acknowledged. False on timeout."""
         try:

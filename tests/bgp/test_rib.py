@@ -369,3 +369,26 @@ def test_unknown_peer_counted() -> None:
     assert r.on_update(ev, 1.0) == []
     assert r.counters["unknown_peer"] == 1
     assert PeerUp(LEAVES[1].address, V4("10.0.0.1")) in rib().on_state(LEAVES[1].address, "up", 0.0)
+
+
+def test_reconfigure_neighbors_and_originated() -> None:
+    r = rib(Role.BOTH)
+    r.on_update(upd(3, "10.203.0.0/24"), 1.0)
+    p = r.params
+    new_leaf = NeighborParams(A("172.16.14.1"), 65004, A("172.16.14.2"), "s1-l4")
+    params = RibParams(
+        p.router_id,
+        p.local_as,
+        p.role,
+        (LEAVES[1], LEAVES[2], new_leaf),  # leaf3 removed, leaf4 added
+        (N("10.11.0.0/24"),),
+    )
+    eff, touched = r.reconfigure(params)
+    assert touched == {A("172.16.14.1")}
+    assert NextHopsChanged(N("10.203.0.0/24"), ()) in eff
+    out = [(str(c.neighbor), str(c.prefix), type(c).__name__) for c in cmds(eff)]
+    assert ("172.16.14.1", "10.11.0.0/24", "Announce") in out
+    assert ("172.16.11.1", "10.203.0.0/24", "Withdraw") in out
+    assert not [o for o in out if o[0] == "172.16.13.1"]  # removed: ExaBGP drops it itself
+    with pytest.raises(ValueError):
+        r.reconfigure(RibParams(p.router_id, 65999, p.role, p.neighbors))

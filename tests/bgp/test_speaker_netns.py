@@ -158,3 +158,27 @@ async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
         await wait_for(lambda: leaf1.nh("10.202.0.0/24"), 20, "leaf1 has it again")
     finally:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+async def test_reconfigure_adds_neighbor_without_disturbing_others(netns_lab: Lab) -> None:
+    import dataclasses
+
+    from glbd.rib import PeerDown
+
+    leaf1, spine, leaf2 = topology(netns_lab)
+    full = spine.speaker.params
+    only_leaf1 = dataclasses.replace(full, neighbors=full.neighbors[:1])
+    spine.speaker.rib.reconfigure(only_leaf1)  # start the spine knowing leaf1 only
+    spine.speaker.params = only_leaf1
+    spine.speaker.supervisor.params = spine.speaker._exabgp_params()
+    nodes = (spine, leaf1, leaf2)
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: leaf1.speaker.neighbors_snapshot()[0]["state"] == "up", 40)
+        assert not leaf1.nh("10.202.0.0/24")
+        spine.speaker.reconfigure(full)
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24"), 40, "leaf2's prefix via the spine")
+        await wait_for(lambda: leaf2.nh("10.201.0.0/24"), 40, "leaf1's prefix at leaf2")
+        assert not [e for e in leaf1.events if isinstance(e, PeerDown)]
+    finally:
+        await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
