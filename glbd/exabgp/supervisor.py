@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -144,6 +145,16 @@ def exabgp_env(base: dict[str, str], log_file: Path) -> dict[str, str]:
         }
     )
     return env
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when glbd dies, so no orphaned ExaBGP keeps port 179
+    (PR_SET_PDEATHSIG survives the exec of ``ip netns exec`` and of ExaBGP)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
 
 
 def _key(cmd: api.Command) -> tuple[str, str, str]:
@@ -310,7 +321,8 @@ class ExabgpSupervisor:
                 stdout=out,
                 stderr=out,
                 cwd=str(self.dir),
-                start_new_session=True,
+                start_new_session=True,  # a terminal's Ctrl-C reaches glbd only: it withdraws first
+                preexec_fn=_die_with_parent,
             )
         finally:
             out.close()
