@@ -259,7 +259,7 @@ class Rib:
             return []
         st.counters["updates_in"] += 1
         if ev.eor is not None:
-            return self._end_of_rib(st)
+            return self._end_of_rib(st, ev.eor)
         changed: set[Prefix] = set()
         for _family, prefix in ev.withdrawn:
             if st.adj_in.pop(prefix, None) is not None:
@@ -539,24 +539,26 @@ class Rib:
         out += self._recompute(changed)
         return _events_first(out)
 
-    def _end_of_rib(self, st: PeerState) -> list[Effect]:
+    def _end_of_rib(self, st: PeerState, family: str) -> list[Effect]:
+        """End-of-RIB for one family: the peer's stale paths of that family are gone."""
         st.counters["eor_in"] += 1
         if not st.stale or st.state != "up":
             return []
+        version = 6 if family.startswith("ipv6") else 4
         changed: set[Prefix] = set()
-        self._sweep(st, changed)
+        self._sweep(st, changed, version)
         if not any(p.stale for p in self.peers.values()):
             self._stale_deadline = None
         return self._recompute(changed)
 
-    def _sweep(self, st: PeerState, changed: set[Prefix]) -> int:
+    def _sweep(self, st: PeerState, changed: set[Prefix], version: int | None = None) -> int:
         removed = 0
         for prefix, path in list(st.adj_in.items()):
-            if path.stale:
+            if path.stale and (version is None or prefix.version == version):
                 del st.adj_in[prefix]
                 changed.add(prefix)
                 removed += 1
-        st.stale = False
+        st.stale = any(p.stale for p in st.adj_in.values())
         return removed
 
     def _sort_key(self, path: Path) -> tuple[int, int, int, int, int]:

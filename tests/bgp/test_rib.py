@@ -392,3 +392,26 @@ def test_reconfigure_neighbors_and_originated() -> None:
     assert not [o for o in out if o[0] == "172.16.13.1"]  # removed: ExaBGP drops it itself
     with pytest.raises(ValueError):
         r.reconfigure(RibParams(p.router_id, 65999, p.role, p.neighbors))
+
+
+def test_end_of_rib_sweeps_only_its_family() -> None:
+    r = rib(Role.BOTH, stale_timer_s=30.0)
+    n = LEAVES[2]
+    v6 = api.UpdateEvent(
+        n.address, n.local_address, 65002, 65100, "receive",
+        api.PathAttributes("igp", (65002,), 1),
+        (api.RouteAnnounced("ipv6 unicast", A("2001:db8::2"), N("2001:db8:2::/48")),),
+    )  # fmt: skip
+    r.on_update(v6, 1.0)
+    r.on_update(upd(2, "10.202.0.0/24"), 1.0)
+    r.speaker_lost(2.0)
+    r.on_open(n.address, V4("10.0.0.2"))
+    r.on_state(n.address, "up", 3.0)
+    r.on_update(upd(2, "10.202.0.0/24"), 3.1)
+    eor4 = api.UpdateEvent(n.address, n.local_address, 65002, 65100, "receive", eor="ipv4 unicast")
+    assert r.on_update(eor4, 3.2) == []
+    assert r.peers[n.address].stale  # the IPv6 path waits for its own End-of-RIB
+    eor6 = api.UpdateEvent(n.address, n.local_address, 65002, 65100, "receive", eor="ipv6 unicast")
+    eff = r.on_update(eor6, 3.3)
+    assert NextHopsChanged(N("2001:db8:2::/48"), ()) in eff
+    assert not r.peers[n.address].stale and r.next_deadline() is None
