@@ -64,11 +64,13 @@ class Timeline:
 
 
 class NexthopWatcher:
-    """Records every RTM_NEWNEXTHOP for nexthop groups in one namespace, with wall-clock time."""
+    """Records, with wall-clock time, every RTM_NEWNEXTHOP for a nexthop group and every
+    RTM_NEWROUTE/RTM_DELROUTE (IPv4) in one namespace."""
 
     def __init__(self, netns: str) -> None:
         self.netns = netns
         self.events: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []
+        self.routes: list[tuple[float, str, int | None, bool]] = []  # t, prefix, nhid, deleted
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -89,7 +91,7 @@ class NexthopWatcher:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        from glbd.fib.kernel import parse_nexthop
+        from glbd.fib.kernel import parse_nexthop, parse_route
         from glbd.fib.model import KGroup
         from glbd.netlink import const as c
         from glbd.netlink.client import NetlinkSocket
@@ -98,14 +100,18 @@ class NexthopWatcher:
         self._stop = asyncio.Event()
 
         def on_event(msg: Any) -> None:
-            if msg.type != c.RTM_NEWNEXTHOP:
-                return
-            obj, _ = parse_nexthop(msg)
-            if isinstance(obj, KGroup):
-                self.events.append((time.time(), obj.id, obj.entries))
+            now = time.time()
+            if msg.type == c.RTM_NEWNEXTHOP:
+                obj, _ = parse_nexthop(msg)
+                if isinstance(obj, KGroup):
+                    self.events.append((now, obj.id, obj.entries))
+            elif msg.type in (c.RTM_NEWROUTE, c.RTM_DELROUTE):
+                r = parse_route(msg)
+                if r is not None:
+                    self.routes.append((now, str(r.prefix), r.nhid, msg.type == c.RTM_DELROUTE))
 
         sock = await NetlinkSocket.open(
-            netns=self.netns, groups=[c.RTNLGRP_NEXTHOP], on_event=on_event
+            netns=self.netns, groups=[c.RTNLGRP_NEXTHOP, c.RTNLGRP_IPV4_ROUTE], on_event=on_event
         )
         self._ready.set()
         try:
@@ -118,6 +124,12 @@ class NexthopWatcher:
     ) -> float | None:
         for at, _nid, entries in list(self.events):
             if at >= t and pred(entries):
+                return at
+        return None
+
+    def route_change_after(self, t: float, prefix: str) -> float | None:
+        for at, p, _nhid, _deleted in list(self.routes):
+            if at >= t and p == prefix:
                 return at
         return None
 
@@ -184,7 +196,11 @@ def run_demo(spines: str = "glbd", keep_dir: bool = False, rate: int = RATE_MBIT
                 from glbd.lab import frr as frrmod
 
                 nodes = start_glbd(fab, run_dir, opts, names=topo.names("leaf"))
-                frr = frrmod.start_fabric_spines(fab, run_dir)  # type: ignore[attr-defined]
+                frr = list(
+                    frrmod.start_fabric_frr(
+                        fab, topo.names("spine"), build="sid", nhc_to=topo.names("leaf")
+                    ).values()
+                )
             else:
                 nodes = start_glbd(fab, run_dir, opts)
             tl.mark("glbd running", ", ".join(nodes))
@@ -239,7 +255,7 @@ def run_demo(spines: str = "glbd", keep_dir: bool = False, rate: int = RATE_MBIT
                             and len(set(g.values())) > 1
                             and g
                         ),
-                        10,
+                        10 if spines == "glbd" else 3,
                         what="leaf1 to move weight off spine1",
                     )
                 except LabError as e:
@@ -311,11 +327,26 @@ def run_demo(spines: str = "glbd", keep_dir: bool = False, rate: int = RATE_MBIT
                     10,
                     what="spine1 out of leaf1's group for leaf2's prefix",
                 )
-                t_out = watch.first_after(t_cut, lambda es: len(es) == 1)
+                # spine1 leaves either inside the group (heartbeat: same profile, one member
+                # less) or by the route moving to another group (BGP: the next-hop set changed)
+                cands = [
+                    t
+                    for t in (
+                        watch.first_after(t_cut, lambda es: len(es) == 1),
+                        watch.route_change_after(t_cut, leaf2_prefix),
+                    )
+                    if t is not None
+                ]
+                t_out = min(cands) if cands else None
                 if t_out is not None:
                     tl.mark(
-                        "leaf1 RTM_NEWNEXTHOP (spine1 removed)",
-                        f"{(t_out - t_cut) * 1e3:.1f} ms after the cut (heartbeat link-down flag)",
+                        "leaf1 kernel: spine1 out of the route",
+                        f"{(t_out - t_cut) * 1e3:.1f} ms after the cut "
+                        + (
+                            "(heartbeat link-down flag)"
+                            if spines == "glbd"
+                            else "(BGP withdraw from the FRR spine)"
+                        ),
                         t_out,
                     )
                     results["cut_failover_ms"] = round((t_out - t_cut) * 1e3, 1)
@@ -357,6 +388,8 @@ def run_demo(spines: str = "glbd", keep_dir: bool = False, rate: int = RATE_MBIT
     print("\nResults\n" + json.dumps(results, indent=2))
     if not keep_dir:
         shutil.rmtree(run_dir, ignore_errors=True)
+    if spines == "frr":  # FRR spines send no link quality: only the failover is expected
+        return 0 if "cut_failover_ms" in results else 1
     ok = bool(results.get("prefix_specific")) and "cut_failover_ms" in results
     return 0 if ok else 1
 

@@ -249,19 +249,20 @@ def wait_until(pred: Any, timeout: float, interval: float = 0.05, what: str = "c
 
 
 def kernel_group_for(fab: Fabric, node: str, prefix: str) -> dict[str, int]:
-    """Kernel truth (``ip -j route`` + ``ip -j nexthop``): next-hop gateway -> weight for the
-    route to ``prefix`` on ``node``; {} when there is no nexthop-group route."""
+    """Kernel truth (``ip -j route`` + one ``ip -j nexthop`` dump): next-hop gateway -> weight
+    for the route to ``prefix`` on ``node``; {} when there is no nexthop-group route (or it is
+    being replaced right now)."""
     ns = fab.ns(node)
-    routes = json.loads(ns.ip("-j", "route", "show", prefix).stdout or "[]")
+    routes = json.loads(ns.ip("-j", "route", "show", prefix, check=False).stdout or "[]")
     if not routes or "nhid" not in routes[0]:
         return {}
-    nhid = routes[0]["nhid"]
-    grp = json.loads(ns.ip("-j", "nexthop", "show", "id", str(nhid)).stdout or "[]")
-    if not grp or "group" not in grp[0]:
+    nhs = {nh["id"]: nh for nh in json.loads(ns.ip("-j", "nexthop", "show").stdout or "[]")}
+    grp = nhs.get(routes[0]["nhid"])
+    if grp is None or "group" not in grp:
         return {}
     out: dict[str, int] = {}
-    for m in grp[0]["group"]:
-        nh = json.loads(ns.ip("-j", "nexthop", "show", "id", str(m["id"])).stdout or "[]")
-        if nh:
-            out[nh[0].get("gateway", "?")] = int(m.get("weight", 1))
+    for m in grp["group"]:
+        member = nhs.get(m["id"])
+        if member is not None:
+            out[member.get("gateway", "?")] = int(m.get("weight", 1))
     return out
