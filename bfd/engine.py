@@ -258,8 +258,9 @@ class _Loop:
 
     # ------------------------------------------------------------------ run
 
-    def run(self, ctl_fd: int, on_ctl: Callable[[], bool]) -> None:
-        """Serve until ``on_ctl`` (called when ``ctl_fd`` is readable) returns False."""
+    def run(self, ctl_fd: int, on_ctl: Callable[[int], bool]) -> None:
+        """Serve until ``on_ctl(epoll_events)``, called when ``ctl_fd`` is ready, returns
+        False. ``ctl_fd`` is registered for EPOLLIN; its owner may ``modify`` that."""
         ep, heap, clock = self.ep, self.heap, self.clock
         ep.register(ctl_fd, select.EPOLLIN)
         rx_by_fd = self.rx_by_fd
@@ -272,11 +273,11 @@ class _Loop:
                 except InterruptedError:
                     continue
                 now = clock()
-                for fd, _ in events:
+                for fd, mask in events:
                     rx = rx_by_fd.get(fd)
                     if rx is not None:
                         self._read(rx, now)
-                    elif fd == ctl_fd and not on_ctl():
+                    elif fd == ctl_fd and not on_ctl(mask):
                         return
                 self._run_timers(clock())
         finally:
@@ -423,6 +424,9 @@ class _Loop:
                     tx.sendto(e.data, ent.dst)
                 except OSError as exc:
                     ent.sess.drop("tx_" + errno.errorcode.get(exc.errno or 0, "error").lower())
+                    if exc.errno in (errno.ENODEV, errno.ENXIO):  # interface gone: reopen later
+                        self._release_sockets(ent, stale=True)
+                        ent.socket_error = exc.strerror or "interface gone"
             elif isinstance(e, StateChange):
                 s = ent.sess
                 ev = BfdEvent(
@@ -479,23 +483,34 @@ class _Loop:
                 log.warning("bfd %s %s: socket: %s (retrying)", ifname, ent.peer, msg)
             ent.socket_error = msg
 
-    def _close_entry(self, ent: _Entry) -> None:
-        ent.removed = True
+    def _release_sockets(self, ent: _Entry, stale: bool = False) -> None:
+        """Close the session's transmit socket and drop its reference to the receive socket.
+        ``stale``: the interface went away, so no new session may attach to that receive
+        socket; housekeeping opens fresh ones once the interface is back."""
         if ent.tx is not None:
             ent.tx.close()
             ent.tx = None
             self.used_ports.discard(ent.port)
         rx = ent.rx
-        if rx is not None:
-            ent.rx = None
-            rx.refs -= 1
-            if rx.refs <= 0:
-                fd = rx.sock.fileno()
-                with contextlib.suppress(OSError, ValueError):
-                    self.ep.unregister(fd)
-                self.rx_by_fd.pop(fd, None)
-                self.rx_by_key.pop((rx.ifname, rx.family), None)
-                rx.sock.close()
+        if rx is None:
+            return
+        ent.rx = None
+        rx.refs -= 1
+        rkey = (rx.ifname, rx.family)
+        if stale and self.rx_by_key.get(rkey) is rx:
+            del self.rx_by_key[rkey]
+        if rx.refs <= 0:
+            fd = rx.sock.fileno()
+            with contextlib.suppress(OSError, ValueError):
+                self.ep.unregister(fd)
+            self.rx_by_fd.pop(fd, None)
+            if self.rx_by_key.get(rkey) is rx:
+                del self.rx_by_key[rkey]
+            rx.sock.close()
+
+    def _close_entry(self, ent: _Entry) -> None:
+        ent.removed = True
+        self._release_sockets(ent)
         self.by_key.pop(ent.key, None)
         self.by_discr.pop(ent.sess.local_discr, None)
 
@@ -840,7 +855,7 @@ class BfdEngine:
         ready.set_result(None)
         efd, q = self._efd, self._q
 
-        def on_ctl() -> bool:
+        def on_ctl(mask: int) -> bool:
             with contextlib.suppress(BlockingIOError):
                 os.eventfd_read(efd)
             while True:
@@ -932,40 +947,106 @@ def _child_main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(Exception):  # die with the daemon
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, 15)
-    conn = Connection(args.fd)
+    chan = _Channel(socket.socket(fileno=args.fd))
     if args.netns:
         _enter_netns(args.netns)
     _set_rt(args.rt_priority)
     _raise_nofile()
+    loop = _Loop(chan.send_event, rng=random.Random(args.seed))
+    chan.ep = loop.ep
 
-    def emit(ev: BfdEvent) -> None:
-        conn.send(("event", ev))
-
-    loop = _Loop(emit, rng=random.Random(args.seed))
-
-    def on_ctl() -> bool:
-        while True:
-            try:
-                if not conn.poll(0):
-                    return True
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return False
-            if msg[0] == "stop":
+    def on_ctl(mask: int) -> bool:
+        if mask & select.EPOLLOUT:
+            chan.flush()
+        if not mask & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+            return True
+        for msg in chan.receive():
+            if msg is None or msg[0] == "stop":
                 return False
             _, rid, op, cargs = msg
             try:
-                reply = ("reply", rid, True, loop.call(op, cargs))
+                chan.send(("reply", rid, True, loop.call(op, cargs)))
             except Exception as exc:
-                reply = ("reply", rid, False, exc)
-            try:
-                conn.send(reply)
-            except pickle.PicklingError as exc:
-                conn.send(("reply", rid, False, EngineError(str(exc))))
+                chan.send(("reply", rid, False, exc))
+        return not chan.closed
 
     gc.freeze()
-    loop.run(conn.fileno(), on_ctl)
+    loop.run(chan.fd, on_ctl)
     return 0
+
+
+class _Channel:
+    """The engine process's end of the control socket: non-blocking both ways, so a daemon
+    that is slow to read events can never stall the BFD loop (events queue up here instead).
+    Frames are those of ``multiprocessing.connection.Connection`` (4-byte big-endian length,
+    pickle), which the daemon's side uses."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        sock.setblocking(False)
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.ep: select.epoll | None = None
+        self.want_out = False
+        self.closed = False
+
+    def send_event(self, ev: BfdEvent) -> None:
+        self.send(("event", ev))
+
+    def send(self, msg: Any) -> None:
+        try:
+            data = pickle.dumps(msg, pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # e.g. an exception that cannot be pickled
+            data = pickle.dumps(("reply", msg[1], False, EngineError(str(exc))))
+        self.outbuf += _LEN.pack(len(data)) + data
+        self.flush()
+
+    def flush(self) -> None:
+        while self.outbuf:
+            try:
+                n = self.sock.send(self.outbuf)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.outbuf.clear()
+                self.closed = True
+                break
+            del self.outbuf[:n]
+        want = bool(self.outbuf)
+        if want != self.want_out and self.ep is not None and not self.closed:
+            self.want_out = want
+            self.ep.modify(self.fd, select.EPOLLIN | (select.EPOLLOUT if want else 0))
+
+    def receive(self) -> list[Any]:
+        """Complete messages read so far; a final ``None`` means the daemon hung up."""
+        hung_up = False
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                hung_up = self.closed = True
+                break
+            self.inbuf += chunk
+        out: list[Any] = []
+        while len(self.inbuf) >= 4:
+            (size,) = _LEN.unpack_from(self.inbuf)
+            if len(self.inbuf) < 4 + size:
+                break
+            out.append(pickle.loads(bytes(self.inbuf[4 : 4 + size])))
+            del self.inbuf[: 4 + size]
+        if hung_up:
+            out.append(None)
+        return out
+
+
+_LEN = struct.Struct("!i")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bfd.engine import BfdEngine, BfdEvent, SessionConfig
+from bfd.engine import BfdEngine, BfdEvent, EngineError, SessionConfig
 from bfd.packet import ControlPacket, State
 from bfd.session import SessionParams
 from glbd.lab.netns import Lab, Netns
@@ -178,3 +178,31 @@ def test_thread_mode(netns_lab: Lab) -> None:
     assert snap["engine"]["mode"] == "thread" and snap["sessions"][0]["state"] == "up"
     _nft_drop(a.ns)
     assert a.wait(B4, State.DOWN, timeout=3.0).failure
+
+
+def test_control_errors_and_missing_interface(netns_lab: Lab) -> None:
+    """Errors come back as EngineError across the process boundary; a session on an interface
+    that does not exist yet reports socket_error and comes up once the interface appears."""
+    a_ns, b_ns = netns_lab.netns("a"), netns_lab.netns("b")
+    a, b = Side(a_ns, "a-b", "process"), Side(b_ns, "b-a", "process")
+    netns_lab.on_close(a.engine.stop)
+    netns_lab.on_close(b.engine.stop)
+    cfg = SessionConfig(peer=B4, interface="a-b", local=A4, params=FAST)
+    a.engine.add_session(cfg)
+    with pytest.raises(EngineError, match="exists"):
+        a.engine.add_session(cfg)
+    with pytest.raises(EngineError, match="no BFD session"):
+        a.engine.admin_down("a-b", "198.18.0.99")
+    assert a.session(B4)["socket_error"]  # no such device yet
+    netns_lab.veth(a_ns, "a-b", b_ns, "b-a", a_addr=A4 + "/30", b_addr=B4 + "/30")
+    b.engine.add_session(SessionConfig(peer=A4, interface="b-a", local=B4, params=FAST))
+    a.wait(B4, State.UP, timeout=6.0)
+    assert a.session(B4)["socket_error"] == ""
+    # the interface goes away and comes back (new ifindex): sockets are reopened
+    a_ns.ip("link", "del", "a-b")
+    assert a.wait(B4, State.DOWN, timeout=3.0).failure
+    netns_lab.veth(a_ns, "a-b", b_ns, "b-a", a_addr=A4 + "/30", b_addr=B4 + "/30")
+    a.wait(B4, State.UP, timeout=8.0)
+    a.engine.stop()
+    with pytest.raises(EngineError, match="not running"):
+        a.engine.snapshot()
