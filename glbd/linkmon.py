@@ -48,9 +48,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+import os
+import socket
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import structlog
 
@@ -125,9 +128,9 @@ def band_of(s: float) -> int:
     return min(MAX_BAND, max(0, math.ceil(s) - 1))
 
 
-@dataclass(frozen=True, slots=True)
-class LinkSample:
-    """Counters of one interface at one instant (from :class:`StatsReader` or a test)."""
+class LinkSample(NamedTuple):
+    """Counters of one interface at one instant (from :class:`StatsReader` or a test).
+    A NamedTuple: 128 of them are built every 10 ms."""
 
     ifname: str
     up: bool
@@ -287,7 +290,10 @@ class LinkMonitor:
             else:
                 ln.load += alpha * (load - ln.load)
                 ln.queue += alpha * (s.backlog_bytes - ln.queue)
-            sc = rw * score(ln.load, lmin, lmax) + (1.0 - rw) * score(ln.queue, qmin, qmax)
+            lv, qv = ln.load, ln.queue
+            ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else 8.0 * (lmax - lv) / (lmax - lmin)
+            qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else 8.0 * (qmax - qv) / (qmax - qmin)
+            sc = rw * ls + (1.0 - rw) * qs
             ln.score = sc
             raw = band_of(sc)
             cur = ln.band
@@ -381,43 +387,286 @@ class LinkMonitor:
 # --- netlink stats reader and the asyncio loop ---------------------------------------------
 
 
-class StatsReader:
-    """All egress byte counters and root-qdisc backlogs in one RTM_GETLINK dump and one
-    RTM_GETQDISC dump (no per-interface requests, no /proc)."""
+RTM_GETSTATS = 94
+RTM_NEWSTATS = 92
+IFLA_STATS_LINK_64 = 1
+_NLHDR = struct.Struct("=IHHII")
+_ATTR = struct.Struct("=HH")
+_IFSTATS_REQ = struct.Struct("=BBHII")  # if_stats_msg: family, pad1, pad2, ifindex, filter_mask
+_IFINFO = struct.Struct("=BxHiII")  # ifinfomsg: family, type, index, flags, change
+_TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, info
+_U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
+_QUEUE = struct.Struct("=IIIII")  # gnet_stats_queue: qlen backlog drops requeues overlimits
 
-    def __init__(self, sock: NetlinkSocket) -> None:
+
+def _attrs(data: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(type, start, end) of each netlink attribute in data[off:end]."""
+    unpack = _ATTR.unpack_from
+    while off + 4 <= end:
+        ln, typ = unpack(data, off)
+        if ln < 4 or off + ln > end:
+            return
+        yield typ & 0x3FFF, off + 4, off + ln
+        off += (ln + 3) & ~3
+
+
+@dataclass(slots=True)
+class _LinkInfo:
+    name: str
+    up: bool
+
+
+class StatsReader:
+    """All interfaces' egress byte counters in one RTM_GETSTATS dump (``IFLA_STATS_LINK_64``
+    only) and all root-qdisc backlogs in one RTM_GETQDISC dump per sample; no per-interface
+    request, no /proc.
+
+    Link state (name, admin/oper up, carrier) does not change every sample: it comes from
+    RTNLGRP_LINK notifications (so a link going down is seen at once, on the
+    :class:`glbd.netlink.client.NetlinkSocket` event socket), from a link dump at start, after
+    a notification overrun, and every ``link_refresh_s`` as a safety net.
+
+    Why its own lean dump loop instead of ``NetlinkSocket.dump``: at 100 dumps/s of 128 rows,
+    building per-message objects costs ~10x the kernel's own work (measured: 0.1 ms raw vs
+    ~1 ms per dump); here each row is a few ``unpack_from`` calls. The socket is non-blocking
+    and the loop awaits readiness, so the event loop never blocks."""
+
+    def __init__(self, sock: socket.socket, *, link_refresh_s: float = 1.0) -> None:
         self._sock = sock
+        self._seq = 1
+        self._buf = bytearray(1 << 17)
+        self._links: dict[int, _LinkInfo] = {}
+        self._link_refresh_s = link_refresh_s
+        self._links_at: float | None = None
+        self._events: NetlinkSocket | None = None
         self.dumps = 0
+        self.link_dumps = 0
+        self.link_events = 0
+
+    @classmethod
+    async def open(cls, *, netns: str | None = None, link_refresh_s: float = 1.0) -> StatsReader:
+        """Open the stats socket and the link-event socket (in ``netns`` if given)."""
+        from glbd.netlink import const as c
+        from glbd.netlink.client import NetlinkSocket
+        from glbd.netlink.netns import in_netns
+
+        with in_netns(netns):
+            sock = socket.socket(
+                socket.AF_NETLINK,
+                socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
+                socket.NETLINK_ROUTE,
+            )
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_GET_STRICT_CHK, 1)
+            sock.bind((0, 0))
+        except BaseException:
+            sock.close()
+            raise
+        self = cls(sock, link_refresh_s=link_refresh_s)
+        try:
+            self._events = await NetlinkSocket.open(
+                netns=netns,
+                groups=(c.RTNLGRP_LINK,),
+                on_event=self._on_link_event,
+                on_overrun=self._on_overrun,
+            )
+        except BaseException:
+            sock.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+        self._sock.close()
+
+    # --- link state ---------------------------------------------------------------------
+
+    def _on_overrun(self) -> None:
+        self._links_at = None  # events were lost: dump again on the next read
+
+    def _on_link_event(self, msg: Any) -> None:
+        from glbd.netlink import const as c
+        from glbd.netlink.codec import IfInfoMsg
+
+        h = msg.header
+        if not isinstance(h, IfInfoMsg):
+            return
+        self.link_events += 1
+        if msg.type == c.RTM_DELLINK:
+            self._links.pop(h.index, None)
+            return
+        if msg.type != c.RTM_NEWLINK:
+            return
+        am = msg.attr_map()
+        name_a = am.get(c.IFLA_IFNAME)
+        old = self._links.get(h.index)
+        name = name_a.as_str() if name_a is not None else (old.name if old else "")
+        op = am.get(c.IFLA_OPERSTATE)
+        car = am.get(c.IFLA_CARRIER)
+        operstate = op.as_u8() if op is not None else c.IF_OPER_UNKNOWN
+        carrier = bool(car.as_u8()) if car is not None else bool(h.flags & c.IFF_LOWER_UP)
+        self._links[h.index] = _LinkInfo(name, self._is_up(h.flags, operstate, carrier))
+
+    @staticmethod
+    def _is_up(flags: int, operstate: int, carrier: bool) -> bool:
+        # IFF_UP (0x1), carrier, and operstate UP (6) or UNKNOWN (0, e.g. lo)
+        return bool(flags & 0x1) and carrier and operstate in (0, 6)
+
+    async def _refresh_links(self) -> None:
+        rows = await self._dump(18, _IFINFO.pack(0, 0, 0, 0, 0) + _ext_mask_skip_stats())
+        self.link_dumps += 1
+        links: dict[int, _LinkInfo] = {}
+        for typ, data in rows:
+            if typ != 16 or len(data) < _IFINFO.size:
+                continue
+            _fam, _t, index, flags, _ch = _IFINFO.unpack_from(data, 0)
+            name = ""
+            operstate = 0
+            carrier = bool(flags & 0x10000)
+            for at, st, en in _attrs(data, _IFINFO.size, len(data)):
+                if at == 3:
+                    name = data[st:en].split(b"\0", 1)[0].decode("utf-8", "replace")
+                elif at == 16 and en > st:
+                    operstate = data[st]
+                elif at == 33 and en > st:
+                    carrier = bool(data[st])
+            links[index] = _LinkInfo(name, self._is_up(flags, operstate, carrier))
+        self._links = links
+
+    # --- dumps --------------------------------------------------------------------------
+
+    async def _dump(self, msg_type: int, body: bytes) -> list[tuple[int, bytes]]:
+        """One dump request; returns (type, body) of every reply message (restarts once on
+        NLM_F_DUMP_INTR). Raises OSError on a kernel error."""
+        for _attempt in range(3):
+            self._seq = (self._seq + 1) & 0x7FFFFFFF or 1
+            seq = self._seq
+            self._sock.send(_NLHDR.pack(16 + len(body), msg_type, 0x301, seq, 0) + body)
+            rows: list[tuple[int, bytes]] = []
+            intr = False
+            done = False
+            loop = asyncio.get_running_loop()
+            while not done:
+                try:
+                    n = self._sock.recv_into(self._buf)
+                except BlockingIOError:
+                    await self._readable(loop)
+                    continue
+                data = bytes(self._buf[:n])
+                off = 0
+                while off + 16 <= n:
+                    ln, typ, flags, rseq, _pid = _NLHDR.unpack_from(data, off)
+                    if ln < 16:
+                        break
+                    if rseq == seq:
+                        if flags & 0x10:
+                            intr = True
+                        if typ == 3:  # NLMSG_DONE
+                            done = True
+                            break
+                        if typ == 2:  # NLMSG_ERROR
+                            err = -struct.unpack_from("=i", data, off + 16)[0]
+                            if err:
+                                raise OSError(err, os.strerror(err))
+                            done = True
+                            break
+                        rows.append((typ, data[off + 16 : off + ln]))
+                    off += (ln + 3) & ~3
+            if not intr:
+                return rows
+        return rows
+
+    async def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
+        fut: asyncio.Future[None] = loop.create_future()
+        fd = self._sock.fileno()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        loop.add_reader(fd, ready)
+        try:
+            await fut
+        finally:
+            loop.remove_reader(fd)
 
     async def read(self, ifnames: Iterable[str] | None = None) -> list[LinkSample]:
-        from glbd.netlink import const as c
-        from glbd.netlink.codec import IfInfoMsg, TcMsg
-        from glbd.netlink.rtnl import (
-            LINK_WANT,
-            QDISC_WANT,
-            link_dump,
-            link_state,
-            qdisc_dump,
-            qdisc_queue,
+        """One sample of every interface (only ``ifnames`` if given) that the kernel lists."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._links_at is None or now - self._links_at >= self._link_refresh_s:
+            self._links_at = now
+            await self._refresh_links()
+        stats = await self._dump(
+            RTM_GETSTATS, _IFSTATS_REQ.pack(0, 0, 0, 0, 1 << (IFLA_STATS_LINK_64 - 1))
         )
-
-        want = None if ifnames is None else set(ifnames)
-        links = await self._sock.dump_select(link_dump(), IfInfoMsg, LINK_WANT)
-        qdiscs = await self._sock.dump_select(qdisc_dump(), TcMsg, QDISC_WANT)
+        qdiscs = await self._dump(38, _TCMSG.pack(0, 0, 0, 0, 0))
         self.dumps += 2
         backlog: dict[int, int] = {}
-        for row in qdiscs:
-            q = qdisc_queue(row)
-            if q.parent == TC_H_ROOT:
-                backlog[q.ifindex] = q.backlog
-        out = []
-        for row in links:
-            st = link_state(row)
-            if want is not None and st.name not in want:
+        tc_unpack = _TCMSG.unpack_from
+        attr_unpack = _ATTR.unpack_from
+        for typ, data in qdiscs:
+            if typ != 36 or len(data) < _TCMSG.size:
                 continue
-            up = st.up and st.operstate in (c.IF_OPER_UP, c.IF_OPER_UNKNOWN)
-            out.append(LinkSample(st.name, up, st.tx_bytes, backlog.get(st.ifindex, 0), st.ifindex))
+            _f, ifindex, _h, parent, _i = tc_unpack(data, 0)
+            if parent != TC_H_ROOT:
+                continue
+            # top-level attributes: TCA_STATS2 (7) nests TCA_STATS_QUEUE (3); the legacy
+            # TCA_STATS (3) struct tc_stats has the backlog at offset 32. Take the first seen.
+            off, end = _TCMSG.size, len(data)
+            while off + 4 <= end:
+                ln, at = attr_unpack(data, off)
+                if ln < 4:
+                    break
+                at &= 0x3FFF
+                if at == 3 and ln >= 4 + 36:
+                    backlog[ifindex] = _U32.unpack_from(data, off + 4 + 32)[0]
+                    break
+                if at == 7:
+                    o2, e2 = off + 4, off + ln
+                    while o2 + 4 <= e2:
+                        l2, t2 = attr_unpack(data, o2)
+                        if l2 < 4:
+                            break
+                        if t2 & 0x3FFF == 3 and l2 >= 4 + _QUEUE.size:
+                            backlog[ifindex] = _QUEUE.unpack_from(data, o2 + 4)[1]
+                            break
+                        o2 += (l2 + 3) & ~3
+                    break
+                off += (ln + 3) & ~3
+        want = None if ifnames is None else set(ifnames)
+        links = self._links
+        out: list[LinkSample] = []
+        u32 = _U32.unpack_from
+        u64 = _U64.unpack_from
+        for typ, data in stats:
+            if typ != RTM_NEWSTATS or len(data) < _IFSTATS_REQ.size + 36:
+                continue
+            info = links.get(u32(data, 4)[0])
+            if info is None or (want is not None and info.name not in want):
+                continue
+            ifindex = u32(data, 4)[0]
+            # the only attribute asked for comes first: IFLA_STATS_LINK_64, tx_bytes at +24
+            ln, at = attr_unpack(data, _IFSTATS_REQ.size)
+            if at & 0x3FFF == IFLA_STATS_LINK_64 and ln >= 4 + 32:
+                tx = u64(data, _IFSTATS_REQ.size + 4 + 24)[0]
+            else:
+                tx = 0
+                for at2, st, en in _attrs(data, _IFSTATS_REQ.size, len(data)):
+                    if at2 == IFLA_STATS_LINK_64 and en - st >= 32:
+                        tx = u64(data, st + 24)[0]
+                        break
+            out.append(LinkSample(info.name, info.up, tx, backlog.get(ifindex, 0), ifindex))
         return out
+
+
+def _ext_mask_skip_stats() -> bytes:
+    # IFLA_EXT_MASK (29) = RTEXT_FILTER_SKIP_STATS (1 << 3): link dumps without counters
+    return _ATTR.pack(8, 29) + _U32.pack(1 << 3)
 
 
 class MonitorRunner:

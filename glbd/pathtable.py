@@ -58,11 +58,13 @@ import hashlib
 import ipaddress
 import itertools
 import math
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from glbd.rib import Role
+from heartbeat import wire
 
 if TYPE_CHECKING:
     from glbd.rib import NextHopsChanged
@@ -82,6 +84,8 @@ __all__ = [
 ]
 
 DEFAULT_WEIGHT_TABLE: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 18, 27)
+#: the weight-relevant prefix of a heartbeat v1 entry: far end, link id, capacity, band, flags
+_SIG = struct.Struct("!IIIBB6x")
 MAX_Q = 7.0
 
 
@@ -92,9 +96,9 @@ def _ip(n: int) -> str:
 # --- inputs ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class NextHop:
-    """A forwarding next hop = a BGP neighbour: its BGP id (32-bit int), address, interface."""
+class NextHop(NamedTuple):
+    """A forwarding next hop = a BGP neighbour: its BGP id (32-bit int), address, interface.
+    (A NamedTuple: hashed in C, it is a key of every weight map.)"""
 
     bgp_id: int
     address: str
@@ -176,8 +180,7 @@ class PathTableParams:
 # --- outputs ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class WeightInputs:
+class WeightInputs(NamedTuple):
     """Everything a weight came from (shown by ``glbctl quality``)."""
 
     local_band: int | None
@@ -214,8 +217,7 @@ class WeightInputs:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Weight:
+class Weight(NamedTuple):
     value: int
     source: str  # "glb" | "dlb" | "static"
     inputs: WeightInputs
@@ -248,8 +250,7 @@ class Changes:
 # --- internal state --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Agg:
+class _Agg(NamedTuple):
     quality: float  # capacity-weighted mean band of the up links (0 if none)
     usable: float  # Mbit/s up
     total: float
@@ -265,6 +266,15 @@ class _Profile:
     prefixes: set[str] = field(default_factory=set)
     weights: dict[NextHop, Weight] = field(default_factory=dict)
     recomputes: int = 0
+    #: (next hop, sorted NNH tuple or None), fixed for the profile's life
+    items: list[tuple[NextHop, tuple[int, ...] | None]] = field(default_factory=list)
+    #: (value, source) per next hop in ``items`` order, to detect a change cheaply
+    summary: list[tuple[int, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.items = [
+            (nh, None if nnh is None else tuple(sorted(nnh))) for nh, nnh in self.nhs.items()
+        ]
 
 
 def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
@@ -302,7 +312,7 @@ class PathTable:
     def __init__(self, params: PathTableParams | None = None) -> None:
         self._p = params or PathTableParams()
         self._local: dict[str, LocalLink] = {}
-        self._remote: dict[int, dict[tuple[int, int], RemoteLink]] = {}
+        self._remote: dict[int, dict[tuple[int, int], tuple[int, bool, float]]] = {}
         self._agg: dict[tuple[int, int], _Agg] = {}
         self._prefix: dict[str, str] = {}
         self._profiles: dict[str, _Profile] = {}
@@ -340,13 +350,15 @@ class PathTable:
         if not self._p.role.load_balancer:
             return Changes()
         spine_id = int(spine_id)
-        links: dict[tuple[int, int], RemoteLink] | None = None
-        if entries is not None:
+        links: dict[tuple[int, int], tuple[int, bool, float]] | None = None
+        if isinstance(entries, wire.Entries):  # fast path: straight from the packed bytes
             links = {
-                (e.far_end_id, e.link_id): RemoteLink(
-                    e.far_end_id, e.link_id, e.band, e.down, e.capacity_mbps
-                )
-                for e in entries
+                (fe, lid): (band, bool(fl & wire.ENTRY_FLAG_DOWN), float(cap))
+                for fe, lid, cap, band, fl in _SIG.iter_unpack(entries.raw)
+            }
+        elif entries is not None:
+            links = {
+                (e.far_end_id, e.link_id): (e.band, e.down, float(e.capacity_mbps)) for e in entries
             }
         old = self._remote.get(spine_id)
         if links == old:
@@ -355,21 +367,25 @@ class PathTable:
             del self._remote[spine_id]
         else:
             self._remote[spine_id] = links
-        # regroup by far end and compare aggregates
-        groups: dict[int, list[tuple[int, bool, float]]] = {}
-        for (fe, _lid), ln in (links or {}).items():
-            groups.setdefault(fe, []).append((ln.band, ln.down, ln.capacity_mbps))
-        old_fes = {fe for fe, _ in old} if old else set()
+        # far ends whose links changed (set algebra on the item views runs in C)
+        diff = (old or {}).items() ^ (links or {}).items()
+        groups: dict[int, list[tuple[int, bool, float]]] = {k[0]: [] for k, _v in diff}
+        if links:
+            for (fe, _lid), v in links.items():
+                g = groups.get(fe)
+                if g is not None:
+                    g.append(v)
         affected: set[str] = set()
-        for fe in old_fes | set(groups):
+        agg_map = self._agg
+        for fe, g in groups.items():
             k = (spine_id, fe)
-            agg = _aggregate(groups[fe]) if fe in groups else None
-            if self._agg.get(k) == agg:
+            agg = _aggregate(g) if g else None
+            if agg_map.get(k) == agg:
                 continue
             if agg is None:
-                del self._agg[k]
+                del agg_map[k]
             else:
-                self._agg[k] = agg
+                agg_map[k] = agg
             affected |= self._by_remote.get(k, set())
         return self._recompute(affected)
 
@@ -487,16 +503,24 @@ class PathTable:
         return ch
 
     def _remote_of(
-        self, nh: NextHop, nnh: frozenset[int] | None
+        self, bgp_id: int, nnh: tuple[int, ...] | None, consume: bool
     ) -> tuple[str, float | None, float | None, bool]:
-        """(status, quality, usable capacity, down) of n's compound remote part."""
-        if not self._p.role.load_balancer:
+        """(status, quality, usable capacity, down) of a next hop's compound remote part."""
+        if not consume:
             return "not_load_balancer", None, None, False
-        if nnh is None or not nnh:
+        if not nnh:
             return "nnhn_missing", None, None, False
-        if nh.bgp_id not in self._remote:
+        if bgp_id not in self._remote:
             return "no_heartbeat", None, None, False
-        known = [a for s in nnh if (a := self._agg.get((nh.bgp_id, s))) is not None]
+        agg = self._agg
+        if len(nnh) == 1:  # the 3-stage case, fast
+            a = agg.get((bgp_id, nnh[0]))
+            if a is None:
+                return "nnh_not_reported", None, None, False
+            if a.down:
+                return "down", 0.0, 0.0, True
+            return "ok", a.quality, a.usable, False
+        known = [a for s in nnh if (a := agg.get((bgp_id, s))) is not None]
         if not known:
             return "nnh_not_reported", None, None, False
         live = [a for a in known if not a.down]
@@ -513,62 +537,76 @@ class PathTable:
         prof.recomputes += 1
         self.recomputes += 1
         table = p.weight_table
+        bottleneck = p.combine == "bottleneck"
+        cap_aware = p.capacity_aware
+        local = self._local
+        remote_of = self._remote_of
+        consume = p.role.load_balancer
+        locs = [local.get(nh.ifname) if nh.ifname is not None else None for nh, _ in prof.items]
         # local capacity per helper, for sharing its downstream capacity among parallel NHs
-        local_cap_by_spine: dict[int, float] = {}
-        for nh in prof.nhs:
-            loc = self._local.get(nh.ifname) if nh.ifname is not None else None
+        spine_cap: dict[int, float] = {}
+        for (nh, _), loc in zip(prof.items, locs, strict=True):
             if loc is not None and not loc.down:
-                local_cap_by_spine[nh.bgp_id] = (
-                    local_cap_by_spine.get(nh.bgp_id, 0.0) + loc.capacity_mbps
-                )
-        raws: dict[NextHop, WeightInputs] = {}
-        sources: dict[NextHop, str] = {}
-        for nh, nnh in prof.nhs.items():
-            loc = self._local.get(nh.ifname) if nh.ifname is not None else None
-            status, rq, rcap, rdown = self._remote_of(nh, nnh)
-            lband = None if loc is None else (0 if loc.down else loc.band)
-            lcap = None if loc is None else loc.capacity_mbps
+                spine_cap[nh.bgp_id] = spine_cap.get(nh.bgp_id, 0.0) + loc.capacity_mbps
+        rows: list[tuple[str, WeightInputs]] = []
+        top = 0.0
+        for (nh, nnh), loc in zip(prof.items, locs, strict=True):
+            status, rq, rcap, rdown = remote_of(nh.bgp_id, nnh, consume)
+            if loc is None:
+                lband = lcap = None
+                ldown = False
+            else:
+                ldown = loc.down
+                lband = 0 if ldown else loc.band
+                lcap = loc.capacity_mbps
             if rq is not None:
                 source = "glb"
                 if lband is None:
                     q = rq
-                elif p.combine == "bottleneck":
-                    q = min(float(lband), rq)
+                elif bottleneck:
+                    q = lband if lband < rq else rq
                 else:
                     q = (lband + rq) / 2.0
             elif lband is not None:
                 source, q = "dlb", float(lband)
             else:
                 source, q = "static", MAX_Q
-            share = None
-            if rcap is not None and lcap is not None:
-                tot = local_cap_by_spine.get(nh.bgp_id, 0.0)
-                share = rcap * (lcap / tot) if tot > 0 else rcap
-            elif rcap is not None:
-                share = rcap
-            caps = [c for c in (lcap, share) if c is not None]
-            cap = min(caps) if caps else 1.0
-            if not p.capacity_aware:
+            if not cap_aware:
                 cap = 1.0
-            dead = (loc is not None and loc.down) or rdown
-            raw = 0.0 if dead else cap * _interp(table, q)
-            raws[nh] = WeightInputs(
-                lband, bool(loc and loc.down), lcap, rq, rdown, rcap, status,
-                None if nnh is None else tuple(sorted(nnh)), q, cap, raw,
-            )  # fmt: skip
-            sources[nh] = source
-        top = max((w.raw for w in raws.values()), default=0.0)
+            elif rcap is not None:
+                if lcap is not None:
+                    tot = spine_cap.get(nh.bgp_id, 0.0)
+                    share = rcap * (lcap / tot) if tot > 0 else rcap
+                    cap = lcap if lcap < share else share
+                else:
+                    cap = rcap
+            else:
+                cap = 1.0 if lcap is None else lcap
+            raw = 0.0 if (ldown or rdown) else cap * _interp(table, q)
+            if raw > top:
+                top = raw
+            rows.append(
+                (
+                    source,
+                    WeightInputs(lband, ldown, lcap, rq, rdown, rcap, status, nnh, q, cap, raw),
+                )
+            )
         new: dict[NextHop, Weight] = {}
+        summary: list[tuple[int, str]] = []
         if top <= 0.0:
-            for nh, wi in raws.items():
-                new[nh] = Weight(1, sources[nh], _with_guard(wi))
+            for (nh, _), (source, wi) in zip(prof.items, rows, strict=True):
+                new[nh] = Weight(1, source, wi._replace(guard=True))
+                summary.append((1, source))
         else:
-            mw = p.max_weight
-            for nh, wi in raws.items():
-                v = 0 if wi.raw <= 0 else max(1, round(wi.raw / top * mw))
-                new[nh] = Weight(v, sources[nh], wi)
-        changed = _values(new) != _values(prof.weights) or _srcs(new) != _srcs(prof.weights)
+            scale = p.max_weight / top
+            for (nh, _), (source, wi) in zip(prof.items, rows, strict=True):
+                raw = wi.raw
+                v = 0 if raw <= 0 else max(1, round(raw * scale))
+                new[nh] = Weight(v, source, wi)
+                summary.append((v, source))
+        changed = summary != prof.summary
         prof.weights = new
+        prof.summary = summary
         return changed
 
     # --- introspection ---------------------------------------------------------------------
@@ -606,11 +644,11 @@ class PathTable:
                     {
                         "far_end_id": _ip(fe),
                         "link_id": lid,
-                        "band": ln.band,
-                        "down": ln.down,
-                        "capacity_mbps": ln.capacity_mbps,
+                        "band": band,
+                        "down": down,
+                        "capacity_mbps": cap,
                     }
-                    for (fe, lid), ln in sorted(links.items())
+                    for (fe, lid), (band, down, cap) in sorted(links.items())
                 ]
                 for spine, links in sorted(self._remote.items())
             },
@@ -646,19 +684,3 @@ def _interp(table: tuple[int, ...], q: float) -> float:
         return float(table[7])
     f = q - lo
     return table[lo] + f * (table[lo + 1] - table[lo])
-
-
-def _with_guard(wi: WeightInputs) -> WeightInputs:
-    return WeightInputs(
-        wi.local_band, wi.local_down, wi.local_capacity_mbps, wi.remote_quality, wi.remote_down,
-        wi.remote_capacity_mbps, wi.remote_status, wi.nnh, wi.quality, wi.capacity_mbps, wi.raw,
-        guard=True,
-    )  # fmt: skip
-
-
-def _values(w: Mapping[NextHop, Weight]) -> dict[NextHop, int]:
-    return {k: v.value for k, v in w.items()}
-
-
-def _srcs(w: Mapping[NextHop, Weight]) -> dict[NextHop, str]:
-    return {k: v.source for k, v in w.items()}

@@ -267,15 +267,21 @@ class HmacKey:
 
     key_id: int
     secret: bytes = field(repr=False)
+    _keyed: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.key_id <= 255:
             raise ValueError("key_id must be 0..255")
         if not self.secret:
             raise ValueError("empty HMAC secret")
+        # the keyed inner/outer states, copied per message (saves the key schedule)
+        object.__setattr__(self, "_keyed", hmac.new(self.secret, digestmod=hashlib.sha256))
 
     def digest(self, data: bytes) -> bytes:
-        return hmac.new(self.secret, data, hashlib.sha256).digest()
+        h = self._keyed.copy()
+        h.update(data)
+        d: bytes = h.digest()
+        return d
 
 
 @dataclass(frozen=True, slots=True)

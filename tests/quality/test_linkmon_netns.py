@@ -12,7 +12,6 @@ import pytest
 
 from glbd.lab.netns import Lab
 from glbd.linkmon import LinkMonitor, LinkMonParams, MonitorRunner, QualityChanged, StatsReader
-from glbd.netlink.client import NetlinkSocket
 
 RATE_MBIT = 20
 
@@ -36,8 +35,7 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
         if q is not None:
             queues.append(q.queue_bytes)
 
-    sock = await NetlinkSocket.open(netns=a.name)
-    reader = StatsReader(sock)
+    reader = await StatsReader.open(netns=a.name)
     runner = MonitorRunner(mon, reader, on_update)
     server: subprocess.Popen[bytes] | None = None
     client: subprocess.Popen[bytes] | None = None
@@ -72,9 +70,14 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
         await asyncio.to_thread(client.wait, 10)
         await until(lambda: band() == 7, 5.0)  # load gone: back to the best band
         assert reader.dumps >= 2 * runner.samples and runner.errors == 0
+        assert reader.link_dumps >= 1
+        # link down is seen at once (RTNLGRP_LINK event), quality 0 with the down flag
+        b.link_down("rx-tx")  # the peer goes away: no carrier on tx-rx
+        await until(lambda: (q := mon.quality("tx-rx")) is not None and q.down, 2.0)
+        assert seen[-1].reason == "down" and seen[-1].quality.band == 0
     finally:
         await runner.stop()
-        sock.close()
+        reader.close()
         for p in (client, server):
             if p is not None and p.poll() is None:
                 p.terminate()

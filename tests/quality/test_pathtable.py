@@ -255,3 +255,14 @@ def test_mean_combine() -> None:
     t.set_local("eth1", LocalLink(3, False, G))
     t.set_prefix("p2", to_leaf(L2))
     assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.quality == 5.0
+
+
+def test_heartbeat_entries_fast_path_matches_generic() -> None:
+    ents = [wire.Entry(L2, 1, G, 3), wire.Entry(L2, 2, G, 0, wire.ENTRY_FLAG_DOWN)]
+    t1, t2 = table(), table()
+    for t in (t1, t2):
+        t.set_prefix("p2", to_leaf(L2))
+    t1.set_remote(S[0], wire.Entries(ents))
+    t2.set_remote(S[0], list(ents))
+    assert t1.to_dict() == t2.to_dict()
+    assert not t1.set_remote(S[0], wire.Entries(ents))  # same snapshot: nothing to do
