@@ -209,9 +209,9 @@ class FibProgrammer:
     # -- the service API ----------------------------------------------------------------------
     async def apply(self, desired: Desired) -> ApplyResult:
         """Make the kernel match ``desired`` (idempotent; only differences are written)."""
-        self._desired = desired
         self.stats.applies += 1
         async with self._lock:
+            self._desired = desired
             return await self._sync()
 
     async def remove_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
@@ -586,11 +586,20 @@ class FibProgrammer:
             timeout = self.reconcile_interval_s
             if stale_pending:
                 timeout = min(timeout, max(0.0, self._stale_until - self._clock()))
+            # a plain timer instead of asyncio.wait_for (3.11's wait_for can swallow a cancel)
+            timed_out = False
+
+            def _tick() -> None:
+                nonlocal timed_out
+                timed_out = True
+                self._wake.set()
+
+            timer = asyncio.get_running_loop().call_later(timeout, _tick)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-                full = self._need_full
-            except TimeoutError:
-                full = True
+                await self._wake.wait()
+            finally:
+                timer.cancel()
+            full = self._need_full or timed_out
             if stale_pending and self._clock() >= self._stale_until:
                 stale_pending = False
                 full = True
