@@ -44,6 +44,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from glbd import nhc as nhcmod
 from glbd.exabgp import api
 
@@ -63,6 +65,8 @@ __all__ = [
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+log = structlog.get_logger(__name__)
 
 _ORIGIN_RANK = {"igp": 0, "egp": 1, "incomplete": 2}
 
@@ -287,6 +291,16 @@ class Rib:
             if status not in ("absent", "valid", "not_validated"):
                 st.counters[status] += 1
                 self.counters[status] += 1
+                n = st.counters[status]
+                if n & (n - 1) == 0:  # 1st, 2nd, 4th, 8th... per peer and reason
+                    log.info(
+                        "nhc_ignored",
+                        peer=str(ev.peer),
+                        prefix=str(a.prefix),
+                        reason=status,
+                        count=n,
+                        peer_bgp_id=str(st.bgp_id),
+                    )
             path = Path(
                 ev.peer,
                 next_hop,
