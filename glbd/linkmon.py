@@ -432,8 +432,22 @@ class StatsReader:
     ~1 ms per dump); here each row is a few ``unpack_from`` calls. The socket is non-blocking
     and the loop awaits readiness, so the event loop never blocks."""
 
-    def __init__(self, sock: socket.socket, *, link_refresh_s: float = 1.0) -> None:
-        self._sock = sock
+    def __init__(
+        self,
+        nl: NetlinkSocket | socket.socket | None = None,
+        *,
+        link_refresh_s: float = 1.0,
+    ) -> None:
+        """Prefer ``await StatsReader.open(netns=...)``. ``StatsReader(nl)`` with a
+        :class:`~glbd.netlink.client.NetlinkSocket` still works (compatibility): it reads
+        link state and counters with one ``dump_select`` link dump per sample instead (about
+        5x the CPU of the lean path)."""
+        self._compat: NetlinkSocket | None = None
+        self._sock: socket.socket | None = None
+        if isinstance(nl, socket.socket):
+            self._sock = nl
+        elif nl is not None:
+            self._compat = nl
         self._seq = 1
         self._buf = bytearray(1 << 17)
         self._links: dict[int, _LinkInfo] = {}
@@ -481,7 +495,8 @@ class StatsReader:
         if self._events is not None:
             self._events.close()
             self._events = None
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
 
     # --- link state ---------------------------------------------------------------------
 
@@ -542,17 +557,19 @@ class StatsReader:
     async def _dump(self, msg_type: int, body: bytes) -> list[tuple[int, bytes]]:
         """One dump request; returns (type, body) of every reply message (restarts once on
         NLM_F_DUMP_INTR). Raises OSError on a kernel error."""
+        sock = self._sock
+        assert sock is not None
         for _attempt in range(3):
             self._seq = (self._seq + 1) & 0x7FFFFFFF or 1
             seq = self._seq
-            self._sock.send(_NLHDR.pack(16 + len(body), msg_type, 0x301, seq, 0) + body)
+            sock.send(_NLHDR.pack(16 + len(body), msg_type, 0x301, seq, 0) + body)
             rows: list[tuple[int, bytes]] = []
             intr = False
             done = False
             loop = asyncio.get_running_loop()
             while not done:
                 try:
-                    n = self._sock.recv_into(self._buf)
+                    n = sock.recv_into(self._buf)
                 except BlockingIOError:
                     await self._readable(loop)
                     continue
@@ -582,6 +599,7 @@ class StatsReader:
 
     async def _readable(self, loop: asyncio.AbstractEventLoop) -> None:
         fut: asyncio.Future[None] = loop.create_future()
+        assert self._sock is not None
         fd = self._sock.fileno()
 
         def ready() -> None:
@@ -596,6 +614,8 @@ class StatsReader:
 
     async def read(self, ifnames: Iterable[str] | None = None) -> list[LinkSample]:
         """One sample of every interface (only ``ifnames`` if given) that the kernel lists."""
+        if self._compat is not None:
+            return await self._read_compat(self._compat, ifnames)
         loop = asyncio.get_running_loop()
         now = loop.time()
         if self._links_at is None or now - self._links_at >= self._link_refresh_s:
@@ -661,6 +681,38 @@ class StatsReader:
                         tx = u64(data, st + 24)[0]
                         break
             out.append(LinkSample(info.name, info.up, tx, backlog.get(ifindex, 0), ifindex))
+        return out
+
+    async def _read_compat(
+        self, nl: NetlinkSocket, ifnames: Iterable[str] | None
+    ) -> list[LinkSample]:
+        from glbd.netlink import const as c
+        from glbd.netlink.codec import IfInfoMsg, TcMsg
+        from glbd.netlink.rtnl import (
+            LINK_WANT,
+            QDISC_WANT,
+            link_dump,
+            link_state,
+            qdisc_dump,
+            qdisc_queue,
+        )
+
+        want = None if ifnames is None else set(ifnames)
+        links = await nl.dump_select(link_dump(), IfInfoMsg, LINK_WANT)
+        qdiscs = await nl.dump_select(qdisc_dump(), TcMsg, QDISC_WANT)
+        self.dumps += 2
+        backlog: dict[int, int] = {}
+        for row in qdiscs:
+            q = qdisc_queue(row)
+            if q.parent == TC_H_ROOT:
+                backlog[q.ifindex] = q.backlog
+        out = []
+        for row in links:
+            st = link_state(row)
+            if want is not None and st.name not in want:
+                continue
+            up = st.up and st.operstate in (c.IF_OPER_UP, c.IF_OPER_UNKNOWN)
+            out.append(LinkSample(st.name, up, st.tx_bytes, backlog.get(st.ifindex, 0), st.ifindex))
         return out
 
 

@@ -82,3 +82,27 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
             if p is not None and p.poll() is None:
                 p.terminate()
                 await asyncio.to_thread(p.wait, 5)
+
+
+@pytest.mark.netns
+async def test_lean_and_compat_readers_agree(netns_lab: Lab) -> None:
+    from glbd.netlink.client import NetlinkSocket
+
+    a, _b = netns_lab.pair("p", "q")
+    lean = await StatsReader.open(netns=a.name)
+    nl = await NetlinkSocket.open(netns=a.name)
+    try:
+        compat = StatsReader(nl)
+        x = {s.ifname: s for s in await lean.read(["p-q", "lo"])}
+        y = {s.ifname: s for s in await compat.read(["p-q", "lo"])}
+        assert set(x) == set(y) == {"p-q", "lo"}
+        for name in x:
+            assert (x[name].up, x[name].ifindex, x[name].backlog_bytes) == (
+                y[name].up,
+                y[name].ifindex,
+                y[name].backlog_bytes,
+            )
+            assert abs(x[name].tx_bytes - y[name].tx_bytes) < 10_000  # counters move a little
+    finally:
+        lean.close()
+        nl.close()
