@@ -182,3 +182,62 @@ async def test_reconfigure_adds_neighbor_without_disturbing_others(netns_lab: La
         assert not [e for e in leaf1.events if isinstance(e, PeerDown)]
     finally:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+async def test_garbage_nhc_is_counted_never_resets(netns_lab: Lab) -> None:
+    import ipaddress
+
+    from bgp_helpers import make_node
+
+    from glbd.exabgp import api
+    from glbd.exabgp.supervisor import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+    from glbd.rib import PeerDown
+
+    a, b = netns_lab.pair("leaf", "peer", a_addr="172.16.31.1/24", b_addr="172.16.31.2/24")
+    leaf = make_node(
+        a.name,
+        "10.0.0.1",
+        65001,
+        Role.LOAD_BALANCER,
+        [("172.16.31.2", 65100, "172.16.31.1", "leaf-peer")],
+        passive=False,
+    )
+    injector = ExabgpSupervisor(
+        ExabgpParams("10.0.0.9", 65100, (ExabgpNeighbor("172.16.31.1", "172.16.31.2", 65001),)),
+        netns=b.name,
+        on_line=lambda s: None,
+        on_lost=lambda: None,
+        on_ready=lambda: None,
+    )
+    peer = ipaddress.ip_address("172.16.31.1")
+    nh = ipaddress.ip_address("172.16.31.2")
+    garbage = {
+        "10.220.0.0/24": "00010104ac101f02000200",  # trailing bytes
+        "10.221.0.0/24": "00010104ac101f020002000a0a0000090a0000070a00",  # NNHN length 10
+        "10.222.0.0/24": "0003",  # too short
+        "10.223.0.0/24": "00010104ac101f02000200080a0000090a000007",  # valid, for contrast
+    }
+    try:
+        await injector.start()
+        await leaf.speaker.start()
+        for prefix, value in garbage.items():
+            injector.send(
+                api.Announce(
+                    peer,
+                    ipaddress.ip_network(prefix),
+                    nh,
+                    as_path=(65100,),
+                    nhc=bytes.fromhex(value),
+                )
+            )
+        await wait_for(lambda: all(leaf.nh(p) for p in garbage), 40, "all four routes kept")
+        assert leaf.nh("10.220.0.0/24")[0][2] == "nhc_malformed_trailing_bytes"
+        assert leaf.nh("10.221.0.0/24")[0][2] == "nnhn_discarded"
+        assert leaf.nh("10.222.0.0/24")[0][2] == "nhc_malformed_too_short"
+        assert leaf.nh("10.223.0.0/24")[0][1:] == (("10.0.0.7",), "valid")
+        assert not [e for e in leaf.events if isinstance(e, PeerDown)]
+        (nb,) = leaf.speaker.neighbors_snapshot()
+        assert nb["state"] == "up" and nb["counters"]["nhc_malformed_trailing_bytes"] == 1
+    finally:
+        await leaf.speaker.stop()
+        await injector.stop()
