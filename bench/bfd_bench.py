@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mult", type=int, default=3)
     ap.add_argument("--duration", type=float, default=30.0, help="seconds held under load")
     ap.add_argument("--frr", action="store_true", help="also run FRR 10.x bfdd, same scenario")
+    ap.add_argument("--skip-glbd", action="store_true", help="with --frr: FRR only")
     ap.add_argument("--no-load", action="store_true", help="idle machine (no busy core/main)")
     ap.add_argument("--rt-priority", type=int, help="run the glbd engines SCHED_FIFO")
     ap.add_argument("--mode", choices=["process", "thread"], default="process")
@@ -402,18 +403,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(fmt(r), flush=True)
                 results.append(r)
             continue
-        r = run_glbd(
-            n,
-            iv,
-            args.mult,
-            args.duration,
-            mode=args.mode,
-            rt_priority=args.rt_priority,
-            busy_process=busy,
-            busy_main=busy,
-        )
-        print(fmt(r), flush=True)
-        results.append(r)
+        if not args.skip_glbd:
+            r = run_glbd(
+                n,
+                iv,
+                args.mult,
+                args.duration,
+                mode=args.mode,
+                rt_priority=args.rt_priority,
+                busy_process=busy,
+                busy_main=busy,
+            )
+            print(fmt(r), flush=True)
+            results.append(r)
         if args.frr:
             f = run_frr(n, iv, args.mult, args.duration, busy_process=busy, busy_main=busy)
             print(fmt(f), flush=True)

@@ -4,6 +4,7 @@ Up does not flap, GTSM drops, and the thread-mode engine does the same."""
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
 import time
@@ -206,3 +207,23 @@ def test_control_errors_and_missing_interface(netns_lab: Lab) -> None:
     a.engine.stop()
     with pytest.raises(EngineError, match="not running"):
         a.engine.snapshot()
+
+
+def _link_local(ns: Netns, ifname: str) -> str:
+    deadline = time.monotonic() + 5
+    while True:  # the kernel adds the fe80:: address shortly after the link comes up
+        out = ns.ip("-j", "-6", "addr", "show", "dev", ifname, "scope", "link").stdout
+        for link in json.loads(out or "[]"):
+            for info in link.get("addr_info", []):
+                if "local" in info:
+                    return str(info["local"])
+        assert time.monotonic() < deadline, f"no link-local address on {ifname}"
+        time.sleep(0.05)
+
+
+def test_ipv6_link_local_peers(netns_lab: Lab) -> None:
+    """Unnumbered fabrics: link-local peer and source, the scope taken from the interface."""
+    a, b = _pair(netns_lab, mode="thread")
+    la, lb = _link_local(a.ns, "a-b"), _link_local(b.ns, "b-a")
+    _up(a, b, lb, la)
+    assert a.session(lb)["state"] == "up" and a.session(lb)["socket_error"] == ""
