@@ -398,6 +398,9 @@ _TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, i
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 _QUEUE = struct.Struct("=IIIII")  # gnet_stats_queue: qlen backlog drops requeues overlimits
+# RTM_NEWSTATS row: if_stats_msg (ifindex at 4), then the first attribute's header and the
+# fourth u64 of rtnl_link_stats64 (tx_bytes)
+_STATS_ROW = struct.Struct("=4xI4xHH24xQ")
 
 
 def _attrs(data: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -661,24 +664,21 @@ class StatsReader:
         want = None if ifnames is None else set(ifnames)
         links = self._links
         out: list[LinkSample] = []
-        u32 = _U32.unpack_from
-        u64 = _U64.unpack_from
+        fixed = _STATS_ROW.unpack_from
+        fixed_len = _STATS_ROW.size
         for typ, data in stats:
-            if typ != RTM_NEWSTATS or len(data) < _IFSTATS_REQ.size + 36:
+            if typ != RTM_NEWSTATS or len(data) < fixed_len:
                 continue
-            info = links.get(u32(data, 4)[0])
+            # the only attribute asked for comes first: IFLA_STATS_LINK_64 (tx_bytes at +24)
+            ifindex, alen, atype, tx = fixed(data, 0)
+            info = links.get(ifindex)
             if info is None or (want is not None and info.name not in want):
                 continue
-            ifindex = u32(data, 4)[0]
-            # the only attribute asked for comes first: IFLA_STATS_LINK_64, tx_bytes at +24
-            ln, at = attr_unpack(data, _IFSTATS_REQ.size)
-            if at & 0x3FFF == IFLA_STATS_LINK_64 and ln >= 4 + 32:
-                tx = u64(data, _IFSTATS_REQ.size + 4 + 24)[0]
-            else:
+            if atype & 0x3FFF != IFLA_STATS_LINK_64 or alen < 4 + 32:
                 tx = 0
                 for at2, st, en in _attrs(data, _IFSTATS_REQ.size, len(data)):
                     if at2 == IFLA_STATS_LINK_64 and en - st >= 32:
-                        tx = u64(data, st + 24)[0]
+                        tx = _U64.unpack_from(data, st + 24)[0]
                         break
             out.append(LinkSample(info.name, info.up, tx, backlog.get(ifindex, 0), ifindex))
         return out
