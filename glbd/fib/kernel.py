@@ -267,9 +267,14 @@ def observe(
             else:
                 obs.foreign_routes.add(key)
     elif previous_routes is not None:
-        obs.foreign_routes = set(previous_routes.foreign_routes)
-        alive = obs.groups.keys() | obs.nexthops.keys() | obs.foreign_ids
-        obs.routes = {
-            k: r for k, r in previous_routes.routes.items() if r.nhid is None or r.nhid in alive
-        }
+        obs.foreign_routes = previous_routes.foreign_routes
+        gone = (previous_routes.groups.keys() | previous_routes.nexthops.keys()) - (
+            obs.groups.keys() | obs.nexthops.keys()
+        )
+        if gone:
+            obs.routes = {
+                k: r for k, r in previous_routes.routes.items() if r.nhid not in gone
+            }
+        else:
+            obs.routes = previous_routes.routes  # shared: the cache is updated in place
     return obs

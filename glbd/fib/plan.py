@@ -115,6 +115,7 @@ _ORDER = {NhSet: 0, GroupSet: 1, RouteSet: 2, RouteDel: 3, GroupDel: 4, NhDel: 5
 class Plan:
     ops: tuple[Op, ...]
     notes: Mapping[str, str] = field(default_factory=dict)  # group key / prefix -> why not
+    realizable: Mapping[str, int] = field(default_factory=dict)  # key -> gid of groups that exist
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,32 +209,27 @@ def assign_ids(
         by_identity.setdefault((nh.gateway, nh.ifindex, nh.onlink), nh.id)
     taken.update(observed.nexthops)
     taken.update(observed.groups)
+    given: set[int] = set()
     for m in sorted(wanted_members):
         i = prev.members.get(m)
-        if i is not None and i not in observed.foreign_ids and i not in out.members.values():
+        if i is not None and i not in observed.foreign_ids and i not in given:
             out.members[m] = i
+            given.add(i)
             continue
         link = observed.links.get(m.ifname)
         if link is not None:
             j = by_identity.get((m.gateway, link.index, m.onlink))
-            if j is not None and j not in out.members.values():
+            if j is not None and j not in given:
                 out.members[m] = j
+                given.add(j)
                 continue
-    taken.update(out.members.values())
+    taken.update(given)
     for m in sorted(wanted_members - set(out.members)):
         out.members[m] = _probe(ranges.member_base, ranges.size, m.label, taken)
         taken.add(out.members[m])
-    # groups
-    group_votes: dict[IPNetwork, list[int]] = {}
-    for (pfx, _metric), kr in observed.routes.items():
-        if kr.nhid is not None and kr.nhid in observed.groups:
-            group_votes.setdefault(pfx, []).append(kr.nhid)
-    votes: dict[str, Counter[int]] = {}
-    for prefix, key in desired.routes.items():
-        for nhid in group_votes.get(prefix, ()):
-            votes.setdefault(key, Counter())[nhid] += 1
+    # groups: keep valid previous ids; only keys without one need the (O(routes)) votes
     used: set[int] = set()
-    pending: list[str] = []
+    missing: list[str] = []
     for key in sorted(desired.groups):
         spec = desired.groups[key]
         i = prev.groups.get(key)
@@ -243,13 +239,19 @@ def assign_ids(
                 out.groups[key] = i
                 used.add(i)
                 continue
-        for j, _n in votes.get(key, Counter()).most_common():
-            if j not in used and compatible(observed.groups[j], spec.resilient):
-                out.groups[key] = j
-                used.add(j)
-                break
-        else:
-            pending.append(key)
+        missing.append(key)
+    pending: list[str] = []
+    if missing:
+        votes = _route_votes(desired, observed, set(missing))
+        for key in missing:
+            spec = desired.groups[key]
+            for j, _n in votes.get(key, Counter()).most_common():
+                if j not in used and compatible(observed.groups[j], spec.resilient):
+                    out.groups[key] = j
+                    used.add(j)
+                    break
+            else:
+                pending.append(key)
     taken.update(used)
     for key in pending:
         out.groups[key] = _probe(ranges.group_base, ranges.size, key, taken)
@@ -257,10 +259,30 @@ def assign_ids(
     return out
 
 
+def _route_votes(
+    desired: Desired, observed: Observed, keys: set[str]
+) -> dict[str, Counter[int]]:
+    """key -> Counter(group id its desired prefixes point at in the kernel)."""
+    by_prefix: dict[IPNetwork, list[int]] = {}
+    for (pfx, _metric), kr in observed.routes.items():
+        if kr.nhid is not None and kr.nhid in observed.groups:
+            by_prefix.setdefault(pfx, []).append(kr.nhid)
+    votes: dict[str, Counter[int]] = {}
+    for prefix, key in desired.routes.items():
+        if key in keys:
+            for nhid in by_prefix.get(prefix, ()):
+                votes.setdefault(key, Counter())[nhid] += 1
+    return votes
+
+
 # --- planner -------------------------------------------------------------------------------
 
 
-def plan(desired: Desired, observed: Observed, ids: IdMap, p: PlanParams) -> Plan:
+def plan(
+    desired: Desired, observed: Observed, ids: IdMap, p: PlanParams, *, routes: bool = True
+) -> Plan:
+    """``routes=False`` plans members and groups only (O(members)): for a weight change when
+    the route set and the set of groups that can exist are unchanged."""
     ops: list[Op] = []
     notes: dict[str, str] = {}
     # 1. groups (and the members they need)
@@ -301,7 +323,7 @@ def plan(desired: Desired, observed: Observed, ids: IdMap, p: PlanParams) -> Pla
         if gid not in wanted_gids and (p.allow_delete or gid in mapped)
     }
     wanted_routes: set[RouteKey] = set()
-    for prefix in sorted(desired.routes, key=lambda n: (n.version, n)):
+    for prefix in desired.routes if routes else ():
         key = desired.routes[prefix]
         rk = (prefix, route_metric(prefix, p.metric))
         if key not in desired.groups:
@@ -321,7 +343,7 @@ def plan(desired: Desired, observed: Observed, ids: IdMap, p: PlanParams) -> Pla
         kr = observed.routes.get(rk)
         if kr is None or kr.nhid != target:
             ops.append(RouteSet(prefix, rk[1], target))
-    for rk, kr in sorted(observed.routes.items(), key=lambda t: (t[0][0].version, t[0])):
+    for rk, kr in observed.routes.items() if routes else ():
         if rk in wanted_routes:
             continue
         if kr.nhid in dying_groups:
@@ -337,4 +359,5 @@ def plan(desired: Desired, observed: Observed, ids: IdMap, p: PlanParams) -> Pla
             if nid not in needed_members:
                 ops.append(NhDel(nid))
     ops.sort(key=lambda o: _ORDER[type(o)])
-    return Plan(tuple(ops), notes)
+    return Plan(tuple(ops), notes, realizable)
+

@@ -28,7 +28,7 @@ import contextlib
 import errno
 import ipaddress
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ from glbd.fib.model import (
     KRoute,
     Member,
     Observed,
+    Resilient,
     RouteKey,
 )
 from glbd.fib.plan import (
@@ -112,6 +113,7 @@ class FibProgrammer:
         table: int = c.RT_TABLE_MAIN,
         *,
         metric: int = 0,
+        resilient: Resilient | None = None,
         id_ranges: IdRanges | None = None,
         weight_bits: int | None = None,
         compat_mode: int | None = None,
@@ -128,6 +130,7 @@ class FibProgrammer:
         self.protocol = protocol
         self.table = table
         self.metric = metric
+        self.resilient = resilient
         self.id_ranges = id_ranges or IdRanges()
         self.compat_mode = compat_mode
         self.reconcile_interval_s = reconcile_interval_s
@@ -142,6 +145,9 @@ class FibProgrammer:
         self._ids = IdMap()
         self._excluded: set[Member] = set()
         self._notes: dict[str, str] = {}
+        self._planned_routes: object = None  # the desired.routes mapping last planned in full
+        self._realizable: dict[str, int] = {}
+        self._routes_dirty = True
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._need_full = False
@@ -213,6 +219,29 @@ class FibProgrammer:
         async with self._lock:
             self._desired = desired
             return await self._sync()
+
+    async def set_weights(
+        self, key: str, weights: Mapping[Member, int], resilient: Resilient | bool | None = True
+    ) -> ApplyResult:
+        """Change one group's weights (the path-quality fast path): O(members), one
+        RTM_NEWNEXTHOP replace, however many routes use the group. ``resilient=True`` keeps the
+        group's current type/parameters. The group key must already be in the desired state."""
+        async with self._lock:
+            d = self._desired
+            if d is None or key not in d.groups:
+                raise KeyError(key)
+            old = d.groups[key]
+            res = old.resilient if resilient is True else resilient
+            assert res is None or isinstance(res, Resilient)
+            groups = dict(d.groups)
+            groups[key] = GroupSpec(dict(weights), res)
+            self._desired = Desired(groups=groups, routes=d.routes)  # same routes object
+            self.stats.applies += 1
+            return await self._sync()
+
+    def group_spec(self, weights: Mapping[Member, int]) -> GroupSpec:
+        """A GroupSpec of the configured default type (``resilient=`` of the constructor)."""
+        return GroupSpec(dict(weights), self.resilient)
 
     async def remove_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
         """Fast failover: next hop ``gateway`` (on ``ifname``, or on any interface) is gone.
@@ -392,13 +421,30 @@ class FibProgrammer:
         )
 
     async def _sync(self) -> ApplyResult:
-        """Plan against the cached kernel view and apply. Caller holds the lock."""
-        if self._desired is None:
+        """Plan against the cached kernel view and apply. Caller holds the lock.
+
+        Routes are planned (O(routes)) only when they may need work: the desired route mapping
+        is a different object, a refresh found routes gone, the set of groups that can exist
+        changed, or the last route write failed. A weight change is O(members)."""
+        d = self._desired
+        if d is None:
             return ApplyResult(0)
         t0 = time.perf_counter()
-        self._ids = assign_ids(self._desired, self._obs, self._ids, self.id_ranges)
-        pl = plan(self._desired, self._obs, self._ids, self._params())
-        self._notes = dict(pl.notes)
+        self._ids = assign_ids(d, self._obs, self._ids, self.id_ranges)
+        params = self._params()
+        full = self._routes_dirty or d.routes is not self._planned_routes
+        pl = plan(d, self._obs, self._ids, params, routes=full)
+        if not full and dict(pl.realizable) != self._realizable:
+            full = True
+            pl = plan(d, self._obs, self._ids, params, routes=True)
+        if full:
+            self._notes = dict(pl.notes)
+            self._planned_routes = d.routes
+            self._routes_dirty = False
+        else:
+            kept = {k: v for k, v in self._notes.items() if k not in d.groups}
+            self._notes = {**kept, **pl.notes}
+        self._realizable = dict(pl.realizable)
         errors = await self._execute(list(pl.ops))
         return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
 
@@ -434,6 +480,7 @@ class FibProgrammer:
                 self._wake.set()
             errors.append(f"{type(op).__name__} {_op_id(op)}: {err}")
         if errors:
+            self._routes_dirty = True
             self.stats.op_errors += len(errors)
             self.stats.last_errors = (self.stats.last_errors + errors)[-20:]
             self._need_full = True
@@ -458,6 +505,7 @@ class FibProgrammer:
         elif isinstance(op, GroupDel):
             o.groups.pop(op.id, None)
             o.routes = {k: r for k, r in o.routes.items() if r.nhid != op.id}
+            self._routes_dirty = True
         elif isinstance(op, NhDel):
             o.nexthops.pop(op.id, None)
             for gid, kg in list(o.groups.items()):
@@ -468,6 +516,7 @@ class FibProgrammer:
                     else:
                         del o.groups[gid]
                         o.routes = {k: r for k, r in o.routes.items() if r.nhid != gid}
+                        self._routes_dirty = True
 
     async def _refresh(self, full: bool) -> None:
         assert self._req is not None
@@ -489,6 +538,8 @@ class FibProgrammer:
         )
         if obs.weight_16bit and self._weight_bits is None:
             self._weight_bits = 16
+        if full or len(obs.routes) != len(self._obs.routes):
+            self._routes_dirty = True
         self._obs = obs
         self.stats.reconciles += 1
 
@@ -573,6 +624,7 @@ class FibProgrammer:
         groups shrink, an emptied group vanishes with its routes. The reconcile confirms."""
         for nid in [i for i, nh in self._obs.nexthops.items() if nh.ifindex == ifindex]:
             self._account(NhDel(nid))
+        self._routes_dirty = True
 
     def _on_overrun(self) -> None:
         self.stats.overruns += 1

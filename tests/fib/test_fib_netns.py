@@ -87,6 +87,10 @@ async def test_install_reweight_ipv6_and_snapshot(rig: Rig, fib: FibProgrammer) 
     assert res.ops == 2 and res.errors == ()  # one member nexthop + one group replace
     assert route_nhid(rig, "203.0.113.0/24") == nhid
     assert group_weights(rig, nhid) == {"198.18.10.2": 1, "198.18.10.6": 7, "198.18.10.10": 2}
+    # the path-quality fast path: one group, O(members), one replace
+    res = await fib.set_weights("a", {member(1): 5, member(2): 1, member(3): 1})
+    assert res.ops == 1 and res.errors == ()
+    assert group_weights(rig, nhid) == {"198.18.10.2": 5, "198.18.10.6": 1, "198.18.10.10": 1}
     # 16-bit weights: ip 6.1 shows them wrong, so check through glbd's own kernel dump
     await fib.apply(two_groups({member(1): 1000, member(2): 300}))
     await fib.reconcile(full=True)
