@@ -188,8 +188,11 @@ class McastTransport:
             except OSError as e:
                 self._count("recv_" + (errno.errorcode.get(e.errno or 0, "error").lower()))
                 return
+            src = addr[0]
+            if "%" in src:  # IPv6 link-local with scope: the socket already fixes the interface
+                src = src.split("%", 1)[0]
             try:
-                on(data, ifname, addr[0], _ttl_of(anc), now)
+                on(data, ifname, src, _ttl_of(anc), now)
             except Exception:  # a bug in a callback must not kill the reader
                 self._count("handler_exception")
                 log.exception("heartbeat handler failed")

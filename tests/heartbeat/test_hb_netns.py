@@ -110,3 +110,30 @@ async def test_heartbeats_over_veth_with_rejections(netns_lab: Lab) -> None:
     finally:
         tx.close()
         rx.close()
+
+
+@pytest.mark.netns
+async def test_heartbeats_over_ipv6_link_local_group(netns_lab: Lab) -> None:
+    spine, leaf = netns_lab.pair("s6", "l6")
+    loop = asyncio.get_running_loop()
+    updates: list[RemoteUpdate] = []
+    group = "ff02::149"
+    tx = HeartbeatEndpoint(loop, sender=Sender(SenderParams(SPINE), 1), receiver=None, group=group)
+    receiver = Receiver()
+    rx = HeartbeatEndpoint(
+        loop, sender=None, receiver=receiver, on_remote=updates.extend, group=group
+    )
+    try:
+        tx.update_links(ENTRIES)
+        with leaf.entered():
+            rx.set_neighbors([Neighbor("l6-s6", SPINE, None)])
+        with spine.entered():
+            tx.set_neighbors([Neighbor("s6-l6", LEAF, None)])
+        await _until(lambda: receiver.accepted >= 3)
+        assert updates[0].reason == "new" and list(updates[0].entries or ()) == ENTRIES
+        assert receiver.drops == {}  # hop limit 255 read from IPV6_HOPLIMIT
+        src = rx.to_dict()["receiver"]["interfaces"][0]
+        assert src["accepted"] >= 3
+    finally:
+        tx.close()
+        rx.close()
