@@ -544,8 +544,9 @@ class Rib:
         st.established_at = None
         st.last_down_reason = reason
         out: list[Effect] = []
-        if st.stale:  # ExaBGP restart in progress: keep stale paths until EOR/timer
+        if st.stale and not was_up:  # ExaBGP restart churn: keep stale paths until EOR/timer
             return out
+        st.stale = False  # a re-established session failed again: everything goes
         if was_up:
             out.append(PeerDown(st.params.address, reason))
         changed = set(st.adj_in)

@@ -415,3 +415,17 @@ def test_end_of_rib_sweeps_only_its_family() -> None:
     eff = r.on_update(eor6, 3.3)
     assert NextHopsChanged(N("2001:db8:2::/48"), ()) in eff
     assert not r.peers[n.address].stale and r.next_deadline() is None
+
+
+def test_session_failing_after_restart_drops_stale_paths_too() -> None:
+    r = rib(Role.BOTH, stale_timer_s=30.0)
+    r.on_update(upd(2, "10.202.0.0/24", "10.212.0.0/24"), 1.0)
+    r.speaker_lost(2.0)
+    n = LEAVES[2].address
+    assert r.on_state(n, "down", 2.5, "closing connection") == []  # churn before up
+    r.on_state(n, "up", 3.0)
+    r.on_update(upd(2, "10.202.0.0/24"), 3.1)
+    eff = r.on_state(n, "down", 4.0, "hold timer expired")
+    gone = {e.prefix for e in eff if isinstance(e, NextHopsChanged) and not e.next_hops}
+    assert gone == {N("10.202.0.0/24"), N("10.212.0.0/24")}
+    assert not r.peers[n].stale
