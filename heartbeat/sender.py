@@ -72,7 +72,7 @@ class Sender:
 
     def __init__(self, params: SenderParams, first_sequence: int) -> None:
         self._params = params
-        self._seq = first_sequence & 0xFFFFFFFF
+        self._seq = (first_sequence - 1) & 0xFFFFFFFF  # the first datagram carries first_sequence
         self._entries = wire.Entries()
         self._key = self._entries.key()
         self._ifnames: tuple[str, ...] = ()

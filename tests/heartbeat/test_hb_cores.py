@@ -24,7 +24,7 @@ def test_sender_periodic_and_sequence() -> None:
     assert s.next_deadline() is None  # no interface yet
     out = s.set_interfaces(["eth2", "eth1", "eth1"], now=0.0)
     assert [t.ifname for t in out] == ["eth1", "eth2"]
-    assert out[0].data == out[1].data and out[0].sequence == 0xFFFFFFFF
+    assert out[0].data == out[1].data and out[0].sequence == 0xFFFFFFFE
     seqs = [out[0].sequence]
     now = 0.0
     for _ in range(5):
@@ -34,7 +34,7 @@ def test_sender_periodic_and_sequence() -> None:
         seqs.append(out[0].sequence)
         assert wire.decode(out[0].data).interval_us == 20_000
     assert abs(now - 0.1) < 1e-9
-    assert seqs == [0xFFFFFFFF, 0, 1, 2, 3, 4]  # wraps, never repeats
+    assert seqs == [0xFFFFFFFE, 0xFFFFFFFF, 0, 1, 2, 3]  # wraps, never repeats
 
 
 def test_sender_on_change_respects_min_spacing() -> None:
