@@ -20,7 +20,8 @@ Then an nftables drop on a's input cuts every session at once and the detection 
 packet received -> Down) of each is measured against the theoretical detection time.
 
 ``--frr`` runs FRR 10.x bfdd (the lab's sid chroot) through the same scenario (same sessions,
-interval and load): flaps = the sum of ``session-down`` counters, CPU of both bfdd processes.
+interval and load; with ``--rt-priority`` every bfdd thread gets the same SCHED_FIFO priority as
+the glbd engines): flaps = the sum of ``session-down`` counters, CPU of both bfdd processes.
 Detection latency is not measured for FRR (its JSON has no timestamps finer than seconds).
 """
 
@@ -270,10 +271,13 @@ def run_frr(
     *,
     busy_process: bool = True,
     busy_main: bool = True,
+    rt_priority: int | None = None,
 ) -> Result:
     from glbd.lab.frr import FrrInstance
 
-    res = Result("frr-bfdd", n, interval_ms, mult, duration)
+    res = Result(
+        "frr-bfdd" + (f"-rt{rt_priority}" if rt_priority else ""), n, interval_ms, mult, duration
+    )
 
     def conf(me: ipaddress.IPv4Network, peer: ipaddress.IPv4Network, ifname: str) -> str:
         lines = ["frr defaults datacenter", "bfd"]
@@ -313,6 +317,10 @@ def run_frr(
 
         d0 = downs()
         pids = [fa.procs["bfdd"].pid, fb.procs["bfdd"].pid]
+        if rt_priority:  # the same SCHED_FIFO as the glbd engines get, on every bfdd thread
+            for pid in pids:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(rt_priority))
         load = Load(busy_process, busy_main)
         try:
             time.sleep(0.5)
@@ -417,7 +425,15 @@ def main(argv: list[str] | None = None) -> int:
             print(fmt(r), flush=True)
             results.append(r)
         if args.frr:
-            f = run_frr(n, iv, args.mult, args.duration, busy_process=busy, busy_main=busy)
+            f = run_frr(
+                n,
+                iv,
+                args.mult,
+                args.duration,
+                busy_process=busy,
+                busy_main=busy,
+                rt_priority=args.rt_priority,
+            )
             print(fmt(f), flush=True)
             results.append(f)
     if args.json:
