@@ -373,3 +373,62 @@ async def test_exabgp_crash_with_frr_peer_keeps_forwarding(netns_lab: Lab) -> No
         )
     finally:
         await stop_all(nodes)
+
+
+async def test_frr10_spine_between_two_glbd_leaves(netns_lab: Lab) -> None:
+    """Issue 5's first scenario literally: an FRR 10.x spine with send-nexthop-characteristics
+    between two glbd leaves. FRR only sends NNHN for a prefix with >= 2 multipaths, so each leaf
+    has two links (two sessions) to the spine; each leaf then gets the other's prefix over both
+    links with a valid NNHN listing exactly the other leaf (FRR lists it twice; glbd dedups)."""
+    lab = netns_lab
+    s1, l1, l2 = (lab.netns(n) for n in ("spine1", "leaf1", "leaf2"))
+    l1a, s1a = link(lab, l1, "l1-s1a", s1, "s1-l1a", "172.16.11")
+    l1b, s1b = link(lab, l1, "l1-s1b", s1, "s1-l1b", "172.16.21")
+    l2a, s2a = link(lab, l2, "l2-s1a", s1, "s1-l2a", "172.16.12")
+    l2b, s2b = link(lab, l2, "l2-s1b", s1, "s1-l2b", "172.16.22")
+    leaves = [l1a, l1b, l2a, l2b]
+    spine = FrrInstance(s1, hostname="spine1").start(
+        frr_conf(
+            65100,
+            "10.0.0.11",
+            [(l1a, 65001), (l1b, 65001), (l2a, 65002), (l2b, 65002)],
+            nhc_to=leaves,
+        )
+    )
+    leaf1 = make_node(
+        l1.name,
+        "10.0.0.1",
+        65001,
+        Role.LOAD_BALANCER,
+        [(s1a, 65100, l1a, "l1-s1a"), (s1b, 65100, l1b, "l1-s1b")],
+        ("10.201.0.0/24",),
+        passive=False,
+    )
+    leaf2 = make_node(
+        l2.name,
+        "10.0.0.2",
+        65002,
+        Role.LOAD_BALANCER,
+        [(s2a, 65100, l2a, "l2-s1a"), (s2b, 65100, l2b, "l2-s1b")],
+        ("10.202.0.0/24",),
+        passive=False,
+    )
+    nodes = (leaf1, leaf2)
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+
+        def two_paths(prefix: str) -> bool:
+            r = spine.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
+            return isinstance(r, dict) and len(r.get("paths", [])) == 2
+
+        await wait_for(lambda: two_paths("10.201.0.0/24") and two_paths("10.202.0.0/24"), 60)
+        # FRR does not re-advertise when only its multipath set changes (frr-nnhn.md §3)
+        await asyncio.to_thread(spine.vtysh, "clear bgp ipv4 unicast * soft out")
+        want1 = [(s1a, ("10.0.0.2",), "valid"), (s1b, ("10.0.0.2",), "valid")]
+        want2 = [(s2a, ("10.0.0.1",), "valid"), (s2b, ("10.0.0.1",), "valid")]
+        await wait_for(lambda: leaf1.nh("10.202.0.0/24") == want1, 60, f"leaf1 {want1}")
+        await wait_for(lambda: leaf2.nh("10.201.0.0/24") == want2, 60, f"leaf2 {want2}")
+        for n in nodes:
+            assert {nb["bgp_id"] for nb in n.speaker.neighbors_snapshot()} == {"10.0.0.11"}
+    finally:
+        await stop_all(nodes)
