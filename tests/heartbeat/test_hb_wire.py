@@ -274,3 +274,19 @@ def test_fuzz_mutation_short() -> None:
 @pytest.mark.fuzz
 def test_fuzz_mutation_100k() -> None:
     assert _fuzz(120_000, 20261122) > 0
+
+
+def test_vector_file_pins_bytes_and_json_keys() -> None:
+    """tests/vectors/heartbeat_v1.jsonl: hex + the exact to_dict() (the glbctl JSON contract)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "vectors" / "heartbeat_v1.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(rows) == 3
+    for row in rows:
+        data = bytes.fromhex(row["hex"])
+        msg = decode(data)
+        assert msg.to_dict() == row["json"], row["name"]
+        assert msg.encode() == data
+        if row["secret"] is not None:
+            assert wire.verify(data, HmacKey(row["json"]["auth"]["key_id"], row["secret"].encode()))
