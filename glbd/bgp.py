@@ -94,6 +94,7 @@ class ProcessOptions:
     backoff_max_s: float = 30.0
     stop_grace_s: float = 5.0
     drain_timeout_s: float = 5.0
+    exabgp_log_level: str = "WARNING"
 
 
 class BgpSpeaker:
@@ -215,6 +216,7 @@ class BgpSpeaker:
             backoff_max_s=self.process.backoff_max_s,
             stop_grace_s=self.process.stop_grace_s,
             drain_timeout_s=self.process.drain_timeout_s,
+            log_level=self.process.exabgp_log_level,
         )
 
     @staticmethod

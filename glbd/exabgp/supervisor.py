@@ -80,6 +80,8 @@ class ExabgpParams:
     connect_timeout_s: float = 30.0
     stop_grace_s: float = 5.0
     drain_timeout_s: float = 5.0
+    #: ExaBGP's own log level (INFO logs a line per route: too much for a tmpfs runtime dir)
+    log_level: str = "WARNING"
 
 
 def default_exabgp() -> tuple[str, ...]:
@@ -130,7 +132,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def exabgp_env(base: dict[str, str], log_file: Path) -> dict[str, str]:
+def exabgp_env(base: dict[str, str], log_file: Path, log_level: str = "WARNING") -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
     env.update(
         {
@@ -141,6 +143,7 @@ def exabgp_env(base: dict[str, str], log_file: Path) -> dict[str, str]:
             "exabgp.api.ack": "true",
             "exabgp.api.encoder": "json",
             "exabgp.log.destination": str(log_file),
+            "exabgp.log.level": log_level,
             "exabgp.daemon.pid": "",
         }
     )
@@ -311,7 +314,7 @@ class ExabgpSupervisor:
         argv = [*exe, "server", str(self.config_path)]
         if self.netns is not None:
             argv = ["ip", "netns", "exec", self.netns, *argv]
-        env = exabgp_env(dict(os.environ), self.log_path)
+        env = exabgp_env(dict(os.environ), self.log_path, self.params.log_level)
         out = open(self.dir / "exabgp.stdout", "ab")  # noqa: SIM115 - handed to the child
         try:
             self._proc = await asyncio.create_subprocess_exec(
