@@ -193,6 +193,7 @@ class _Link:
         "capacity",
         "changes",
         "down",
+        "gen",
         "ifindex",
         "last_t",
         "last_tx",
@@ -214,6 +215,7 @@ class _Link:
         self.down = False
         self.pending = 0  # consecutive samples one band away, same direction (sign)
         self.changes = 0
+        self.gen = 0  # sample generation last seen in (detects interfaces missing from a dump)
 
 
 class LinkMonitor:
@@ -222,6 +224,7 @@ class LinkMonitor:
     def __init__(self, params: LinkMonParams | None = None) -> None:
         self._p = params or LinkMonParams()
         self._links: dict[str, _Link] = {}
+        self._gen = 0
 
     @property
     def params(self) -> LinkMonParams:
@@ -253,21 +256,28 @@ class LinkMonitor:
         down. Returns the links whose reported band or down flag changed."""
         p = self._p
         links = self._links
-        seen: set[str] = set()
+        self._gen += 1
+        gen = self._gen
+        matched = 0
         out: list[QualityChanged] = []
         alpha = p.ewma_alpha
         rw = p.rate_weight
+        rq = 1.0 - rw
         lmin, lmax, qmin, qmax = (
             p.load_min_pct,
             p.load_max_pct,
             p.queue_min_bytes,
             p.queue_max_bytes,
         )
+        lk = 8.0 / (lmax - lmin)
+        qk = 8.0 / (qmax - qmin)
         for s in samples:
             ln = links.get(s.ifname)
             if ln is None:
                 continue
-            seen.add(s.ifname)
+            if ln.gen != gen:
+                ln.gen = gen
+                matched += 1
             ln.ifindex = s.ifindex
             if not s.up:
                 if not ln.down:
@@ -291,11 +301,13 @@ class LinkMonitor:
                 ln.load += alpha * (load - ln.load)
                 ln.queue += alpha * (s.backlog_bytes - ln.queue)
             lv, qv = ln.load, ln.queue
-            ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else 8.0 * (lmax - lv) / (lmax - lmin)
-            qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else 8.0 * (qmax - qv) / (qmax - qmin)
-            sc = rw * ls + (1.0 - rw) * qs
+            ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else (lmax - lv) * lk
+            qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else (qmax - qv) * qk
+            sc = rw * ls + rq * qs
             ln.score = sc
-            raw = band_of(sc)
+            ic = int(sc)  # band = clamp(ceil(sc) - 1, 0, 7), inlined
+            raw = ic if sc > ic else ic - 1
+            raw = 0 if raw < 0 else MAX_BAND if raw > MAX_BAND else raw
             cur = ln.band
             if cur is None or ln.down:
                 out.append(self._set(s.ifname, ln, raw, False, "new" if cur is None else "up"))
@@ -314,8 +326,10 @@ class LinkMonitor:
                 ln.pending = ln.pending + diff if ln.pending * diff >= 0 else diff
                 if abs(ln.pending) >= p.hysteresis_samples:
                     out.append(self._set(s.ifname, ln, raw, False, "persisted"))
+        if matched == len(links):
+            return out
         for name, ln in links.items():
-            if name not in seen and not ln.down:
+            if ln.gen != gen and not ln.down:
                 ln.last_tx = None
                 ln.load = None
                 ln.score = 0.0
