@@ -421,7 +421,7 @@ class _Loop:
                     ent.sess.drop("tx_no_socket")
                     continue
                 try:
-                    tx.sendto(e.data, ent.dst)
+                    tx.send(e.data)
                 except OSError as exc:
                     ent.sess.drop("tx_" + errno.errorcode.get(exc.errno or 0, "error").lower())
                     if exc.errno in (errno.ENODEV, errno.ENXIO):  # interface gone: reopen later
@@ -473,9 +473,16 @@ class _Loop:
                 ent.rx = rx
             if ent.tx is None:
                 ent.dst = peer_sockaddr(ent.peer, ifname)
-                ent.tx, ent.port = open_tx_socket(
+                tx, port = open_tx_socket(
                     ifname, ent.family, ent.cfg.local, self.used_ports, self.rng
                 )
+                try:  # connected: no address parsing or route lookup per packet
+                    tx.connect(ent.dst)
+                except OSError:
+                    tx.close()
+                    self.used_ports.discard(port)
+                    raise
+                ent.tx, ent.port = tx, port
             ent.socket_error = ""
         except OSError as exc:
             msg = f"{exc.strerror or exc}"
