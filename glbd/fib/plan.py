@@ -24,6 +24,7 @@ desired prefixes point at (majority vote), so a restart reuses every existing ob
 
 from __future__ import annotations
 
+import ipaddress
 import zlib
 from collections import Counter
 from collections.abc import Mapping
@@ -38,7 +39,6 @@ from glbd.fib.model import (
     Member,
     Observed,
     Resilient,
-    RouteKey,
 )
 
 __all__ = [
@@ -108,6 +108,8 @@ class NhDel:
 
 
 Op: TypeAlias = NhSet | GroupSet | RouteSet | RouteDel | GroupDel | NhDel
+_V4_ANY = ipaddress.IPv4Network("0.0.0.0/0")
+_V6_ANY = ipaddress.IPv6Network("::/0")
 _ORDER = {NhSet: 0, GroupSet: 1, RouteSet: 2, RouteDel: 3, GroupDel: 4, NhDel: 5}
 
 
@@ -322,35 +324,54 @@ def plan(
         for gid in observed.groups
         if gid not in wanted_gids and (p.allow_delete or gid in mapped)
     }
-    wanted_routes: set[RouteKey] = set()
-    for prefix in desired.routes if routes else ():
-        key = desired.routes[prefix]
-        rk = (prefix, route_metric(prefix, p.metric))
+    # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
+    v4_keys = {
+        k for k, spec in desired.groups.items() if any(m.gateway.version == 4 for m in spec.weights)
+    }
+    foreign = observed.foreign_routes
+    kroutes = observed.routes
+    m4, m6 = route_metric(_V4_ANY, p.metric), route_metric(_V6_ANY, p.metric)
+
+    def wanted(prefix: IPNetwork, key: str | None) -> int | None:
+        """The nhid a desired route should point at, or None (note written)."""
+        if key is None:
+            return None
         if key not in desired.groups:
             notes[str(prefix)] = "unknown_group"
-            continue
+            return None
         target = realizable.get(key)
         if target is None:
             notes.setdefault(str(prefix), "group_down")
+            return None
+        if prefix.version == 6 and key in v4_keys:
+            notes[str(prefix)] = "ipv6_route_needs_ipv6_members"
+            return None
+        return target
+
+    for prefix, key in desired.routes.items() if routes else ():
+        target = wanted(prefix, key)
+        if target is None:
             continue
-        if rk in observed.foreign_routes:
+        rk = (prefix, m4 if prefix.version == 4 else m6)
+        if foreign and rk in foreign:
             notes[str(prefix)] = "foreign_route"
             continue
-        if prefix.version == 6 and any(m.gateway.version == 4 for m in desired.groups[key].weights):
-            notes[str(prefix)] = "ipv6_route_needs_ipv6_members"
-            continue
-        wanted_routes.add(rk)
-        kr = observed.routes.get(rk)
+        kr = kroutes.get(rk)
         if kr is None or kr.nhid != target:
             ops.append(RouteSet(prefix, rk[1], target))
-    for rk, kr in observed.routes.items() if routes else ():
-        if rk in wanted_routes:
+    for rk, kr in kroutes.items() if routes else ():
+        prefix, metric = rk
+        desired_key = desired.routes.get(prefix)
+        if (
+            desired_key is not None
+            and metric == (m4 if prefix.version == 4 else m6)
+            and wanted(prefix, desired_key) is not None
+        ):
             continue
         if kr.nhid in dying_groups:
             continue  # deleting the group takes the route with it
-        desired_key = desired.routes.get(rk[0])
         if p.allow_delete or (desired_key is not None and desired_key in desired.groups):
-            ops.append(RouteDel(rk[0], rk[1]))
+            ops.append(RouteDel(prefix, metric))
     # 3. deletions
     for gid in sorted(dying_groups):
         ops.append(GroupDel(gid))

@@ -38,7 +38,7 @@ from glbd.fib.kernel import (
     encode_group,
     get_compat_mode,
     observe,
-    op_message,
+    op_wire,
     parse_link,
     set_compat_mode,
 )
@@ -257,30 +257,32 @@ class FibProgrammer:
         }
         self._excluded |= targets
         self.stats.failovers += 1
-        async with self._lock:
-            ids = {self._ids.members[m] for m in targets if m in self._ids.members}
-            link_idx = {
-                lk.index for lk in self._obs.links.values() if ifname is None or lk.name == ifname
-            }
-            ids |= {
-                nh.id
-                for nh in self._obs.nexthops.values()
-                if nh.gateway == gw and nh.ifindex in link_idx
-            }
-            ops: list[Op] = []
-            keys = {v: k for k, v in self._ids.groups.items()}
-            for gid, kg in sorted(self._obs.groups.items()):
-                if not any(mid in ids for mid, _w in kg.entries):
-                    continue
-                rest = tuple(e for e in kg.entries if e[0] not in ids)
-                if rest:
-                    ops.append(GroupSet(gid, keys.get(gid, ""), rest, kg.resilient, create=False))
-                else:
-                    ops.append(GroupDel(gid))
-            if ops:
-                await self._execute(ops)
-            self._wake.set()  # a normal reconcile follows (re-scaling, cleanup)
-            return len(ops)
+        # No lock: failover must not wait behind a long reconcile. Ops that a concurrent
+        # reconcile planned before this exclusion are stripped of it when they are encoded
+        # (see _execute); ones already sent reach the kernel before these.
+        ids = {self._ids.members[m] for m in targets if m in self._ids.members}
+        link_idx = {
+            lk.index for lk in self._obs.links.values() if ifname is None or lk.name == ifname
+        }
+        ids |= {
+            nh.id
+            for nh in self._obs.nexthops.values()
+            if nh.gateway == gw and nh.ifindex in link_idx
+        }
+        ops: list[Op] = []
+        keys = {v: k for k, v in self._ids.groups.items()}
+        for gid, kg in sorted(self._obs.groups.items()):
+            if not any(mid in ids for mid, _w in kg.entries):
+                continue
+            rest = tuple(e for e in kg.entries if e[0] not in ids)
+            if rest:
+                ops.append(GroupSet(gid, keys.get(gid, ""), rest, kg.resilient, create=False))
+            else:
+                ops.append(GroupDel(gid))
+        if ops:
+            await self._execute(ops)
+        self._wake.set()  # a normal reconcile follows (re-scaling, cleanup)
+        return len(ops)
 
     async def restore_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> None:
         """Undo :meth:`remove_nexthop`; the member comes back with the next reconcile."""
@@ -453,8 +455,9 @@ class FibProgrammer:
             return []
         assert self._req is not None
         w16 = self._weight_bits == 16
-        msgs = [
-            op_message(op, protocol=self.protocol, table=self.table, weight_16bit=w16) for op in ops
+        ops = self._strip_excluded(ops)
+        msgs: list[Message | bytes] = [
+            op_wire(op, protocol=self.protocol, table=self.table, weight_16bit=w16) for op in ops
         ]
         failed = dict(await self._req.batch(msgs))
         self.stats.ops += len(ops)
@@ -487,6 +490,21 @@ class FibProgrammer:
             self._wake.set()
             log.warning("fib_op_errors", count=len(errors), first=errors[0])
         return errors
+
+    def _strip_excluded(self, ops: Sequence[Op]) -> list[Op]:
+        """Drop failed-over members from group writes planned before the failover."""
+        gone = {self._ids.members[m] for m in self._excluded if m in self._ids.members}
+        if not gone:
+            return list(ops)
+        out: list[Op] = []
+        for op in ops:
+            if isinstance(op, GroupSet) and any(i in gone for i, _w in op.entries):
+                rest = tuple(e for e in op.entries if e[0] not in gone)
+                if not rest:
+                    continue
+                op = GroupSet(op.id, op.key, rest, op.resilient, op.create)
+            out.append(op)
+        return out
 
     def _account(self, op: Op) -> None:
         """Fold a successful op into the cached kernel view."""

@@ -26,6 +26,8 @@ import functools
 import os
 import random
 import socket
+import struct
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -86,6 +88,18 @@ class _Batch:
     fut: asyncio.Future[None]
     last_seq: int
     errors: dict[int, NetlinkError] = field(default_factory=dict)
+
+
+_FLAGS_SEQ = struct.Struct("=HI")  # nlmsg_flags, nlmsg_seq at offset 6
+
+
+def _wire(m: Message | bytes, seq: int, add_flags: int) -> bytes:
+    if isinstance(m, Message):
+        return Message(m.type, m.flags | add_flags, seq, 0, m.header, m.attrs).encode()
+    b = bytearray(m)
+    flags = int.from_bytes(b[6:8], sys.byteorder) | add_flags
+    _FLAGS_SEQ.pack_into(b, 6, flags, seq)
+    return bytes(b)
 
 
 class NetlinkSocket:
@@ -236,11 +250,17 @@ class NetlinkSocket:
         raise AssertionError("unreachable")
 
     async def batch(
-        self, msgs: Sequence[Message], *, max_bytes: int = _BATCH_BYTES, window: int = 4
+        self,
+        msgs: Sequence[Message | bytes],
+        *,
+        max_bytes: int = _BATCH_BYTES,
+        window: int = 4,
     ) -> list[tuple[int, NetlinkError]]:
         """Send many requests, several per datagram, with up to ``window`` datagrams in flight.
         Returns ``[(index_in_msgs, error), ...]`` for the messages the kernel refused (empty
-        when all succeeded). Messages are processed by the kernel strictly in order."""
+        when all succeeded). Messages are processed by the kernel strictly in order.
+        A message may be given already encoded (bytes; its seq and NLM_F_REQUEST/NLM_F_ACK
+        are patched in), which is the fast path for bulk route writes."""
         errors: list[tuple[int, NetlinkError]] = []
         inflight: list[tuple[_Batch, int]] = []  # (batch, first index)
         seq_to_index: dict[int, int] = {}
@@ -253,18 +273,15 @@ class NetlinkSocket:
                 size = 0
                 first = i
                 while i < n and size < max_bytes:
-                    m = msgs[i]
                     seq = self._next_seq()
                     seqs.append(seq)
                     seq_to_index[seq] = i
-                    b = Message(m.type, m.flags | c.NLM_F_REQUEST, seq, 0, m.header, m.attrs)
-                    chunk.append(b.encode())
-                    size += len(chunk[-1])
+                    b = _wire(msgs[i], seq, c.NLM_F_REQUEST)
+                    chunk.append(b)
+                    size += len(b)
                     i += 1
                 # only the last message of the datagram asks for an ACK
-                m = msgs[i - 1]
-                flags = m.flags | c.NLM_F_REQUEST | c.NLM_F_ACK
-                chunk[-1] = Message(m.type, flags, seqs[-1], 0, m.header, m.attrs).encode()
+                chunk[-1] = _wire(msgs[i - 1], seqs[-1], c.NLM_F_REQUEST | c.NLM_F_ACK)
                 bt = _Batch(self._loop.create_future(), seqs[-1])
                 for s in seqs:
                     self._pending[s] = bt

@@ -119,6 +119,8 @@ class Attr:
 
     @classmethod
     def addr(cls, type_: int, a: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> Attr:
+        if isinstance(a, ipaddress.IPv4Address | ipaddress.IPv6Address):
+            return cls(type_, a.packed)  # ip_address(obj) would str() and re-parse it
         return cls(type_, ipaddress.ip_address(a).packed)
 
     @classmethod

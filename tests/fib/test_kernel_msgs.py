@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from glbd.fib.kernel import encode_group, observe, op_message, parse_group_entries, parse_nexthop
+from glbd.fib.kernel import (
+    encode_group,
+    observe,
+    op_message,
+    op_wire,
+    parse_group_entries,
+    parse_nexthop,
+)
 from glbd.fib.model import KGroup, KNexthop, Member, Resilient
 from glbd.fib.plan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
 from glbd.netlink import const as c
@@ -82,3 +89,20 @@ def test_observe_kernel_capture() -> None:
     # partial refresh: routes kept from the cache unless their group vanished
     part = observe(links, nhs[:3], None, protocol=200, table=254, previous_routes=obs)
     assert {r.nhid for r in part.routes.values()} == {10}
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        RouteSet(N("203.0.113.0/24"), 0, 10),
+        RouteSet(N("2001:db8::/32"), 1024, 9),
+        RouteSet(N("0.0.0.0/0"), 20, 9),
+        RouteDel(N("198.51.100.7/32"), 0),
+        RouteDel(N("::/0"), 1024),
+        GroupDel(3),
+    ],
+)
+@pytest.mark.parametrize("table", [254, 1000])
+def test_fast_wire_equals_message_encoding(op: RouteSet | RouteDel | GroupDel, table: int) -> None:
+    kw = {"protocol": 200, "table": table, "weight_16bit": True}
+    assert op_wire(op, **kw) == op_message(op, **kw).encode()  # type: ignore[arg-type]
