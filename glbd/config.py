@@ -133,6 +133,9 @@ class NeighborSection(_Model):
     local_address: IPAddr | None = None
     hold_time: Annotated[int, Field(ge=3, le=65535)] | None = None
     description: str = ""
+    #: only accept the TCP session (true), always connect (false), or "auto": passive when our
+    #: address is the lower one, so two glbd routers never both connect
+    passive: bool | Literal["auto"] = "auto"
     bfd: BfdOverride = BfdOverride()
 
     @field_validator("interface")
@@ -160,6 +163,10 @@ class BgpSection(_Model):
     stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
     bfd_strict: bool = True
+    #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR computes one NNHN per UPDATE
+    #: from its first prefix, so by default only that prefix's NNHN is used)
+    trust_packed_nnhn: bool = False
+    exabgp_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
 
 
 class HeartbeatAuth(_Model):

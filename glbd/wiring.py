@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterable
@@ -112,6 +113,7 @@ class Node:
         self.bfd: BfdEngine | None = None
         self.bgp: BgpSpeaker | None = None
         self._nl: NetlinkSocket | None = None
+        self._exabgp_dir: Path | None = None
 
     # ---- construction -------------------------------------------------------------------
 
@@ -207,6 +209,7 @@ class Node:
                     interface=n.interface,
                     hold_time=n.hold_time or c.bgp.hold_time,
                     description=n.description,
+                    passive=None if n.passive == "auto" else n.passive,
                 )
                 for n in c.neighbors
             ),
@@ -216,6 +219,7 @@ class Node:
             nnhn_strict_next_hop=c.bgp.nnhn_strict_next_hop,
             stale_timer_s=c.bgp.stale_timer_s,
             bfd_strict=c.bgp.bfd_strict,
+            trust_packed_nnhn=c.bgp.trust_packed_nnhn,
         )
 
     def bfd_sessions(self) -> list[Any]:
@@ -296,18 +300,95 @@ class Node:
 
     async def start_bgp(self) -> None:
 
-        runtime = Path(self.cfg.control.socket).parent / f"exabgp-{os.getpid()}"
+        runtime = self._exabgp_dir = Path(self.cfg.control.socket).parent / f"exabgp-{os.getpid()}"
         self.bgp = BgpSpeaker(
             self.rib_params(),
             netns=self.netns,
             on_event=self.on_bgp,
-            process=ProcessOptions(runtime_dir=runtime),
+            process=ProcessOptions(
+                runtime_dir=runtime, exabgp_log_level=self.cfg.bgp.exabgp_log_level
+            ),
         )
         await self.bgp.start()
 
     async def stop_bgp(self) -> None:
         if self.bgp is not None:
             await self.bgp.stop()
+        if self._exabgp_dir is not None:
+            shutil.rmtree(self._exabgp_dir, ignore_errors=True)
+
+    # ---- reload: apply only what changed --------------------------------------------------
+    # The daemon calls these in start order (fib, quality, bfd, bgp) with the validated new
+    # config; each part takes what concerns it. The first one switches self.cfg.
+
+    def _neighbors_changed(self, ch: dict[str, Any]) -> bool:
+        return bool(ch["neighbors_added"] or ch["neighbors_removed"] or ch["neighbors_changed"])
+
+    async def reconfigure_fib(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
+        self.cfg = new
+        self.iface_of = {n.address: n.interface for n in new.neighbors}
+        if "fib" in ch["sections"]:
+            # group type/buckets/timers apply to the next sync (make-before-break in the FIB);
+            # protocol/table changes would orphan installed state: those need a restart
+            log.info("reload_fib", note="group parameters apply from the next sync")
+            self.schedule_fib_sync()
+
+    async def reconfigure_quality(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
+        if self.monitor is not None:
+            if "link_quality" in ch["sections"]:
+                self.monitor.set_params(self.linkmon_params())
+            if self._neighbors_changed(ch):
+                self.monitor.set_interfaces(sorted({n.interface for n in new.neighbors}))
+        ep = self.endpoint
+        if ep is not None and "heartbeat" in ch["sections"]:
+            hb = new.heartbeat
+            key = self.heartbeat_key()
+            if ep.sender is not None:
+                ep.sender.set_params(
+                    SenderParams(
+                        node_id=wire.node_id(str(new.router_id)),
+                        interval_s=hb.interval_ms / 1e3,
+                        min_spacing_s=hb.min_spacing_ms / 1e3,
+                        on_change=hb.on_change,
+                        key=key,
+                    ),
+                    self.loop.time(),
+                )
+            if ep.receiver is not None:
+                ep.receiver.set_params(
+                    ReceiverParams(
+                        hold_multiplier=hb.hold_multiplier, keys={key.key_id: key} if key else {}
+                    )
+                )
+        if self._neighbors_changed(ch):
+            self.peer_ids = {p: i for p, i in self.peer_ids.items() if p in self.iface_of}
+            self._update_heartbeat_neighbors()
+
+    async def reconfigure_bfd(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
+        if not (self._neighbors_changed(ch) or "bfd" in ch["sections"]):
+            return
+        want = {(s.interface, str(ipaddress.ip_address(s.peer))): s for s in self.bfd_sessions()}
+        if self.bfd is None:
+            if want:
+                await self.start_bfd()
+            return
+        have = {
+            (d["interface"], str(ipaddress.ip_address(d["peer"]))): d
+            for d in self.bfd.snapshot().get("sessions", [])
+        }
+        for key in have.keys() - want.keys():
+            await asyncio.to_thread(self.bfd.remove_session, key[0], key[1])
+        for key, sess in want.items():
+            if key in have:
+                await asyncio.to_thread(self.bfd.update_session, sess)  # Poll/Final if timers moved
+            else:
+                await asyncio.to_thread(self.bfd.add_session, sess)
+
+    async def reconfigure_bgp(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
+        if self.bgp is None:
+            return
+        if self._neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
+            self.bgp.reconfigure(self.rib_params())
 
     # ---- event routing --------------------------------------------------------------------
 
@@ -522,7 +603,7 @@ class _Facade:
         await getattr(self.node, f"stop_{self.name}")()
 
     async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
-        self.node.cfg = new
+        await getattr(self.node, f"reconfigure_{self.name}")(new, changes)
 
     def snapshot(self) -> dict[str, Any]:
         n = self.node

@@ -349,3 +349,59 @@ def test_kill9_and_restart_keeps_and_readopts_kernel_state(
     assert not deleted, deleted
     with contextlib.suppress(LabError):
         settle(fab)
+
+
+# reload (issue 6 item 3): apply only what changed, without disturbing the rest
+def test_reload_removes_and_adds_a_neighbor_and_retimes_bfd_without_disturbing_others(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    fab, nodes = lab
+    settle(fab)
+    leaf1 = nodes["leaf1"]
+    s1, s2 = spine_addr("spine1", "leaf1"), spine_addr("spine2", "leaf1")
+    good = leaf1.config.read_text()
+
+    def peers() -> dict[str, dict[str, object]]:
+        return {n["peer"]: n for n in leaf1.request("neighbors")}
+
+    def bfd() -> dict[str, dict[str, object]]:
+        return {s["peer"]: s for s in leaf1.request("bfd")}
+
+    up_before = float(peers()[s1]["uptime_s"])  # type: ignore[arg-type]
+    flaps_before = bfd()[s1]["flaps"]
+    # drop the spine2 neighbor block from leaf1's config
+    blocks = good.split("\n\n")
+    without = "\n\n".join(b for b in blocks if f'address = "{s2}"' not in b)
+    assert without != good
+    leaf1.config.write_text(without)
+    try:
+        res = leaf1.request("reload")
+        assert res["ok"], res
+        assert res["changes"]["neighbors_removed"] == [s2]
+        wait_until(lambda: s2 not in peers() and s2 not in bfd(), 10, what="spine2 gone")
+        wait_until(
+            lambda: set(group(fab, "leaf1", P["leaf2"])) == {s1},
+            10,
+            what="leaf1 group via spine1 only",
+        )
+        # retime BFD toward spine1 while it is Up: Poll/Final, no flap
+        leaf1.config.write_text(
+            without.replace(f"min_tx_ms = {BFD_MS}", "min_tx_ms = 150").replace(
+                f"min_rx_ms = {BFD_MS}", "min_rx_ms = 150"
+            )
+        )
+        res = leaf1.request("reload")
+        assert res["ok"] and res["changes"]["sections"] == ["bfd"], res
+        wait_until(
+            lambda: bfd()[s1]["local_desired_min_tx_us"] == 150_000, 5, what="new BFD timers"
+        )
+        assert bfd()[s1]["state"] == "up" and bfd()[s1]["flaps"] == flaps_before
+    finally:
+        leaf1.config.write_text(good)
+    res = leaf1.request("reload")
+    assert res["ok"] and res["changes"]["neighbors_added"] == [s2], res
+    wait_until(lambda: peers().get(s2, {}).get("state") == "up", 30, what="spine2 back")
+    settle(fab)
+    # the spine1 session was never reset through all of it
+    assert float(peers()[s1]["uptime_s"]) > up_before  # type: ignore[arg-type]
+    assert bfd()[s1]["flaps"] == flaps_before
