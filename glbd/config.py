@@ -15,6 +15,7 @@ examples in ``conf/`` are checked by the test suite.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import re
 import tomllib
@@ -193,7 +194,6 @@ class HeartbeatAuth(_Model):
 class HeartbeatSection(_Model):
     enabled: bool = True
     group: ipaddress.IPv4Address = ipaddress.IPv4Address(HEARTBEAT_GROUP_V4)
-    group6: ipaddress.IPv6Address | None = None
     port: Annotated[int, Field(ge=1, le=65535)] = HEARTBEAT_PORT
     interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 20
     on_change: bool = True
@@ -206,13 +206,6 @@ class HeartbeatSection(_Model):
     def _mcast4(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
         if not v.is_multicast:
             raise ValueError("not an IPv4 multicast address")
-        return v
-
-    @field_validator("group6")
-    @classmethod
-    def _mcast6(cls, v: ipaddress.IPv6Address | None) -> ipaddress.IPv6Address | None:
-        if v is not None and not v.is_multicast:
-            raise ValueError("not an IPv6 multicast address")
         return v
 
     @model_validator(mode="after")
@@ -234,6 +227,10 @@ class LinkQualitySection(_Model):
     queue_max_bytes: Annotated[int, Field(ge=1)] = 300_000
     #: share of the load band in the combined quality; (1 - rate_weight) goes to the queue band
     rate_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
+    #: a one-band change is reported once the score is this far (in bands) past the boundary,
+    #: or after this many samples in the new band; two bands, down and up go out at once
+    hysteresis_margin: Annotated[float, Field(ge=0, lt=1)] = 0.25
+    hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 3
     #: interface name -> capacity in Mbit/s (veth and shaped links report no true speed)
     capacity_mbps: dict[str, Annotated[float, Field(gt=0)]] = {}
     default_capacity_mbps: Annotated[float, Field(gt=0)] = 10_000.0
@@ -248,6 +245,28 @@ class LinkQualitySection(_Model):
             if not _IFNAME.match(name):
                 raise ValueError(f"capacity_mbps: {name!r} is not a Linux interface name")
         return self
+
+
+class PathQualitySection(_Model):
+    """How local and remote quality become weights (see docs/heartbeat.md §7)."""
+
+    #: "bottleneck": min(local, remote); "mean": their average
+    combine: Literal["bottleneck", "mean"] = "bottleneck"
+    #: weight multiplier for combined quality 0..7 (monotone, positive)
+    weight_table: list[Annotated[int, Field(ge=1, le=65535)]] = [1, 2, 3, 5, 8, 12, 18, 27]
+    #: the best next hop of a profile gets this weight (kernel: 255, or up to 65535 on 6.12+)
+    max_weight: Annotated[int, Field(ge=1, le=65535)] = 255
+    #: split by usable capacity x quality (WCMP), not just by quality
+    capacity_aware: bool = True
+
+    @field_validator("weight_table")
+    @classmethod
+    def _table(cls, v: list[int]) -> list[int]:
+        if len(v) != 8:
+            raise ValueError("needs exactly 8 values, for quality 0..7")
+        if any(a > b for a, b in itertools.pairwise(v)):
+            raise ValueError("must not decrease (a better quality never gets less weight)")
+        return v
 
 
 class FibSection(_Model):
@@ -303,6 +322,7 @@ class Config(_Model):
     bgp: BgpSection = BgpSection()
     heartbeat: HeartbeatSection = HeartbeatSection()
     link_quality: LinkQualitySection = LinkQualitySection()
+    path_quality: PathQualitySection = PathQualitySection()
     fib: FibSection = FibSection()
     control: ControlSection = ControlSection()
     logging: LoggingSection = LoggingSection()

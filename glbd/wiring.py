@@ -48,7 +48,6 @@ from glbd.fib.model import Desired, GroupSpec, Member, Resilient
 from glbd.fib.programmer import FibProgrammer
 from glbd.linkmon import LinkMonitor, LinkMonParams, MonitorRunner, QualityChanged, StatsReader
 from glbd.metrics import Sample
-from glbd.netlink.client import NetlinkSocket
 from glbd.pathtable import Changes, PathTable, PathTableParams
 from glbd.rib import NeighborParams, NextHopsChanged, PeerDown, PeerUp, RibParams, Role
 from heartbeat import wire
@@ -112,7 +111,7 @@ class Node:
         self.endpoint: HeartbeatEndpoint | None = None
         self.bfd: BfdEngine | None = None
         self.bgp: BgpSpeaker | None = None
-        self._nl: NetlinkSocket | None = None
+        self._stats: StatsReader | None = None
         self._exabgp_dir: Path | None = None
 
     # ---- construction -------------------------------------------------------------------
@@ -137,7 +136,16 @@ class Node:
         role = Role(self.cfg.role)
         if not self.cfg.heartbeat.enabled and role.load_balancer:
             role = Role.HELPER if role is Role.BOTH else role
-        return PathTable(PathTableParams(role=role))
+        pq = self.cfg.path_quality
+        return PathTable(
+            PathTableParams(
+                role=role,
+                combine=pq.combine,
+                weight_table=tuple(pq.weight_table),
+                max_weight=pq.max_weight,
+                capacity_aware=pq.capacity_aware,
+            )
+        )
 
     def linkmon_params(self) -> Any:
 
@@ -150,6 +158,8 @@ class Node:
             queue_min_bytes=q.queue_min_bytes,
             queue_max_bytes=q.queue_max_bytes,
             rate_weight=q.rate_weight,
+            hysteresis_margin=q.hysteresis_margin,
+            hysteresis_samples=q.hysteresis_samples,
             default_capacity_mbps=q.default_capacity_mbps,
             capacity_mbps=dict(q.capacity_mbps),
         )
@@ -263,8 +273,8 @@ class Node:
         self.table = self.build_table()
         self.monitor = LinkMonitor(self.linkmon_params())
         self.monitor.set_interfaces(sorted({n.interface for n in self.cfg.neighbors}))
-        self._nl = await NetlinkSocket.open(netns=self.netns)
-        self.runner = MonitorRunner(self.monitor, StatsReader(self._nl), self.on_local)
+        self._stats = await StatsReader.open(netns=self.netns)
+        self.runner = MonitorRunner(self.monitor, self._stats, self.on_local)
         self.runner.start()
         self.endpoint = self.build_endpoint()
 
@@ -273,8 +283,8 @@ class Node:
             await self.runner.stop()
         if self.endpoint is not None:
             self.endpoint.close()
-        if self._nl is not None:
-            self._nl.close()
+        if self._stats is not None:
+            self._stats.close()
 
     async def start_bfd(self) -> None:
 

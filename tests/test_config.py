@@ -179,3 +179,23 @@ def test_check_config_cli_reports_every_problem(tmp_path: Path) -> None:
     assert f"{f}: bgp.hold_time:" in r.stderr
     assert "2 problems; config rejected" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_path_quality_table_must_be_eight_monotone_values() -> None:
+    d = _leaf()
+    d["path_quality"] = {"weight_table": [1, 2, 3]}
+    assert "exactly 8 values" in dict(_problems(d))["path_quality.weight_table"]
+    d["path_quality"] = {"weight_table": [1, 2, 3, 5, 4, 12, 18, 27]}
+    assert "must not decrease" in dict(_problems(d))["path_quality.weight_table"]
+    d["path_quality"] = {"weight_table": [1, 1, 2, 2, 3, 3, 4, 4], "combine": "mean"}
+    c = config.parse(d)
+    assert c.path_quality.combine == "mean" and c.path_quality.weight_table[-1] == 4
+
+
+def test_neighbor_passive_modes() -> None:
+    d = _leaf()
+    assert config.parse(d).neighbors[0].passive == "auto"
+    d["neighbors"][0]["passive"] = True
+    assert config.parse(d).neighbors[0].passive is True
+    d["neighbors"][0]["passive"] = "sometimes"
+    assert "neighbors.0.passive" in dict(_problems(d))
