@@ -58,6 +58,12 @@ def _net(v: Any) -> Any:
         raise ValueError(f"{v!r}: {e}") from None
 
 
+def _tristate(v: Any) -> Any:
+    if v is True or v is False or v == "auto":
+        return v
+    raise ValueError(f'expected true, false or "auto", got {v!r}')
+
+
 IPAddr = Annotated[
     ipaddress.IPv4Address | ipaddress.IPv6Address,
     BeforeValidator(_ip),
@@ -136,7 +142,7 @@ class NeighborSection(_Model):
     description: str = ""
     #: only accept the TCP session (true), always connect (false), or "auto": passive when our
     #: address is the lower one, so two glbd routers never both connect
-    passive: bool | Literal["auto"] = "auto"
+    passive: Annotated[bool | Literal["auto"], BeforeValidator(_tristate)] = "auto"
     bfd: BfdOverride = BfdOverride()
 
     @field_validator("interface")
