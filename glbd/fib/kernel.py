@@ -24,14 +24,17 @@ from glbd.fib.model import (
     KRoute,
     Observed,
     Resilient,
+    RouteKey,
 )
 from glbd.fib.plan import GroupDel, GroupSet, NhDel, NhSet, Op, RouteDel, RouteSet
 from glbd.netlink import const as c
+from glbd.netlink.client import Selected
 from glbd.netlink.codec import Attr, DecodeError, IfInfoMsg, Message, NhMsg, RtMsg
 from glbd.netlink.netns import read_sysctl, write_sysctl
 
 __all__ = [
     "COMPAT_MODE_SYSCTL",
+    "ROUTE_WANT",
     "encode_group",
     "get_compat_mode",
     "observe",
@@ -41,6 +44,7 @@ __all__ = [
     "parse_link",
     "parse_nexthop",
     "parse_route",
+    "routes_from_rows",
     "set_compat_mode",
 ]
 
@@ -255,6 +259,50 @@ def parse_route(msg: Message) -> KRoute | None:
     metric = a[c.RTA_PRIORITY].as_u32() if c.RTA_PRIORITY in a else 0
     nhid = a[c.RTA_NH_ID].as_u32() if c.RTA_NH_ID in a else None
     return KRoute(prefix, table, h.protocol, metric, nhid)
+
+
+ROUTE_WANT = frozenset({c.RTA_DST, c.RTA_TABLE, c.RTA_PRIORITY, c.RTA_NH_ID})
+_U32 = struct.Struct("=I")
+
+
+def routes_from_rows(
+    rows: Iterable[Selected], *, protocol: int, table: int
+) -> tuple[dict[RouteKey, KRoute], set[RouteKey]]:
+    """Fast path over a select dump (:data:`ROUTE_WANT`): (glbd's routes, foreign keys)."""
+    ours: dict[RouteKey, KRoute] = {}
+    foreign: set[RouteKey] = set()
+    for row in rows:
+        h = row.header
+        if not isinstance(h, RtMsg) or h.flags & 0x200 or row.type != c.RTM_NEWROUTE:
+            continue
+        a = row.attrs
+        tb = a.get(c.RTA_TABLE)
+        if (_U32.unpack(tb[:4])[0] if tb is not None and len(tb) >= 4 else h.table) != table:
+            continue
+        dst = a.get(c.RTA_DST, b"")
+        try:
+            if h.family == socket.AF_INET:
+                prefix: IPNetwork = ipaddress.IPv4Network(
+                    (int.from_bytes(dst, "big") if dst else 0, h.dst_len)
+                )
+            elif h.family == socket.AF_INET6:
+                prefix = ipaddress.IPv6Network(
+                    (int.from_bytes(dst, "big") if dst else 0, h.dst_len)
+                )
+            else:
+                continue
+        except ValueError as e:
+            raise DecodeError("bad_route_prefix", str(e)) from None
+        pr = a.get(c.RTA_PRIORITY)
+        metric = _U32.unpack(pr[:4])[0] if pr is not None and len(pr) >= 4 else 0
+        key = (prefix, metric)
+        if h.protocol != protocol:
+            foreign.add(key)
+        elif h.type == c.RTN_UNICAST:
+            nh = a.get(c.RTA_NH_ID)
+            nhid = _U32.unpack(nh[:4])[0] if nh is not None and len(nh) >= 4 else None
+            ours[key] = KRoute(prefix, table, h.protocol, metric, nhid)
+    return ours, foreign
 
 
 def observe(

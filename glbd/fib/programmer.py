@@ -11,11 +11,12 @@ Life cycle::
     await fib.stop(keep=True)            # default: leave the FIB as it is for the next start
 
 Reconcile is level-triggered: after link/nexthop events (coalesced, at most one run per
-``min_gap_s``) and every ``reconcile_interval_s``. An event-driven run dumps links and nexthops
-only (cost ~ number of nexthops, not routes): routes are known from glbd's own successful writes
-plus the kernel rule "a route goes away with its group". The periodic run also dumps glbd's
-route table. The kernel's silent flush on carrier loss/admin down therefore costs one nexthop
-dump; link up re-creates the members, groups and routes.
+``min_gap_s``) and every ``reconcile_interval_s``. Such a run dumps links and nexthops only
+(cost ~ number of nexthops, not routes): routes are known from glbd's own successful writes plus
+the kernel rule "a route goes away with its group". Every ``route_audit_interval_s`` (and after
+a netlink overrun or a failed write) the run also dumps glbd's route table and repairs routes
+changed behind glbd's back. The kernel's silent flush on carrier loss/admin down therefore
+costs one nexthop dump; link up re-creates the members, groups and routes.
 
 After an adopting start, glbd-owned objects that the first desired state no longer contains are
 kept for ``stale_s`` (like BGP graceful restart), then removed.
@@ -35,11 +36,13 @@ from typing import Any
 import structlog
 
 from glbd.fib.kernel import (
+    ROUTE_WANT,
     encode_group,
     get_compat_mode,
     observe,
     op_wire,
     parse_link,
+    routes_from_rows,
     set_compat_mode,
 )
 from glbd.fib.model import (
@@ -74,7 +77,7 @@ from glbd.fib.plan import (
 )
 from glbd.netlink import const as c
 from glbd.netlink.client import NetlinkError, NetlinkSocket
-from glbd.netlink.codec import Attr, Message, NhMsg
+from glbd.netlink.codec import Attr, Message, NhMsg, RtMsg
 from glbd.netlink.rtnl import link_dump, nexthop_dump, route_dump
 
 __all__ = ["DEFAULT_PROTOCOL", "ApplyResult", "FibProgrammer"]
@@ -117,7 +120,8 @@ class FibProgrammer:
         id_ranges: IdRanges | None = None,
         weight_bits: int | None = None,
         compat_mode: int | None = None,
-        reconcile_interval_s: float = 30.0,
+        reconcile_interval_s: float = 5.0,
+        route_audit_interval_s: float = 60.0,
         min_gap_s: float = 0.05,
         stale_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
@@ -134,6 +138,8 @@ class FibProgrammer:
         self.id_ranges = id_ranges or IdRanges()
         self.compat_mode = compat_mode
         self.reconcile_interval_s = reconcile_interval_s
+        self.route_audit_interval_s = route_audit_interval_s
+        self._last_audit = 0.0
         self.min_gap_s = min_gap_s
         self.stale_s = stale_s
         self._clock = clock
@@ -537,23 +543,26 @@ class FibProgrammer:
                         self._routes_dirty = True
 
     async def _refresh(self, full: bool) -> None:
+        """Re-read links and nexthops (cheap); with ``full`` also glbd's route table (the
+        fast select dump: only the header and four attributes per route)."""
         assert self._req is not None
         links = await self._req.dump(link_dump(skip_stats=True))
         nhs = await self._req.dump(nexthop_dump())
-        routes = None
-        if full:
-            routes = []
-            for fam in (2, 10):  # AF_INET, AF_INET6
-                routes += await self._req.dump(route_dump(fam, table=self.table))
-            self.stats.full_reconciles += 1
         obs = observe(
-            links,
-            nhs,
-            routes,
-            protocol=self.protocol,
-            table=self.table,
+            links, nhs, None, protocol=self.protocol, table=self.table,
             previous_routes=self._obs,
         )
+        if full:
+            rows = []
+            for fam in (2, 10):  # AF_INET, AF_INET6
+                rows += await self._req.dump_select(
+                    route_dump(fam, table=self.table), RtMsg, ROUTE_WANT
+                )
+            obs.routes, obs.foreign_routes = routes_from_rows(
+                rows, protocol=self.protocol, table=self.table
+            )
+            self._last_audit = self._clock()
+            self.stats.full_reconciles += 1
         if obs.weight_16bit and self._weight_bits is None:
             self._weight_bits = 16
         if full or len(obs.routes) != len(self._obs.routes):
@@ -669,7 +678,9 @@ class FibProgrammer:
                 await self._wake.wait()
             finally:
                 timer.cancel()
-            full = self._need_full or timed_out
+            full = self._need_full or (
+                timed_out and self._clock() - self._last_audit >= self.route_audit_interval_s
+            )
             if stale_pending and self._clock() >= self._stale_until:
                 stale_pending = False
                 full = True

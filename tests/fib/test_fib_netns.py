@@ -217,3 +217,15 @@ async def test_compat_mode_helper(rig: Rig) -> None:
         assert f.snapshot()["compat_mode"] == 0
     finally:
         await f.stop()
+
+
+async def test_ipv6_link_local_members(rig: Rig, fib: FibProgrammer) -> None:
+    ll = [Member(ipaddress.ip_address(f"fe80::{i}"), f"r-p{i}") for i in (1, 2)]
+    d = Desired(groups={"ll": GroupSpec({ll[0]: 2, ll[1]: 1})}, routes={PFX_6: "ll"})
+    res = await fib.apply(d)
+    assert res.errors == ()
+    nhid = route_nhid(rig, "2001:db8:99::/48", v6=True)
+    assert nhid is not None
+    assert group_weights(rig, nhid) == {"fe80::1": 2, "fe80::2": 1}
+    devs = {nh["gateway"]: nh["dev"] for nh in rig.nexthops() if "gateway" in nh}
+    assert devs == {"fe80::1": "r-p1", "fe80::2": "r-p2"}
