@@ -57,6 +57,12 @@ class Component(Protocol):
     def samples(self) -> Iterable[Sample]: ...
 
 
+class StartError(Exception):
+    def __init__(self, component: str) -> None:
+        super().__init__(component)
+        self.component = component
+
+
 @dataclass
 class LoopLag:
     """Event-loop lag: how late a periodic tick runs. Cheap enough to run always."""
@@ -131,6 +137,10 @@ class Daemon:
         try:
             await self.start()
             await self._stop.wait()
+        except StartError as e:
+            log.error("start_failed", component=e.component, error=str(e.__cause__ or e))
+            print(f"glbd: {e.component} failed to start: {e.__cause__ or e}", file=sys.stderr)
+            return 1
         finally:
             await self.stop()
         return 0
@@ -148,9 +158,13 @@ class Daemon:
         self.components = self._factory(self)
         for c in self.components:
             t0 = time.perf_counter()
-            await c.start()
-            log.info("component_started", component=c.name,
-                     ms=round((time.perf_counter() - t0) * 1e3, 1))
+            try:
+                await c.start()
+            except Exception as e:  # stop what started, report one line; systemd restarts us
+                raise StartError(c.name) from e
+            log.info(
+                "component_started", component=c.name, ms=round((time.perf_counter() - t0) * 1e3, 1)
+            )
         self.state = "running"
         summary = (
             f"running: role {self.cfg.role}, {len(self.cfg.neighbors)} neighbors, "

@@ -299,6 +299,8 @@ class Node:
             hop,
             mode=os.environ.get("GLBD_BFD_MODE", "process"),  # type: ignore[arg-type]
             on_exit=lambda rc: log.error("bfd_engine_exited", rc=rc),
+            # a fresh interpreter on a busy box can take seconds to answer the first call
+            call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
         )
         await asyncio.to_thread(self.bfd.start)
         for s in sessions:

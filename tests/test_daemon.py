@@ -149,3 +149,23 @@ def test_glbd_run_sighup_bad_config_keeps_running_and_sigterm_stops(tmp_path: Pa
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+async def test_component_failing_to_start_is_one_line_and_stops_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = _write_cfg(tmp_path)
+    ok = Dummy()
+
+    class Broken(Dummy):
+        name = "bfd"
+
+        async def start(self) -> None:
+            raise RuntimeError("engine did not answer")
+
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [ok, Broken()])
+    assert await d.run() == 1
+    assert ok.events == ["start", "stop"]
+    assert d.state == "stopped" and not (tmp_path / "ctl.sock").exists()
+    err = capsys.readouterr().err
+    assert "glbd: bfd failed to start: engine did not answer" in err and "Traceback" not in err
