@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -186,11 +186,14 @@ def programmed_weights(spec: GroupSpec, observed: Observed, p: PlanParams) -> di
     return scale_weights(live, p.max_weight)
 
 
-def _probe(base: int, size: int, label: str, taken: set[int]) -> int:
+def _probe(
+    base: int, size: int, label: str, taken: set[int], reusable: Callable[[int], bool] | None = None
+) -> int:
+    """First id of ``label``'s probe sequence that is free, or taken but ``reusable``."""
     start = zlib.crc32(label.encode())
     for i in range(size):
         cand = base + (start + i) % size
-        if cand not in taken:
+        if cand not in taken or (reusable is not None and reusable(cand)):
             return cand
     raise RuntimeError("nexthop id range exhausted")
 
@@ -255,9 +258,19 @@ def assign_ids(
             else:
                 pending.append(key)
     taken.update(used)
+    # a key without routes keeps its deterministic id across restarts: an unclaimed glbd
+    # group found on the key's probe sequence is adopted rather than skipped
     for key in pending:
-        out.groups[key] = _probe(ranges.group_base, ranges.size, key, taken)
-        taken.add(out.groups[key])
+        spec = desired.groups[key]
+
+        def reusable(i: int, spec: GroupSpec = spec) -> bool:
+            kg = observed.groups.get(i)
+            return kg is not None and i not in used and compatible(kg, spec.resilient)
+
+        gid = _probe(ranges.group_base, ranges.size, key, taken, reusable)
+        out.groups[key] = gid
+        used.add(gid)
+        taken.add(gid)
     return out
 
 

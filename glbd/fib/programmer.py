@@ -37,6 +37,7 @@ import structlog
 
 from glbd.fib.kernel import (
     ROUTE_WANT,
+    RowMemo,
     encode_group,
     get_compat_mode,
     observe,
@@ -140,6 +141,7 @@ class FibProgrammer:
         self.reconcile_interval_s = reconcile_interval_s
         self.route_audit_interval_s = route_audit_interval_s
         self._last_audit = 0.0
+        self._row_memo: RowMemo = {}
         self.min_gap_s = min_gap_s
         self.stale_s = stale_s
         self._clock = clock
@@ -558,15 +560,28 @@ class FibProgrammer:
                 rows += await self._req.dump_select(
                     route_dump(fam, table=self.table), RtMsg, ROUTE_WANT
                 )
-            obs.routes, obs.foreign_routes = routes_from_rows(
-                rows, protocol=self.protocol, table=self.table
-            )
+            # in slices, yielding to the loop: a 100k-route audit must not stall other tasks
+            memo: RowMemo = {}
+            routes: dict[RouteKey, KRoute] = {}
+            foreign: set[RouteKey] = set()
+            for i in range(0, len(rows), 5000):
+                r, f = routes_from_rows(
+                    rows[i : i + 5000], protocol=self.protocol, table=self.table,
+                    memo=self._row_memo, new_memo=memo,
+                )
+                routes.update(r)
+                foreign |= f
+                await asyncio.sleep(0)
+            self._row_memo = memo
+            obs.routes, obs.foreign_routes = routes, foreign
+            if routes != self._obs.routes or foreign != self._obs.foreign_routes:
+                self._routes_dirty = True
             self._last_audit = self._clock()
             self.stats.full_reconciles += 1
+        elif len(obs.routes) != len(self._obs.routes):
+            self._routes_dirty = True
         if obs.weight_16bit and self._weight_bits is None:
             self._weight_bits = 16
-        if full or len(obs.routes) != len(self._obs.routes):
-            self._routes_dirty = True
         self._obs = obs
         self.stats.reconciles += 1
 
@@ -631,7 +646,7 @@ class FibProgrammer:
                 self._wake.set()
             elif old is None or old.usable != lk.usable or old.index != lk.index:
                 self._obs.links[lk.name] = lk
-                if old is not None and old.usable and not lk.usable:
+                if old is not None and old.usable and (not lk.usable or old.index != lk.index):
                     self._link_lost(old.index)
                 self._wake.set()
         elif t in (c.RTM_NEWNEXTHOP, c.RTM_DELNEXTHOP):
@@ -693,6 +708,9 @@ class FibProgrammer:
                     ok = not (await self._sync()).errors
             except (OSError, ValueError) as e:
                 log.warning("fib_reconcile_failed", error=str(e))
+                self._need_full = True
+            except Exception:  # never let the reconcile task die
+                log.exception("fib_reconcile_crashed")
                 self._need_full = True
             # bounded cost: at most one run per min_gap_s; back off while the kernel refuses
             backoff = 0.0 if ok else min(max(2 * backoff, 0.5), 30.0)

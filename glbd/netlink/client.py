@@ -31,6 +31,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import structlog
+
 from glbd.netlink import const as c
 from glbd.netlink.codec import (
     DecodeError,
@@ -47,6 +49,8 @@ from glbd.netlink.codec import (
 from glbd.netlink.netns import in_netns
 
 __all__ = ["NetlinkError", "NetlinkSocket", "Selected"]
+
+log = structlog.get_logger(__name__)
 
 _RCVBUF = 8 << 20
 _BATCH_BYTES = 48 << 10
@@ -119,6 +123,7 @@ class NetlinkSocket:
         self._on_overrun = on_overrun
         self.pid: int = sock.getsockname()[0]
         self.decode_errors = 0
+        self.callback_errors = 0
         self.overruns = 0
         self._closed = False
         self._loop.add_reader(sock.fileno(), self._on_readable)
@@ -334,7 +339,12 @@ class NetlinkSocket:
             try:
                 if p is None:
                     if self._on_event is not None and fr.type not in (c.NLMSG_DONE, c.NLMSG_ERROR):
-                        self._on_event(decode_frame(data, fr))
+                        ev = decode_frame(data, fr)
+                        try:
+                            self._on_event(ev)
+                        except Exception:  # a subscriber's bug must not stop the socket
+                            self.callback_errors += 1
+                            log.exception("netlink_event_callback_failed", type=ev.type)
                     continue
                 if isinstance(p, _Batch):
                     self._on_batch_frame(p, data, fr)

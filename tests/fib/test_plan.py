@@ -246,3 +246,12 @@ def test_ids_are_deterministic(n: int) -> None:
     b = assign_ids(d, Observed(links=links()), IdMap())
     assert a.groups == b.groups and a.members == b.members
     assert len(set(a.groups.values())) == n
+
+
+def test_group_without_routes_keeps_its_id_across_restart() -> None:
+    d = Desired(groups={"idle": GroupSpec({M1: 1}), "busy": GroupSpec({M2: 1})},
+                routes={PFX: "busy"})
+    _ops, obs, ids = run(d, Observed(links=links()))
+    fresh = assign_ids(d, obs, IdMap())
+    assert fresh.groups == ids.groups
+    assert plan(d, obs, fresh, PlanParams(protocol=P)).ops == ()
