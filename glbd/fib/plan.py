@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -294,10 +294,17 @@ def _route_votes(
 
 
 def plan(
-    desired: Desired, observed: Observed, ids: IdMap, p: PlanParams, *, routes: bool = True
+    desired: Desired,
+    observed: Observed,
+    ids: IdMap,
+    p: PlanParams,
+    *,
+    routes: bool = True,
+    only: Iterable[IPNetwork] | None = None,
 ) -> Plan:
     """``routes=False`` plans members and groups only (O(members)): for a weight change when
-    the route set and the set of groups that can exist are unchanged."""
+    the route set and the set of groups that can exist are unchanged. ``only`` limits the
+    route part to these prefixes (O(delta): a BGP update adding/removing a few prefixes)."""
     ops: list[Op] = []
     notes: dict[str, str] = {}
     # 1. groups (and the members they need)
@@ -361,6 +368,21 @@ def plan(
             return None
         return target
 
+    if routes and only is not None:
+        for prefix in only:
+            dkey = desired.routes.get(prefix)
+            metric = m4 if prefix.version == 4 else m6
+            target = wanted(prefix, dkey)
+            rk = (prefix, metric)
+            kr = kroutes.get(rk)
+            if target is not None:
+                if foreign and rk in foreign:
+                    notes[str(prefix)] = "foreign_route"
+                elif kr is None or kr.nhid != target:
+                    ops.append(RouteSet(prefix, metric, target))
+            elif kr is not None and kr.nhid not in dying_groups:
+                ops.append(RouteDel(prefix, metric))
+        routes = False
     for prefix, key in desired.routes.items() if routes else ():
         target = wanted(prefix, key)
         if target is None:

@@ -229,3 +229,15 @@ async def test_ipv6_link_local_members(rig: Rig, fib: FibProgrammer) -> None:
     assert group_weights(rig, nhid) == {"fe80::1": 2, "fe80::2": 1}
     devs = {nh["gateway"]: nh["dev"] for nh in rig.nexthops() if "gateway" in nh}
     assert devs == {"fe80::1": "r-p1", "fe80::2": "r-p2"}
+
+
+async def test_update_routes_delta(rig: Rig, fib: FibProgrammer) -> None:
+    await fib.apply(two_groups({member(1): 1, member(2): 1}))
+    nhid = route_nhid(rig, "203.0.113.0/24")
+    res = await fib.update_routes(add={PFX_B: "a"}, remove=[PFX_A])
+    assert res.ops == 2 and res.errors == ()
+    assert route_nhid(rig, "198.51.100.0/24") == nhid
+    assert route_nhid(rig, "203.0.113.0/24") is None
+    snap = fib.snapshot()
+    assert set(snap["routes"]) == {"198.51.100.0/24"} and snap["groups"]["a"]["routes"] == 1
+    assert (await fib.reconcile(full=True)).ops == 0

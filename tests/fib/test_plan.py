@@ -255,3 +255,16 @@ def test_group_without_routes_keeps_its_id_across_restart() -> None:
     fresh = assign_ids(d, obs, IdMap())
     assert fresh.groups == ids.groups
     assert plan(d, obs, fresh, PlanParams(protocol=P)).ops == ()
+
+
+def test_route_delta_plans_only_the_given_prefixes() -> None:
+    d = desired({M1: 1, M2: 1})
+    _ops, obs, ids = run(d, Observed(links=links()))
+    new = N("192.0.2.0/24")
+    d2 = Desired(groups=d.groups, routes={PFX: "prof", new: "prof"})  # PFX2 withdrawn
+    pl = plan(d2, obs, ids, PlanParams(protocol=P), only=[new, PFX2])
+    assert sorted(map(repr, pl.ops)) == sorted(
+        [repr(RouteSet(new, 0, ids.groups["prof"])), repr(RouteDel(PFX2, 0))]
+    )
+    obs2 = kernel_apply(obs, pl.ops)
+    assert plan(d2, obs2, ids, PlanParams(protocol=P)).ops == ()
