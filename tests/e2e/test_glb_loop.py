@@ -9,7 +9,9 @@ leaf3's prefixes, and congestion toward leaf2 must move only the former.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -405,3 +407,99 @@ def test_reload_removes_and_adds_a_neighbor_and_retimes_bfd_without_disturbing_o
     # the spine1 session was never reset through all of it
     assert float(peers()[s1]["uptime_s"]) > up_before  # type: ignore[arg-type]
     assert bfd()[s1]["flaps"] == flaps_before
+
+
+# glbctl --json contract (issue 6 item 2): the key structure of every command is frozen
+CONTRACT = Path(__file__).resolve().parent.parent / "vectors" / "glbctl_contract.json"
+QUERIES = (
+    "status",
+    "neighbors",
+    "bfd",
+    "links",
+    "heartbeats",
+    "quality",
+    "profiles",
+    "routes",
+    "counters",
+    "config",
+)
+# objects keyed by data (interface names, node ids, drop reasons), not by field names
+MAPS = {
+    "quality.local",
+    "quality.remote",
+    "counters",
+    "drops",
+    "api_dropped",
+    "transport_errors",
+    "counters.*",
+    "engine",
+    "changes",
+    "capacity_mbps",
+}
+SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def shape(v: object, path: str = "") -> object:
+    """Keys (recursively) with values replaced by type names; data-keyed maps collapsed."""
+    leaf = path.rsplit(".", 1)[-1]
+    if isinstance(v, dict):
+        if path in MAPS or leaf in MAPS or any(path.endswith("." + m) for m in MAPS):
+            inner = [shape(x, path + ".*") for x in v.values()]
+            same = inner and all(i == inner[0] for i in inner)
+            return {"<map>": inner[0] if same else "null"}  # empty/mixed: any value shape
+        return {k: shape(x, f"{path}.{k}" if path else k) for k, x in sorted(v.items())}
+    if isinstance(v, list):
+        items = [shape(x, path) for x in v]
+        dicts = [i for i in items if isinstance(i, dict)]
+        if dicts:  # union of row keys: rows of one table may differ in optional keys
+            merged: dict[str, object] = {}
+            for d in dicts:
+                merged.update(d)
+            return [dict(sorted(merged.items()))]
+        return ["scalar"] if items else []
+    return "null" if v is None else "scalar"
+
+
+def same_shape(want: object, got: object, path: str = "") -> list[str]:
+    """Differences between two shapes; "null" (an optional object not present now) matches
+    anything, an empty list matches any list."""
+    if want == "null" or got == "null":
+        return []
+    if isinstance(want, dict) and isinstance(got, dict):
+        out = [f"{path}.{k}: missing" for k in want.keys() - got.keys()]
+        out += [f"{path}.{k}: new key" for k in got.keys() - want.keys()]
+        for k in want.keys() & got.keys():
+            out += same_shape(want[k], got[k], f"{path}.{k}")
+        return out
+    if isinstance(want, list) and isinstance(got, list):
+        return same_shape(want[0], got[0], path + "[]") if want and got else []
+    return [] if want == got else [f"{path}: {want!r} -> {got!r}"]
+
+
+def keys_of(v: object) -> list[str]:
+    if isinstance(v, dict):
+        out = [k for k in v if k not in ("<map>",)]
+        return out + [k for x in v.values() for k in keys_of(x)]
+    if isinstance(v, list):
+        return [k for x in v for k in keys_of(x)]
+    return []
+
+
+def test_glbctl_json_contract(lab: tuple[Fabric, dict[str, GlbdNode]]) -> None:
+    fab, nodes = lab
+    settle(fab)
+    got = {
+        f"{role}.{cmd}": shape(nodes[n].request(cmd), cmd)
+        for role, n in (("leaf", "leaf1"), ("spine", "spine1"))
+        for cmd in QUERIES
+    }
+    bad = sorted({k for s in got.values() for k in keys_of(s) if not SNAKE.match(k)})
+    assert not bad, f"keys that are not snake_case: {bad}"
+    if os.environ.get("GLBD_UPDATE_CONTRACT") == "1":
+        CONTRACT.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(CONTRACT.read_text())
+    diffs = [d for k in want for d in same_shape(want[k], got.get(k), k)]
+    assert not diffs, (
+        "glbctl --json changed shape (if on purpose, rerun with GLBD_UPDATE_CONTRACT=1 and say "
+        "so in the commit):\n" + "\n".join(diffs)
+    )
