@@ -356,6 +356,9 @@ class FibProgrammer:
     def snapshot(self) -> dict[str, Any]:
         """Desired vs installed state (JSON-safe) for ``glbctl routes`` / ``glbctl profiles``.
 
+        Top level: ``netns``, ``protocol``, ``table``, ``weight_bits``, ``compat_mode``,
+        ``stale_remaining_s``, ``excluded`` (failed-over members), ``groups``, ``routes``,
+        ``kernel`` (counts of glbd objects in the kernel), ``counters``, ``last_errors``.
         ``groups[key]``: ``nhid``, ``type``, ``desired`` (weights asked for, by member label),
         ``programmed`` (what glbd writes now: usable members only, scaled), ``installed``
         (kernel), ``excluded`` (member -> reason), ``routes`` (count), ``diff``
@@ -418,7 +421,7 @@ class FibProgrammer:
                 "groups": len(o.groups),
                 "routes": len(o.routes),
             },
-            "stats": {
+            "counters": {
                 "applies": self.stats.applies,
                 "reconciles": self.stats.reconciles,
                 "full_reconciles": self.stats.full_reconciles,
@@ -428,8 +431,8 @@ class FibProgrammer:
                 "link_events": self.stats.link_events,
                 "nexthop_events": self.stats.nexthop_events,
                 "overruns": self.stats.overruns,
-                "last_errors": list(self.stats.last_errors),
             },
+            "last_errors": list(self.stats.last_errors),
         }
 
     # -- internals ----------------------------------------------------------------------------

@@ -1,0 +1,44 @@
+"""The FibProgrammer snapshot is an API (glbctl routes/profiles): its keys are pinned here."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+from glbd.fib import Desired, FibProgrammer, GroupSpec, Member
+from glbd.fib.model import KGroup, KLink, KRoute, Observed
+from glbd.fib.plan import IdMap
+
+M1 = Member(ipaddress.ip_address("198.18.10.2"), "eth1")
+M2 = Member(ipaddress.ip_address("198.18.10.6"), "eth2")
+PFX = ipaddress.ip_network("203.0.113.0/24")
+
+
+async def test_snapshot_keys_and_diff_flag() -> None:
+    f = FibProgrammer(netns=None, protocol=200)
+    f._desired = Desired(groups={"p": GroupSpec({M1: 3, M2: 1})}, routes={PFX: "p"})
+    f._ids = IdMap(members={M1: 11, M2: 12}, groups={"p": 21})
+    f._obs = Observed(
+        links={"eth1": KLink(2, "eth1", True, True), "eth2": KLink(3, "eth2", True, False)},
+        groups={21: KGroup(21, 200, ((11, 2),))},
+        routes={(PFX, 0): KRoute(PFX, 254, 200, 0, 21)},
+    )
+    snap = f.snapshot()
+    json.dumps(snap)
+    assert set(snap) == {
+        "netns", "protocol", "table", "weight_bits", "compat_mode", "stale_remaining_s",
+        "excluded", "groups", "routes", "kernel", "counters", "last_errors",
+    }
+    g = snap["groups"]["p"]
+    assert set(g) == {
+        "nhid", "type", "desired", "programmed", "installed", "excluded", "routes", "diff", "note",
+    }
+    assert g["desired"] == {"198.18.10.2@eth1": 3, "198.18.10.6@eth2": 1}
+    assert g["programmed"] == {"198.18.10.2@eth1": 3}  # eth2 has no carrier
+    assert g["installed"] == {"198.18.10.2@eth1": 2}
+    assert g["excluded"] == {"198.18.10.6@eth2": "no_carrier"}
+    assert g["diff"] is True
+    r = snap["routes"]["203.0.113.0/24"]
+    assert set(r) == {"group", "nhid", "installed_nhid", "desired", "installed", "diff", "note"}
+    assert r["nhid"] == r["installed_nhid"] == 21 and r["diff"] is True
+    assert all(isinstance(v, int) for v in snap["counters"].values())
