@@ -1,0 +1,716 @@
+"""End-to-end GLB latency in the lab (issue 6 "Performance"): real glbd daemons, real kernel.
+
+Run as root (builds and deletes its own namespaces)::
+
+    .venv/bin/python bench/glb_latency.py                 # 200 band + 200 cut events, 20 BFD
+    .venv/bin/python bench/glb_latency.py --events 30 --bfd 5      # quick (~1 min)
+    .venv/bin/python bench/glb_latency.py --kinds band --events 400
+
+Fabric: ``leaf_spine(2, 2)`` (hosts included), glbd on every spine (helper) and leaf
+(load balancer), ``GlbdOptions`` defaults (heartbeat 20 ms, link sampling 10 ms, BFD 50 ms x 3,
+resilient groups) with ``capacity_mbps = --rate``. spine1 -> leaf2 is tbf-shaped to ``--rate``.
+A :class:`~glbd.lab.demo.NexthopWatcher` (rtnetlink listener) in leaf1's namespace timestamps
+every ``RTM_NEWNEXTHOP`` of a group; spines log ``link_band`` (JSON, ISO time with microseconds)
+on every band/down change of one of their links. Same machine, same wall clock.
+
+Event kinds, each measured on leaf1's group for leaf2's prefix (members: spine1, spine2):
+
+* ``band``: a UDP generator in spine1 (its own process, paced bursts, 2x ``--rate``) is switched
+  on and off into the shaped spine1->leaf2 link. One event per switch: spine1's ``link_band``
+  record for ``leaf2`` -> leaf1's first RTM_NEWNEXTHOP whose weights moved (on: unequal,
+  off: any change after the switch). The band record paired with a nexthop message is the last
+  one logged before it (the change that caused that write); the first band record after the switch
+  is reported too (``first band -> nh``).
+* ``cut``: ``ip link set leaf2 down`` on spine1 (carrier loss on spine1's end), then up again as
+  soon as leaf1 reacted. ``cut`` events: spine1's ``link_band`` record with ``down=true`` ->
+  leaf1's RTM_NEWNEXTHOP with spine1 gone (heartbeat link-down flag path); ``restore`` events:
+  ``down=false`` record -> RTM_NEWNEXTHOP with spine1 back. The cut is short (~latency + one
+  ``ip`` command) so BFD (150 ms) and BGP do not notice; cycles where they did are counted.
+* ``bfd``: nftables drops everything on leaf1's interface to spine1 (link stays up). drop ->
+  leaf1's RTM_NEWNEXTHOP without spine1, against the configured detection time
+  (detect_mult x interval); target detection + 5 ms. Measured from *before* the ``nft`` command
+  (conservative: the drop takes effect somewhere inside that command) and, separately, from
+  leaf1's ``bfd_state`` log record (glbd's own reaction time).
+
+Caveats: the ``link_band`` record is written right after the new heartbeat has been handed to
+the sender, so the band -> nexthop figure excludes the microseconds between the band decision
+and that log call; the nexthop timestamp is taken when the watcher's event loop handles the
+message (one thread in this process; this process otherwise sleeps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from glbd.lab.demo import NexthopWatcher
+from glbd.lab.netns import LabError
+from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
+from glbd.lab.topology import Fabric, leaf_spine
+
+Entries = tuple[tuple[int, int], ...]
+
+# A paced UDP source: stdin "on"/"off"/"quit"; sends 1200-byte datagrams at RATE Mbit/s in 2 ms
+# bursts while on. Its own process so that the measuring process is not slowed down.
+GENERATOR = r"""
+import socket, sys, threading, time
+dst, rate = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+payload = b"\x00" * 1200
+pps = rate * 1e6 / 8 / (1200 + 28)
+state = {"on": False, "quit": False}
+def ctl():
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "quit":
+            break
+        state["on"] = cmd == "on"
+    state["quit"] = True
+threading.Thread(target=ctl, daemon=True).start()
+sent, t0 = 0, None
+while not state["quit"]:
+    if not state["on"]:
+        t0 = None
+        time.sleep(0.001)
+        continue
+    now = time.monotonic()
+    if t0 is None:
+        t0, sent = now, 0
+    due = int((now - t0) * pps) + 1
+    while sent < due:
+        try:
+            s.sendto(payload, (dst, 9))
+        except OSError:
+            pass
+        sent += 1
+    time.sleep(0.002)
+"""
+
+
+class NftShell:
+    """A persistent ``nft -i`` in one namespace with its own table (``glbbench``): adding or
+    removing the interface from the drop set is acknowledged by a listing, so the moment the
+    drop takes effect is bracketed to ~1 ms (a fresh ``nft`` process takes 10-30 ms)."""
+
+    SETUP = (
+        "add table inet glbbench\n"
+        "add set inet glbbench dropif { type ifname; }\n"
+        "add chain inet glbbench input { type filter hook input priority -20; }\n"
+        "add chain inet glbbench output { type filter hook output priority -20; }\n"
+        "add rule inet glbbench input iifname @dropif drop\n"
+        "add rule inet glbbench output oifname @dropif drop\n"
+    )
+
+    def __init__(self, fab: Fabric, node: str) -> None:
+        self.proc = fab.ns(node).popen(["nft", "-i"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._cmd(self.SETUP)
+
+    def _cmd(self, text: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write((text + "list set inet glbbench dropif\n").encode())
+        self.proc.stdin.flush()
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise LabError("nft -i exited")
+            if line.rstrip() == b"}":
+                return
+
+    def drop(self, ifname: str) -> None:
+        self._cmd(f'add element inet glbbench dropif {{ "{ifname}" }}\n')
+
+    def undrop(self, ifname: str) -> None:
+        self._cmd(f'delete element inet glbbench dropif {{ "{ifname}" }}\n')
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(5)
+
+
+class LinkSwitch:
+    """Link down/up of one interface from this process (rtnetlink, acknowledged): no ``ip``
+    process start between the timestamp and the carrier loss."""
+
+    def __init__(self, fab: Fabric, node: str, ifname: str) -> None:
+        from pyroute2 import IPRoute
+
+        with fab.ns(node).entered():
+            self.ipr = IPRoute()
+        self.idx = self.ipr.link_lookup(ifname=ifname)[0]
+
+    def set(self, up: bool) -> None:
+        self.ipr.link("set", index=self.idx, state="up" if up else "down")
+
+    def close(self) -> None:
+        self.ipr.close()
+
+
+class BfdSniffer:
+    """Kernel receive timestamps (SO_TIMESTAMPNS) of the BFD control packets (UDP 3784) that
+    arrive on one interface, seen by an AF_PACKET socket (ahead of nftables' input hook, so the
+    moment of the last packet that got through before a drop is known)."""
+
+    def __init__(self, fab: Fabric, node: str, ifname: str) -> None:
+        with fab.ns(node).entered():
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+        self.sock.bind((ifname, 0x0800))
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.sock.settimeout(0.2)
+        self.times: list[float] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="bfd-sniff", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                data, anc, _flags, addr = self.sock.recvmsg(256, 64)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if addr[2] == socket.PACKET_OUTGOING or len(data) < 28 or data[9] != 17:
+                continue
+            ihl = (data[0] & 0x0F) * 4
+            if int.from_bytes(data[ihl + 2 : ihl + 4], "big") != 3784:
+                continue
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    sec, nsec = struct.unpack("qq", raw[:16])
+                    self.times.append(sec + nsec / 1e9)
+
+    def last_before(self, t: float) -> float | None:
+        prev = [x for x in list(self.times) if x < t]
+        return prev[-1] if prev else None
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(1)
+        self.sock.close()
+
+
+SO_TIMESTAMPNS = 35
+
+
+def load() -> str:
+    a, b, c = os.getloadavg()
+    return f"{a:.2f} {b:.2f} {c:.2f}"
+
+
+def iso_ts(rec: dict[str, Any]) -> float | None:
+    ts = rec.get("timestamp")
+    if not isinstance(ts, str):
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class LogTail:
+    """Incremental reader of a glbd JSON-lines log: keeps records of the wanted events."""
+
+    def __init__(self, path: Path, events: tuple[str, ...]) -> None:
+        self.path = path
+        self.want = events
+        self.pos = 0
+        self.buf = b""
+        self.records: list[dict[str, Any]] = []
+
+    def poll(self) -> list[dict[str, Any]]:
+        with contextlib.suppress(OSError), open(self.path, "rb") as f:
+            f.seek(self.pos)
+            data = f.read()
+            self.pos += len(data)
+            self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            if not any(e.encode() in line for e in self.want):
+                continue
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if rec.get("event") in self.want:
+                    t = iso_ts(rec)
+                    if t is not None:
+                        rec["_t"] = t
+                        self.records.append(rec)
+        return self.records
+
+    def since(self, t: float, pred: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        self.poll()
+        return [r for r in self.records if r["_t"] >= t and pred(r)]
+
+
+def _unequal(es: Entries) -> bool:
+    return len(es) == 2 and len({w for _, w in es}) > 1
+
+
+def _two(es: Entries) -> bool:
+    return len(es) == 2
+
+
+def pct(values: list[float], q: float) -> float:
+    """Percentile with linear interpolation between closest ranks (q in [0, 100])."""
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    k = (len(v) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+@dataclass
+class Series:
+    name: str
+    path: str
+    values: list[float] = field(default_factory=list)  # ms
+    missed: int = 0
+    load_start: str = ""
+    load_end: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, target: str) -> str:
+        v = self.values
+        if not v:
+            return f"| {self.name} | {self.path} | 0 | - | - | - | - | {target} | {self.missed} |"
+        return (
+            f"| {self.name} | {self.path} | {len(v)} | {pct(v, 50):.1f} | {pct(v, 99):.1f} | "
+            f"{max(v):.1f} | {min(v):.1f} | {target} | {self.missed} |"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.values
+        return {
+            "name": self.name,
+            "n": len(v),
+            "p50_ms": round(pct(v, 50), 2) if v else None,
+            "p99_ms": round(pct(v, 99), 2) if v else None,
+            "max_ms": round(max(v), 2) if v else None,
+            "min_ms": round(min(v), 2) if v else None,
+            "missed": self.missed,
+            "load_start": self.load_start,
+            "load_end": self.load_end,
+            "notes": self.notes,
+        }
+
+
+class Bench:
+    def __init__(
+        self,
+        fab: Fabric,
+        nodes: dict[str, GlbdNode],
+        watch: NexthopWatcher,
+        prefix: str,
+        args: argparse.Namespace,
+    ) -> None:
+        self.fab = fab
+        self.nodes = nodes
+        self.watch = watch
+        self.prefix = prefix
+        self.args = args
+        self.spine_log = LogTail(nodes["spine1"].log, ("link_band",))
+        self.leaf_log = LogTail(nodes["leaf1"].log, ("bfd_state",))
+        self.verbose = args.verbose
+
+    # --- watcher helpers -----------------------------------------------------------------------
+    def nh_after(self, t: float, pred: Callable[[Entries], bool], timeout: float) -> float | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            for at, _nid, entries in list(self.watch.events):
+                if at >= t and pred(entries):
+                    return at
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+
+    def out_after(self, t: float, timeout: float) -> float | None:
+        """First moment after ``t`` that spine1 left leaf1's route for the prefix: a group
+        message with one member or the route moving (to another group, or deleted)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            cands = [at for at, _n, es in list(self.watch.events) if at >= t and len(es) == 1]
+            cands += [
+                at for at, p, _nh, _d in list(self.watch.routes) if at >= t and p == self.prefix
+            ]
+            if cands:
+                return min(cands)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+
+    def back_in(self, timeout: float) -> bool:
+        with contextlib.suppress(LabError):
+            wait_until(
+                lambda: len(kernel_group_for(self.fab, "leaf1", self.prefix)) == 2,
+                timeout,
+                interval=0.02,
+                what="spine1 back in leaf1's group",
+            )
+            return True
+        return False
+
+    def bands(self, t: float, t_end: float, *, down: bool | None = None) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in self.spine_log.since(t, lambda r: r.get("ifname") == "leaf2")
+            if r["_t"] <= t_end and (down is None or bool(r.get("down")) == down)
+        ]
+
+    # --- band changes from real congestion -----------------------------------------------------
+    def run_band(self, n_events: int) -> tuple[Series, Series]:
+        s = Series("band (congestion on/off)", "spine1 link_band -> leaf1 RTM_NEWNEXTHOP")
+        first = Series("band, first record", "first link_band after switch -> first nh")
+        s.load_start = load()
+        dst = self.fab.addr("leaf2", "spine1")
+        gen = self.fab.ns("spine1").popen(
+            [sys.executable, "-c", GENERATOR, dst, str(2 * self.args.rate)],
+            stdin=subprocess.PIPE,
+        )
+        assert gen.stdin is not None
+
+        def switch(on: bool) -> float:
+            t = time.time()
+            assert gen.stdin is not None
+            gen.stdin.write(b"on\n" if on else b"off\n")
+            gen.stdin.flush()
+            return t
+
+        try:
+            on = True
+            timeouts = 0
+            while len(s.values) + s.missed < n_events:
+                t_sw = switch(on)
+                # on: weights became unequal; off: any rewrite of the two-member group
+                pred = _unequal if on else _two
+                t_nh = self.nh_after(t_sw, pred, self.args.timeout)
+                if t_nh is None:
+                    s.missed += 1
+                    timeouts += 1
+                    s.notes.append(
+                        f"{'on' if on else 'off'} switch: no nexthop change in "
+                        f"{self.args.timeout:g} s"
+                    )
+                    if timeouts > 5 and not s.values:
+                        raise LabError("congestion does not move leaf1's weights")
+                else:
+                    time.sleep(0.05)  # let the log catch up
+                    recs = self.bands(t_sw, t_nh + 1.0)
+                    before = [r for r in recs if r["_t"] <= t_nh]
+                    if before:
+                        lat = (t_nh - before[-1]["_t"]) * 1e3
+                        s.values.append(lat)
+                        first.values.append((t_nh - before[0]["_t"]) * 1e3)
+                        if self.verbose:
+                            print(
+                                f"  {'on ' if on else 'off'} band {before[-1].get('old_band')}"
+                                f"->{before[-1].get('band')} ({len(before)} rec) "
+                                f"nh +{lat:.1f} ms",
+                                flush=True,
+                            )
+                    else:
+                        s.missed += 1
+                        s.notes.append("nexthop change without a band record before it")
+                time.sleep(self.args.hold)
+                if on:
+                    on = False
+                else:
+                    # back to equal before the next congestion
+                    with contextlib.suppress(LabError):
+                        wait_until(
+                            lambda: (
+                                len(set(kernel_group_for(self.fab, "leaf1", self.prefix).values()))
+                                == 1
+                            ),
+                            10,
+                            interval=0.02,
+                            what="weights equal again",
+                        )
+                    time.sleep(self.args.hold)
+                    on = True
+                if len(s.values) % 20 == 0 and s.values and not self.verbose:
+                    print(f"  band: {len(s.values)} events, load {load()}", flush=True)
+        finally:
+            with contextlib.suppress(OSError):
+                gen.stdin.write(b"quit\n")
+                gen.stdin.close()
+            with contextlib.suppress(Exception):
+                gen.wait(5)
+        s.load_end = first.load_end = load()
+        first.load_start = s.load_start
+        return s, first
+
+    # --- link cut / restore (heartbeat link-down flag) ------------------------------------------
+    def run_cut(self, n_events: int) -> tuple[Series, Series, Series]:
+        cut = Series("cut (link down)", "spine1 link_band down -> leaf1 RTM_NEWNEXTHOP w/o spine1")
+        cmd = Series("cut, from link down", "before RTM_SETLINK down -> same RTM_NEWNEXTHOP")
+        rest = Series("restore (link up)", "spine1 link_band up -> leaf1 RTM_NEWNEXTHOP w/ spine1")
+        cut.load_start = rest.load_start = cmd.load_start = load()
+        sw = LinkSwitch(self.fab, "spine1", self.fab.ifname("spine1", "leaf2"))
+        try:
+            self._cut_loop(n_events, sw, cut, cmd, rest)
+        finally:
+            sw.set(True)
+            sw.close()
+        cut.load_end = rest.load_end = cmd.load_end = load()
+        return cut, cmd, rest
+
+    def _cut_loop(
+        self, n_events: int, sw: LinkSwitch, cut: Series, cmd: Series, rest: Series
+    ) -> None:
+        slow_recoveries = 0
+        while len(cut.values) + cut.missed + len(rest.values) + rest.missed < n_events:
+            t0 = time.time()
+            sw.set(False)
+            t_out = self.out_after(t0, self.args.timeout)
+            t1 = time.time()
+            sw.set(True)
+            if t_out is None:
+                cut.missed += 1
+                cut.notes.append("spine1 never left leaf1's group")
+            else:
+                time.sleep(0.03)
+                recs = self.bands(t0, t_out + 1.0, down=True)
+                before = [r for r in recs if r["_t"] <= t_out]
+                if before:
+                    cut.values.append((t_out - before[-1]["_t"]) * 1e3)
+                    cmd.values.append((t_out - t0) * 1e3)
+                else:
+                    cut.missed += 1
+                    cut.notes.append("no down record before the nexthop change")
+            t_nh = self.nh_after(t1, lambda es: len(es) == 2, 1.0)
+            if t_nh is None:  # BFD/BGP noticed: spine1 comes back via BGP, not a hb event
+                slow_recoveries += 1
+                rest.missed += 1
+                if not self.back_in(60):
+                    raise LabError("spine1 did not come back into leaf1's group in 60 s")
+            else:
+                time.sleep(0.03)
+                recs = self.bands(t1, t_nh + 1.0, down=False)
+                before = [r for r in recs if r["_t"] <= t_nh]
+                if before:
+                    rest.values.append((t_nh - before[-1]["_t"]) * 1e3)
+                else:
+                    rest.missed += 1
+                    rest.notes.append("no up record before the nexthop change")
+            if self.verbose and cut.values:
+                print(
+                    f"  cut +{cut.values[-1]:.1f} ms, restore "
+                    f"{f'+{rest.values[-1]:.1f} ms' if rest.values else '-'}",
+                    flush=True,
+                )
+            time.sleep(self.args.hold)
+            done = len(cut.values) + len(rest.values)
+            if done % 20 == 0 and done and not self.verbose:
+                print(f"  cut/restore: {done} events, load {load()}", flush=True)
+        if slow_recoveries:
+            rest.notes.append(
+                f"{slow_recoveries} cycle(s) where spine1 came back only via "
+                "BFD/BGP recovery (not counted)"
+            )
+
+    # --- BFD failover --------------------------------------------------------------------------
+    def run_bfd(self, n: int, detect_ms: float) -> list[Series]:
+        fail = Series("bfd failover", "last BFD rx before drop -> RTM_NEWNEXTHOP w/o spine1")
+        drop = Series("bfd failover, from drop", "nft drop -> same RTM_NEWNEXTHOP")
+        det = Series("bfd detection", "last BFD rx before drop -> leaf1 bfd_state Down (log)")
+        react = Series("bfd reaction", "leaf1 bfd_state Down (log) -> RTM_NEWNEXTHOP")
+        out = [fail, drop, det, react]
+        for s in out:
+            s.load_start = load()
+        nft = NftShell(self.fab, "leaf1")
+        sniff = BfdSniffer(self.fab, "leaf1", self.fab.ifname("leaf1", "spine1"))
+        time.sleep(0.3)  # a few BFD packets seen before the first drop
+        try:
+            self._bfd_loop(n, detect_ms, nft, sniff, out)
+        finally:
+            with contextlib.suppress(Exception):
+                nft.undrop("spine1")
+            nft.close()
+            sniff.close()
+        for s in out:
+            s.load_end = load()
+        return out
+
+    def _bfd_loop(
+        self, n: int, detect_ms: float, nft: NftShell, sniff: BfdSniffer, out: list[Series]
+    ) -> None:
+        fail, drop, det, react = out
+        bracket: list[float] = []
+        for i in range(n):
+            t0 = time.time()
+            nft.drop("spine1")
+            t0b = time.time()
+            bracket.append((t0b - t0) * 1e3)
+            t_out = self.out_after(t0, max(5.0, detect_ms / 1e3 * 10))
+            time.sleep(0.05)
+            downs = self.leaf_log.since(
+                t0,
+                lambda r: (
+                    str(r.get("new", "")).upper() == "DOWN" and r.get("interface") == "spine1"
+                ),
+            )
+            nft.undrop("spine1")
+            t_rx = sniff.last_before(t0)
+            if t_out is None:
+                fail.missed += 1
+                fail.notes.append("spine1 never left leaf1's group")
+            else:
+                drop.values.append((t_out - t0) * 1e3)
+                if t_rx is not None:
+                    fail.values.append((t_out - t_rx) * 1e3)
+                else:
+                    fail.missed += 1
+                    fail.notes.append("no BFD packet seen before the drop")
+                if downs:
+                    react.values.append((t_out - downs[0]["_t"]) * 1e3)
+                    if t_rx is not None:
+                        det.values.append((downs[0]["_t"] - t_rx) * 1e3)
+                if self.verbose:
+                    rx = f"{(t_out - t_rx) * 1e3:.1f} ms" if t_rx else "-"
+                    print(
+                        f"  bfd {i + 1}: last rx -> nh {rx}, drop -> nh "
+                        f"{(t_out - t0) * 1e3:.1f} ms (nft ack {(t0b - t0) * 1e3:.1f} ms)",
+                        flush=True,
+                    )
+            if not self.back_in(90):
+                raise LabError("spine1 did not come back into leaf1's group in 90 s")
+            time.sleep(max(self.args.hold, 1.0))
+            if not self.verbose and (i + 1) % 5 == 0:
+                print(f"  bfd: {i + 1} drops, load {load()}", flush=True)
+        if bracket:
+            drop.notes.append(
+                f"nft drop acknowledged within {max(bracket):.1f} ms "
+                f"(median {pct(bracket, 50):.1f} ms) of the start timestamp"
+            )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=200,
+        help="events per heartbeat kind (band; cut+restore), default 200",
+    )
+    ap.add_argument("--bfd", type=int, default=20, help="BFD failovers (default 20)")
+    ap.add_argument("--kinds", default="band,cut,bfd", help="comma list of band,cut,bfd")
+    ap.add_argument("--rate", type=int, default=10, help="tbf rate of spine1->leaf2, Mbit/s")
+    ap.add_argument("--hold", type=float, default=0.3, help="settle time between events, s")
+    ap.add_argument("--timeout", type=float, default=5.0, help="per-event wait, s")
+    ap.add_argument("--bfd-interval-ms", type=int, default=50)
+    ap.add_argument("--detect-mult", type=int, default=3)
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="one line per event")
+    args = ap.parse_args()
+    kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    if os.geteuid() != 0:
+        print("needs root (network namespaces)", file=sys.stderr)
+        return 2
+    detect_ms = args.bfd_interval_ms * args.detect_mult
+    opts = GlbdOptions(
+        capacity_mbps=args.rate, bfd_interval_ms=args.bfd_interval_ms, detect_mult=args.detect_mult
+    )
+    started = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    print(
+        f"glb_latency: {started}, {os.cpu_count()} CPUs, load {load()}; "
+        f"events={args.events} bfd={args.bfd} kinds={','.join(sorted(kinds))} "
+        f"rate={args.rate} Mbit/s, heartbeat {opts.hb_interval_ms} ms, sampling "
+        f"{opts.sample_interval_ms} ms, BFD {args.bfd_interval_ms} ms x {args.detect_mult}",
+        flush=True,
+    )
+    topo = leaf_spine(2, 2)
+    prefix = topo.node("leaf2").prefix4
+    assert prefix
+    run_dir = Path(tempfile.mkdtemp(prefix="glb-latency-"))
+    results: list[tuple[Series, str]] = []
+    nodes: dict[str, GlbdNode] = {}
+    try:
+        with Fabric(topo) as fab:
+            fab.shape("spine1", "leaf2", rate=f"{args.rate}mbit", burst="64kbit", latency="100ms")
+            try:
+                t = time.monotonic()
+                nodes = start_glbd(fab, run_dir, opts)
+                wait_until(
+                    lambda: len(kernel_group_for(fab, "leaf1", prefix)) == 2,
+                    90,
+                    what="leaf1's weighted group for leaf2's prefix",
+                )
+                wait_until(
+                    lambda: len(set(kernel_group_for(fab, "leaf1", prefix).values())) == 1,
+                    30,
+                    what="equal weights",
+                )
+                print(
+                    f"fabric up, glbd x{len(nodes)} converged in "
+                    f"{time.monotonic() - t:.1f} s, load {load()}",
+                    flush=True,
+                )
+                time.sleep(1.0)
+                with NexthopWatcher(fab.ns("leaf1").name) as watch:
+                    b = Bench(fab, nodes, watch, prefix, args)
+                    hb = "p50 <= 20, p99 <= 30"
+                    if "band" in kinds and args.events > 0:
+                        s, first = b.run_band(args.events)
+                        results += [(s, hb), (first, "(info)")]
+                    if "cut" in kinds and args.events > 0:
+                        cut, cmd, rest = b.run_cut(args.events)
+                        results += [(cut, hb), (cmd, "(info)"), (rest, hb)]
+                    if "bfd" in kinds and args.bfd > 0:
+                        fail, drop, det, react = b.run_bfd(args.bfd, detect_ms)
+                        results += [
+                            (fail, f"<= {detect_ms + 5} (detect {detect_ms} + 5)"),
+                            (drop, f"(info, < {detect_ms + 5})"),
+                            (det, f"~ {detect_ms}"),
+                            (react, "(info)"),
+                        ]
+            finally:
+                stop_all(nodes)
+    finally:
+        if args.keep:
+            print(f"run dir kept: {run_dir}")
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    print(f"\nResults ({started}; load at end {load()}), milliseconds\n")
+    print("| series | path | n | p50 | p99 | max | min | target | missed |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+    for s, target in results:
+        print(s.row(target))
+    print("\nload average (1/5/15 min) per series, start -> end:")
+    for s, _ in results:
+        print(f"  {s.name}: {s.load_start} -> {s.load_end}")
+        for n in sorted(set(s.notes)):
+            print(f"    note: {n} (x{s.notes.count(n)})")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {"date": started, "args": vars(args), "series": [s.to_dict() for s, _ in results]},
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
