@@ -80,6 +80,7 @@ import queue
 import random
 import resource
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -951,6 +952,7 @@ def _child_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="bfd-engine: %(levelname)s %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the daemon's to handle
     with contextlib.suppress(Exception):  # die with the daemon
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, 15)
