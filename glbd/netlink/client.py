@@ -172,7 +172,10 @@ class NetlinkSocket:
         self._closed = True
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
-        exc = ConnectionError("netlink socket closed")
+        self._fail_pending(ConnectionError("netlink socket closed"))
+
+    def _fail_pending(self, exc: Exception) -> None:
+        """Fail every outstanding request (their replies can no longer be trusted to come)."""
         for p in list(self._pending.values()):
             if isinstance(p, _Batch):
                 if not p.fut.done():
@@ -322,6 +325,7 @@ class NetlinkSocket:
                     self.overruns += 1
                     if self._on_overrun is not None:
                         self._on_overrun()
+                    self._fail_pending(NetlinkError(errno.ENOBUFS, "replies lost: overrun"))
                     continue
                 raise
             if n == 0:
