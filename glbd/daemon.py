@@ -281,6 +281,13 @@ class Daemon:
 
         return handler
 
+    def _whole(self, component: str) -> Callable[[dict[str, Any]], Any]:
+        def handler(args: dict[str, Any]) -> Any:
+            c = self._component(component)
+            return c.snapshot() if c is not None else {"note": f"{component} is not running"}
+
+        return handler
+
     def _handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {
             "status": lambda a: self.status(),
@@ -293,7 +300,7 @@ class Daemon:
             "links": self._section("links", "quality"),
             "heartbeats": self._section("heartbeats", "quality"),
             "quality": self._section("quality", "quality"),
-            "profiles": self._section("profiles", "fib"),
+            "profiles": self._whole("fib"),
         }
 
     async def _reload_handler(self, args: dict[str, Any]) -> Any:

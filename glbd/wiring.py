@@ -579,14 +579,72 @@ class Node:
         return out
 
     def fib_snapshot(self) -> dict[str, Any]:
-        snap = self.fib.snapshot() if self.fib else {}
-        prof = self.table.profiles_dict() if self.table else {}
-        return {
-            "profiles": prof,
-            "kernel": snap,
-            "last_sync": self.last_fib_sync,
-            "counters": snap.get("counters", {}) if isinstance(snap, dict) else {},
+        """``glbctl profiles``: each profile's desired weights (path table) beside what the FIB
+        programs and what the kernel has, with a ``diff`` flag per profile."""
+        fib = self.fib.snapshot() if self.fib else {}
+        groups = fib.get("groups", {})
+        prof = self.table.profiles_dict() if self.table else {"profiles": []}
+        rows = []
+        for p in prof.get("profiles", []):
+            g = groups.get(p["key"], {})
+            installed = {lab.split("@")[0]: w for lab, w in g.get("installed", {}).items()}
+            programmed = {lab.split("@")[0]: w for lab, w in g.get("programmed", {}).items()}
+            weights = [
+                {
+                    **w,
+                    "programmed": programmed.get(w["next_hop"], 0),
+                    "installed": installed.get(w["next_hop"], 0),
+                }
+                for w in p["weights"]
+            ]
+            rows.append(
+                {
+                    **p,
+                    "weights": weights,
+                    "nhid": g.get("nhid"),
+                    "excluded": g.get("excluded", {}),
+                    "diff": bool(g.get("diff", True)) if g else True,
+                    "note": g.get("note", ""),
+                }
+            )
+        summary = {
+            k: fib.get(k)
+            for k in (
+                "protocol",
+                "table",
+                "weight_bits",
+                "compat_mode",
+                "stale_remaining_s",
+                "kernel",
+                "last_errors",
+            )
         }
+        return {
+            "profiles": rows,
+            "fib": summary,
+            "last_sync": self.last_fib_sync,
+            "counters": fib.get("counters", {}),
+        }
+
+    def routes_snapshot(self) -> list[dict[str, Any]]:
+        """``glbctl routes``: the RIB's per-prefix next hops / next-next hops, plus the kernel
+        group each prefix points at and whether it matches what glbd wants."""
+        rows = self.bgp.routes_snapshot() if self.bgp else []
+        fib_routes = self.fib.snapshot().get("routes", {}) if self.fib else {}
+        for r in rows:
+            fr = fib_routes.get(r.get("prefix"))
+            r["profile"] = self.table.profile_of(r["prefix"]) if self.table else None
+            r["nhid"] = fr.get("installed_nhid") if fr else None
+            r["weights"] = [
+                {"next_hop": lab.split("@")[0], "ifname": lab.partition("@")[2], "installed": w}
+                for lab, w in sorted((fr or {}).get("installed", {}).items())
+            ]
+            r["fib_diff"] = (
+                bool(fr.get("diff"))
+                if fr
+                else (not r.get("originated") and bool(r.get("next_hops")))
+            )
+        return rows
 
 
 def _plain(v: Any) -> Any:
@@ -620,7 +678,7 @@ class _Facade:
     def snapshot(self) -> dict[str, Any]:
         n = self.node
         if self.name == "bgp":
-            return n.bgp.snapshot() if n.bgp else {}
+            return {**n.bgp.snapshot(), "routes": n.routes_snapshot()} if n.bgp else {}
         if self.name == "bfd":
             return n.bfd.snapshot() if n.bfd else {"sessions": []}
         if self.name == "quality":
