@@ -160,6 +160,28 @@ class BfdEvent:
     #: For a detection timeout, ``at - last_rx`` is the detection latency.
     last_rx: float | None = None
 
+    @classmethod
+    def from_wire(cls, w: _EventWire) -> BfdEvent:
+        return cls(
+            w[0],
+            w[1],
+            State(w[2]),
+            State(w[3]),
+            Diag(w[4]),
+            w[5],
+            w[6],
+            w[7],
+            w[8],
+            w[9],
+            w[10],
+            w[11],
+        )
+
+
+#: a BfdEvent as the engine loop emits it: (interface, peer, old, new, diag, reason, failure,
+#: remote_cpi, remote_diag, local_discriminator, at, last_rx), enums as ints
+_EventWire = tuple[str, str, int, int, int, str, bool, bool, int, int, float, float | None]
+
 
 def _norm_ip(addr: str) -> str:
     return ipaddress.ip_address(addr.split("%", 1)[0]).compressed
@@ -232,11 +254,13 @@ class _Loop:
 
     def __init__(
         self,
-        emit: Callable[[BfdEvent], None],
+        emit: Callable[[_EventWire], None],
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self.emit = emit
+        #: called at the end of every loop iteration (the engine process flushes events)
+        self.after: Callable[[], None] | None = None
         self.clock = clock
         self.rng = rng or random.Random()
         self.ep = select.epoll()
@@ -281,6 +305,8 @@ class _Loop:
                     elif fd == ctl_fd and not on_ctl(mask):
                         return
                 self._run_timers(clock())
+                if self.after is not None:
+                    self.after()
         finally:
             self.close()
 
@@ -430,30 +456,32 @@ class _Loop:
                         ent.socket_error = exc.strerror or "interface gone"
             elif isinstance(e, StateChange):
                 s = ent.sess
-                ev = BfdEvent(
-                    interface=ent.key[0],
-                    peer=ent.peer,
-                    old=e.old,
-                    new=e.new,
-                    diag=e.diag,
-                    reason=e.reason,
-                    failure=e.failure,
-                    remote_cpi=s.remote_cpi,
-                    remote_diag=s.remote_diag,
-                    local_discriminator=s.local_discr,
-                    at=now,
-                    last_rx=s.last_rx,
-                )
-                log.info(
-                    "bfd %s %s: %s -> %s (%s)",
+                # a plain tuple (see BfdEvent.from_wire): cheap to pickle across the process
+                wire: _EventWire = (
                     ent.key[0],
                     ent.peer,
-                    e.old.name,
-                    e.new.name,
+                    int(e.old),
+                    int(e.new),
+                    int(e.diag),
                     e.reason,
+                    e.failure,
+                    s.remote_cpi,
+                    s.remote_diag,
+                    s.local_discr,
+                    now,
+                    s.last_rx,
                 )
+                if log.isEnabledFor(logging.INFO):
+                    log.info(
+                        "bfd %s %s: %s -> %s (%s)",
+                        ent.key[0],
+                        ent.peer,
+                        e.old.name,
+                        e.new.name,
+                        e.reason,
+                    )
                 try:
-                    self.emit(ev)
+                    self.emit(wire)
                 except Exception:
                     log.exception("bfd: the event callback raised")
 
@@ -856,7 +884,8 @@ class BfdEngine:
             _set_rt(self.rt_priority)
             _raise_nofile()
             rng = random.Random(self.seed)
-            loop = _Loop(self._on_event, rng=rng)
+            on_event = self._on_event
+            loop = _Loop(lambda w: on_event(BfdEvent.from_wire(w)), rng=rng)
         except BaseException as exc:
             ready.set_exception(exc)
             return
@@ -917,9 +946,10 @@ class BfdEngine:
                 log.exception("bfd: bad message from the engine")
                 continue
             kind = msg[0]
-            if kind == "event":
+            if kind == "events":
                 try:
-                    self._on_event(msg[1])
+                    for w in msg[1]:
+                        self._on_event(BfdEvent.from_wire(w))
                 except Exception:
                     log.exception("bfd: the event callback raised")
             elif kind == "reply":
@@ -962,6 +992,7 @@ def _child_main(argv: list[str] | None = None) -> int:
     _set_rt(args.rt_priority)
     _raise_nofile()
     loop = _Loop(chan.send_event, rng=random.Random(args.seed))
+    loop.after = chan.flush_events  # one message per loop iteration, however many events
     chan.ep = loop.ep
 
     def on_ctl(mask: int) -> bool:
@@ -974,9 +1005,11 @@ def _child_main(argv: list[str] | None = None) -> int:
                 return False
             _, rid, op, cargs = msg
             try:
-                chan.send(("reply", rid, True, loop.call(op, cargs)))
+                result = ("reply", rid, True, loop.call(op, cargs))
             except Exception as exc:
-                chan.send(("reply", rid, False, exc))
+                result = ("reply", rid, False, exc)
+            chan.flush_events()  # what the call caused goes out before its reply
+            chan.send(result)
         return not chan.closed
 
     gc.freeze()
@@ -1001,9 +1034,16 @@ class _Channel:
         self.ep: select.epoll | None = None
         self.want_out = False
         self.closed = False
+        self.events: list[_EventWire] = []
 
-    def send_event(self, ev: BfdEvent) -> None:
-        self.send(("event", ev))
+    def send_event(self, wire: _EventWire) -> None:
+        """Queue one event; :meth:`flush_events` sends the queue as one message."""
+        self.events.append(wire)
+
+    def flush_events(self) -> None:
+        if self.events:
+            batch, self.events = self.events, []
+            self.send(("events", batch))
 
     def send(self, msg: Any) -> None:
         try:
