@@ -15,18 +15,20 @@ with the same control API (:class:`BfdEngine`):
   interval (5 ms), and every syscall on the BFD thread gives the GIL away again.
 
 Measured with ``bench/bfd_bench.py --isolation --no-load --duration 10`` (2-core VM shared with
-other work, load average ~2.5; two engines, 64 sessions at 3 x 10 ms, the bench's main thread
-spinning in pure Python like a busy glbd main loop; in thread mode both engines share the
-bench's GIL; 2026-11-22):
+other people's tests, load average 10-12; two engines, 64 sessions at 3 x 10 ms, the bench's
+main thread spinning in pure Python like a busy glbd main loop; in thread mode both engines
+share the bench's GIL; 2026-11-22):
 
 ==================  =====  =============  ============  ==========================
 engine              flaps  timer lag p99  lag max       detection p50 / p99
 ==================  =====  =============  ============  ==========================
-thread              6050   100 ms         282 ms        77 / 77 ms (theory 30)
-thread + FIFO 10    5434   100 ms         716 ms        n/a (already flapping)
-process             4114   86 ms          156 ms        31 / 42 ms
-process + FIFO 10   0      1.4 ms         11.7 ms       30.4 / 31.1 ms
+thread              5153   > 100 ms       315 ms        132 / 151 ms (theory 30)
+thread + FIFO 10    4754   > 100 ms       389 ms        85 / 85 ms
+process             6214   > 100 ms       199 ms        42 / 236 ms
+process + FIFO 10   0      1.1 ms         7.9 ms        30.8 / 31.0 ms
 ==================  =====  =============  ============  ==========================
+
+(An earlier run at load average ~2.5 gave the same picture: only process + FIFO held.)
 
 A real-time priority cannot help a thread that waits for the GIL; a separate process can use
 it. Hence process mode by default, and daemons running as root should pass ``rt_priority``
@@ -49,7 +51,7 @@ the child's messages (process mode) -- never from the caller's event loop. An as
 wraps it::
 
     loop = asyncio.get_running_loop()
-    engine = BfdEngine(lambda ev: loop.call_soon_threadsafe(on_bfd_event, ev))
+    engine = BfdEngine(lambda ev: loop.call_soon_threadsafe(on_bfd_event, ev), rt_priority=10)
     engine.start()
     engine.add_session(SessionConfig(peer="198.18.0.2", interface="eth1",
                                      params=SessionParams(desired_min_tx=50_000,
