@@ -139,6 +139,14 @@ async def test_link_down_up_member_removed_and_recreated(rig: Rig, fib: FibProgr
     await eventually(lambda: route_nhid(rig, "203.0.113.0/24") == nhid)
     await eventually(lambda: group_weights(rig, nhid) == {"198.18.10.2": 2, "198.18.10.6": 1})
     assert fib.snapshot()["groups"]["a"]["diff"] is False
+    # local admin down: same silent flush, same repair
+    rig.r.ip("link", "set", "r-p2", "down")
+    await eventually(lambda: group_weights(rig, nhid) == {"198.18.10.2": 2})
+    await eventually(
+        lambda: fib.snapshot()["groups"]["a"]["excluded"] == {"198.18.10.6@r-p2": "admin_down"}
+    )
+    rig.r.ip("link", "set", "r-p2", "up")
+    await eventually(lambda: group_weights(rig, nhid) == {"198.18.10.2": 2, "198.18.10.6": 1})
 
 
 async def test_adopt_on_restart_without_transient_removal(rig: Rig) -> None:
@@ -241,3 +249,23 @@ async def test_update_routes_delta(rig: Rig, fib: FibProgrammer) -> None:
     snap = fib.snapshot()
     assert set(snap["routes"]) == {"198.51.100.0/24"} and snap["groups"]["a"]["routes"] == 1
     assert (await fib.reconcile(full=True)).ops == 0
+
+
+async def test_stale_objects_kept_then_removed_after_restart(rig: Rig) -> None:
+    f1 = FibProgrammer(netns=rig.r.name, protocol=P)
+    await f1.start()
+    await f1.apply(Desired(groups={"a": GroupSpec({member(1): 1}), "b": GroupSpec({member(2): 1})},
+                           routes={PFX_A: "a", PFX_B: "b"}))
+    await f1.stop(keep=True)
+    f2 = FibProgrammer(netns=rig.r.name, protocol=P, stale_s=1.0)
+    await f2.start(adopt=True)
+    try:
+        await f2.apply(Desired(groups={"a": GroupSpec({member(1): 1})}, routes={PFX_A: "a"}))
+        assert route_nhid(rig, "198.51.100.0/24") is not None  # kept during the stale timer
+        assert f2.snapshot()["stale_remaining_s"] > 0
+        await eventually(lambda: route_nhid(rig, "198.51.100.0/24") is None, timeout=10)
+        assert route_nhid(rig, "203.0.113.0/24") is not None
+        gws = {nh.get("gateway") for nh in rig.nexthops()}
+        assert "198.18.10.6" not in gws
+    finally:
+        await f2.stop()
