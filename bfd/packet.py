@@ -32,7 +32,7 @@ in the digest field, hash the whole packet (``Length`` bytes), then store the ha
 
 ``too_short``, ``bad_version``, ``bad_length``, ``length_exceeds_payload``,
 ``zero_detect_mult``, ``multipoint``, ``zero_my_discriminator``, ``zero_your_discriminator``
-(Your Discriminator 0 while State is Init or Up), ``auth_truncated``, ``auth_type_unknown``,
+(Your Discriminator 0 while State is Init or Up), ``auth_type_unknown``,
 ``auth_length_mismatch``, ``auth_without_a_bit`` (Length > 24 with A clear).
 
 Bytes after ``Length`` (UDP padding) are ignored, as the RFC allows.
