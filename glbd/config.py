@@ -289,6 +289,9 @@ class FibSection(_Model):
     #: after a restart, adopted objects nobody re-claims are removed after this long
     stale_timer_s: Annotated[float, Field(ge=0, le=86_400)] = 300.0
     reconcile_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    #: full route audit (a route dump compared with the desired state); the periodic reconcile
+    #: in between checks links and nexthops only, which is cheap at any route count
+    route_audit_interval_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
 
 
 class ControlSection(_Model):

@@ -101,6 +101,8 @@ class Node:
         self.last_fib_sync: dict[str, Any] = {}
         self._fib_dirty = False
         self._fib_task: asyncio.Task[None] | None = None
+        self._fib_full = True  # the first sync, and after errors or config changes
+        self._fib_keys: set[str] = set()  # profile keys the FIB has groups for
         self._bgp_ready_at: float | None = None
         self.peer_ids: dict[IPAddress, int] = {}  # BGP neighbor -> its BGP id (from OPEN)
         self.iface_of: dict[IPAddress, str] = {n.address: n.interface for n in self.cfg.neighbors}
@@ -128,6 +130,8 @@ class Node:
             table=f.table,
             compat_mode=0 if f.set_compat_mode_off else None,
             reconcile_interval_s=f.reconcile_interval_s,
+            route_audit_interval_s=f.route_audit_interval_s,
+            resilient=self._resilient(),
             stale_s=f.stale_timer_s,
         )
 
@@ -343,6 +347,7 @@ class Node:
             # group type/buckets/timers apply to the next sync (make-before-break in the FIB);
             # protocol/table changes would orphan installed state: those need a restart
             log.info("reload_fib", note="group parameters apply from the next sync")
+            self._fib_full = True
             self.schedule_fib_sync()
 
     async def reconfigure_quality(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
@@ -519,19 +524,20 @@ class Node:
         if self._fib_task is None or self._fib_task.done():
             self._fib_task = self.loop.create_task(self._fib_sync_loop())
 
+    def _resilient(self) -> Resilient | None:
+        f = self.cfg.fib
+        if f.group_type != "resilient":
+            return None
+        return Resilient(
+            buckets=f.resilient_buckets,
+            idle_timer_s=f.resilient_idle_timer_s,
+            unbalanced_timer_s=f.resilient_unbalanced_timer_s,
+        )
+
     def desired(self) -> Any:
 
         assert self.table is not None
-        f = self.cfg.fib
-        res = (
-            Resilient(
-                buckets=f.resilient_buckets,
-                idle_timer_s=f.resilient_idle_timer_s,
-                unbalanced_timer_s=f.resilient_unbalanced_timer_s,
-            )
-            if f.group_type == "resilient"
-            else None
-        )
+        res = self._resilient()
         groups = {}
         for key in self.table.profiles():
             weights = {
@@ -546,24 +552,69 @@ class Node:
         }
         return Desired(groups=groups, routes=routes)
 
+    def _group_spec(self, key: str, res: Resilient | None) -> GroupSpec | None:
+        assert self.table is not None
+        weights = {
+            Member(ipaddress.ip_address(nh.address), nh.ifname): w.value
+            for nh, w in self.table.weights(key).items()
+            if w.value > 0 and nh.ifname
+        }
+        return GroupSpec(weights=weights, resilient=res) if weights else None
+
     async def _fib_sync_loop(self) -> None:
+        """Bring the FIB to the path table. Weight-only changes are one group replace per
+        changed profile (``set_weights``) and prefix moves a route delta (``update_routes``);
+        only new or removed profiles, or a config change, need a full ``apply``."""
         while self._fib_dirty:
             self._fib_dirty = False
             if self.fib is None or self.table is None:
                 return
-            self.table.take_changes()
+            ch = self.table.take_changes()
             t0 = time.perf_counter()
+            mode = "incremental"
             try:
-                result = await self.fib.apply(self.desired())
+                if self._fib_full or ch.removed or any(k not in self._fib_keys for k in ch.updated):
+                    mode = "full"
+                    desired = self.desired()
+                    result = await self.fib.apply(desired)
+                    self._fib_keys = set(desired.groups)
+                    self._fib_full = False
+                else:
+                    result = await self._fib_incremental(ch)
                 self.counters["fib_syncs"] += 1
                 self.last_fib_sync = {
                     "at": time.time(),
+                    "mode": mode,
                     "ms": round((time.perf_counter() - t0) * 1e3, 3),
                     "result": _plain(result),
                 }
-            except Exception as e:  # the kernel said no: count, log, retry on the next change
+            except Exception as e:  # the kernel said no: count, log, redo it fully next time
                 self.counters["fib_sync_errors"] += 1
-                log.error("fib_sync_failed", error=repr(e))
+                self._fib_full = True
+                log.error("fib_sync_failed", mode=mode, error=repr(e))
+
+    async def _fib_incremental(self, ch: Changes) -> Any:
+        assert self.fib is not None and self.table is not None
+        res = self._resilient()
+        result: Any = None
+        for key in sorted(ch.updated):
+            spec = self._group_spec(key, res)
+            if spec is None:  # nothing usable left: let the full path decide
+                self._fib_full = True
+                self._fib_dirty = True
+                return None
+            result = await self.fib.set_weights(key, spec.weights, resilient=True)
+        add: dict[Any, str] = {}
+        remove: list[Any] = []
+        for p in ch.prefixes:
+            pkey = self.table.profile_of(p)
+            if pkey is not None and pkey in self._fib_keys:
+                add[ipaddress.ip_network(p)] = pkey
+            else:
+                remove.append(ipaddress.ip_network(p))
+        if add or remove:
+            result = await self.fib.update_routes(add=add, remove=remove)
+        return result
 
     # ---- views ----------------------------------------------------------------------------
 
