@@ -41,7 +41,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +54,7 @@ from typing import Any
 from bench.fabric import model
 from bench.fabric.traffic import (
     LinkSampler,
+    UdpBlaster,
     all_to_all,
     cpu_times,
     idle_pct,
@@ -301,37 +301,23 @@ class ControlPlane:
 
 
 class Background:
-    """UDP from the hot spine into its link toward the hot leaf (iperf3, stopped by PID)."""
+    """Steady UDP from the hot spine into its link toward the hot leaf (in-process sender
+    thread, so it starts at the instant asked for)."""
 
     def __init__(self, fab: Fabric, p: Params) -> None:
-        self.fab, self.p = fab, p
-        self.srv: subprocess.Popen[bytes] | None = None
-        self.cli: subprocess.Popen[bytes] | None = None
+        dst = fab.addr(p.hot_leaf, p.hot_spine)
+        self.udp = UdpBlaster(fab.ns(p.hot_spine), fab.ns(p.hot_leaf), dst, BG_PORT, p.hot_mbps)
         self.t_on = 0.0
 
     def start(self) -> None:
-        p = self.p
-        dst = self.fab.addr(p.hot_leaf, p.hot_spine)
-        self.srv = self.fab.ns(p.hot_leaf).popen(
-            ["iperf3", "-s", "-1", "-B", dst, "-p", str(BG_PORT)]
-        )
-        time.sleep(0.2)
-        self.cli = self.fab.ns(p.hot_spine).popen(
-            ["iperf3", "-c", dst, "-p", str(BG_PORT), "-u", "-b", f"{p.hot_mbps:g}M",
-             "-t", "600", "-l", "1200"]
-        )  # fmt: skip
-        self.t_on = time.monotonic()
+        self.udp.start()
+        self.t_on = self.udp.t_on
 
     def stop(self) -> None:
-        for proc in (self.cli, self.srv):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-        self.cli = self.srv = None
+        self.udp.stop()
+
+    def close(self) -> None:
+        self.udp.close()
 
 
 class WeightWatch:
@@ -564,7 +550,7 @@ def one_exchange(
         if timer is not None:
             timer.cancel()
             timer.join()
-        bg.stop()
+        bg.close()
         if key == "optimum":
             set_optimum(fab, p, False)
     cpu1 = cpu_times()

@@ -205,6 +205,62 @@ def all_to_all(
                 s.close()
 
 
+# ------------------------------------------------------------------ background (UDP)
+
+
+class UdpBlaster:
+    """Steady UDP at ``mbps`` (IP payload + headers counted as ``size + 28`` bytes) from a
+    socket in ``src`` to ``dst``:``port``, paced by a thread every ~2 ms (it catches up after a
+    late wake-up, at most 50 ms worth at once). A socket in ``sink`` bound to the destination
+    swallows the datagrams without reading them (no ICMP port-unreachable back). Starts and
+    stops exactly when told; no process to spawn."""
+
+    def __init__(
+        self, src: Netns, sink: Netns, dst: str, port: int, mbps: float, size: int = 1200
+    ) -> None:
+        self.sink = sink.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sink.bind((dst, port))
+        self.sock = src.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.connect((dst, port))
+        self.sock.setblocking(False)
+        self.payload = bytes(size)
+        self.pps = mbps * 1e6 / 8 / (size + 28)
+        self.sent = 0
+        self.t_on = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.t_on = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="udp-bg", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        t0 = self.t_on
+        while not self._stop.is_set():
+            due = int((time.monotonic() - t0) * self.pps)
+            if due - self.sent > self.pps * 0.05:
+                self.sent = due - int(self.pps * 0.05)
+            while self.sent < due:
+                # a full buffer/queue (ENOBUFS) or a stray ICMP: the link is saturated anyway
+                with contextlib.suppress(OSError):
+                    self.sock.send(self.payload)
+                self.sent += 1
+            self._stop.wait(0.002)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def close(self) -> None:
+        self.stop()
+        self.sock.close()
+        self.sink.close()
+
+
 # ------------------------------------------------------------------ link counters (rtnetlink)
 
 _NLMSG = struct.Struct("=IHHII")
