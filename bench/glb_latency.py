@@ -165,48 +165,105 @@ class LinkSwitch:
         self.ipr.close()
 
 
-class BfdSniffer:
-    """Kernel receive timestamps (SO_TIMESTAMPNS) of the BFD control packets (UDP 3784) that
-    arrive on one interface, seen by an AF_PACKET socket (ahead of nftables' input hook, so the
-    moment of the last packet that got through before a drop is known)."""
+class Sniffer:
+    """Kernel timestamps (SO_TIMESTAMPNS) of the UDP datagrams to ``port`` that cross one
+    interface in one direction, seen by an AF_PACKET socket (ahead of nftables' input hook, so
+    also the packets a drop rule will discard). ``on_packet(t, udp_payload)`` runs on the
+    sniffer's thread."""
 
-    def __init__(self, fab: Fabric, node: str, ifname: str) -> None:
+    def __init__(
+        self,
+        fab: Fabric,
+        node: str,
+        ifname: str,
+        port: int,
+        on_packet: Callable[[float, bytes], None],
+        *,
+        outgoing: bool = False,
+    ) -> None:
         with fab.ns(node).entered():
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
         self.sock.bind((ifname, 0x0800))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.settimeout(0.2)
-        self.times: list[float] = []
+        self.port = port
+        self.outgoing = outgoing
+        self.on_packet = on_packet
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="bfd-sniff", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="sniff", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop:
             try:
-                data, anc, _flags, addr = self.sock.recvmsg(256, 64)
+                data, anc, _flags, addr = self.sock.recvmsg(2048, 64)
             except TimeoutError:
                 continue
             except OSError:
                 return
-            if addr[2] == socket.PACKET_OUTGOING or len(data) < 28 or data[9] != 17:
+            if (addr[2] == socket.PACKET_OUTGOING) != self.outgoing:
+                continue
+            if len(data) < 28 or data[9] != 17:
                 continue
             ihl = (data[0] & 0x0F) * 4
-            if int.from_bytes(data[ihl + 2 : ihl + 4], "big") != 3784:
+            if int.from_bytes(data[ihl + 2 : ihl + 4], "big") != self.port:
                 continue
+            t = time.time()
             for level, kind, raw in anc:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
                     sec, nsec = struct.unpack("qq", raw[:16])
-                    self.times.append(sec + nsec / 1e9)
-
-    def last_before(self, t: float) -> float | None:
-        prev = [x for x in list(self.times) if x < t]
-        return prev[-1] if prev else None
+                    t = sec + nsec / 1e9
+            self.on_packet(t, data[ihl + 8 :])
 
     def close(self) -> None:
         self._stop = True
         self._thread.join(1)
         self.sock.close()
+
+
+class BfdSniffer(Sniffer):
+    """Arrival times of BFD control packets (UDP 3784) on one interface."""
+
+    def __init__(self, fab: Fabric, node: str, ifname: str) -> None:
+        self.times: list[float] = []
+        super().__init__(fab, node, ifname, 3784, lambda t, _d: self.times.append(t))
+
+    def last_before(self, t: float) -> float | None:
+        prev = [x for x in list(self.times) if x < t]
+        return prev[-1] if prev else None
+
+
+class HbSniffer(Sniffer):
+    """Heartbeats a spine sends out of one interface: every change of the (band, down) it
+    reports for one far end, with the kernel's transmit timestamp."""
+
+    def __init__(self, fab: Fabric, node: str, ifname: str, far_end: str) -> None:
+        from heartbeat import wire
+
+        self.wire = wire
+        self.far = wire.node_id(far_end)
+        self.state: tuple[int, bool] | None = None
+        self.changes: list[tuple[float, int, bool]] = []
+        super().__init__(fab, node, ifname, 6149, self._packet, outgoing=True)
+
+    def _packet(self, t: float, data: bytes) -> None:
+        try:
+            hb = self.wire.decode(data)
+        except ValueError:
+            return
+        for e in hb.entries:
+            if e.far_end_id == self.far:
+                st = (e.band, e.down)
+                if st != self.state:
+                    self.state = st
+                    self.changes.append((t, e.band, e.down))
+                return
+
+    def last_change(
+        self, t0: float, t1: float, down: bool | None = None
+    ) -> tuple[float, int, bool] | None:
+        cs = [c for c in list(self.changes) if t0 <= c[0] <= t1 and (down is None or c[2] == down)]
+        return cs[-1] if cs else None
 
 
 SO_TIMESTAMPNS = 35
@@ -331,6 +388,9 @@ class Bench:
         self.args = args
         self.spine_log = LogTail(nodes["spine1"].log, ("link_band",))
         self.leaf_log = LogTail(nodes["leaf1"].log, ("bfd_state",))
+        leaf2_id = fab.topo.node("leaf2").router_id
+        assert leaf2_id is not None
+        self.hb = HbSniffer(fab, "spine1", fab.ifname("spine1", "leaf1"), leaf2_id)
         self.verbose = args.verbose
 
     # --- watcher helpers -----------------------------------------------------------------------
@@ -378,10 +438,13 @@ class Bench:
         ]
 
     # --- band changes from real congestion -----------------------------------------------------
-    def run_band(self, n_events: int) -> tuple[Series, Series]:
-        s = Series("band (congestion on/off)", "spine1 link_band -> leaf1 RTM_NEWNEXTHOP")
-        first = Series("band, first record", "first link_band after switch -> first nh")
-        s.load_start = load()
+    def run_band(self, n_events: int) -> list[Series]:
+        s = Series("band (congestion on/off)", "spine1 band change -> leaf1 RTM_NEWNEXTHOP")
+        wire_s = Series("band, from the wire", "spine1 hb tx w/ new band -> leaf1 RTM_NEWNEXTHOP")
+        log_s = Series("band, from the log", "spine1 link_band record -> leaf1 RTM_NEWNEXTHOP")
+        out = [s, wire_s, log_s]
+        for x in out:
+            x.load_start = load()
         dst = self.fab.addr("leaf2", "spine1")
         gen = self.fab.ns("spine1").popen(
             [sys.executable, "-c", GENERATOR, dst, str(2 * self.args.rate)],
@@ -414,23 +477,10 @@ class Bench:
                     if timeouts > 5 and not s.values:
                         raise LabError("congestion does not move leaf1's weights")
                 else:
-                    time.sleep(0.05)  # let the log catch up
-                    recs = self.bands(t_sw, t_nh + 1.0)
-                    before = [r for r in recs if r["_t"] <= t_nh]
-                    if before:
-                        lat = (t_nh - before[-1]["_t"]) * 1e3
-                        s.values.append(lat)
-                        first.values.append((t_nh - before[0]["_t"]) * 1e3)
-                        if self.verbose:
-                            print(
-                                f"  {'on ' if on else 'off'} band {before[-1].get('old_band')}"
-                                f"->{before[-1].get('band')} ({len(before)} rec) "
-                                f"nh +{lat:.1f} ms",
-                                flush=True,
-                            )
-                    else:
-                        s.missed += 1
-                        s.notes.append("nexthop change without a band record before it")
+                    time.sleep(0.1)  # let the log catch up
+                    lat = self.pair(t_sw, t_nh, None, s, wire_s, log_s)
+                    if self.verbose and lat is not None:
+                        print(f"  {'on ' if on else 'off'} nh +{lat:.1f} ms", flush=True)
                 time.sleep(self.args.hold)
                 if on:
                     on = False
@@ -456,28 +506,71 @@ class Bench:
                 gen.stdin.close()
             with contextlib.suppress(Exception):
                 gen.wait(5)
-        s.load_end = first.load_end = load()
-        first.load_start = s.load_start
-        return s, first
+        for x in out:
+            x.load_end = load()
+        return out
+
+    def pair(
+        self,
+        t_sw: float,
+        t_nh: float,
+        down: bool | None,
+        main: Series,
+        wire_s: Series,
+        log_s: Series,
+    ) -> float | None:
+        """Attribute the nexthop write at ``t_nh`` to the spine's last (band, down) change
+        before it: its first heartbeat on the wire, and its ``link_band`` record (written
+        just after that heartbeat was handed to the socket, so it may even come after
+        ``t_nh``). The change's time is the earlier of the two. Returns the latency (ms)."""
+        ch = self.hb.last_change(t_sw, t_nh, down)
+        recs = self.bands(t_sw, t_nh + 1.0, down=down)
+        if ch is not None:
+            recs = [r for r in recs if r.get("band") == ch[1] and bool(r.get("down")) == ch[2]]
+        before = [r for r in recs if r["_t"] <= t_nh]
+        rec = before[-1] if before else (recs[0] if recs else None)
+        cands = [x for x in (ch[0] if ch else None, rec["_t"] if rec else None) if x is not None]
+        if not cands:
+            main.missed += 1
+            main.notes.append("nexthop change with no band change seen before it")
+            return None
+        lat = (t_nh - min(cands)) * 1e3
+        main.values.append(lat)
+        if ch is not None:
+            wire_s.values.append((t_nh - ch[0]) * 1e3)
+        if rec is not None:
+            log_s.values.append((t_nh - rec["_t"]) * 1e3)
+            if rec["_t"] > t_nh:
+                log_s.notes.append("link_band record logged after the leaf's nexthop write")
+        return lat
 
     # --- link cut / restore (heartbeat link-down flag) ------------------------------------------
-    def run_cut(self, n_events: int) -> tuple[Series, Series, Series]:
-        cut = Series("cut (link down)", "spine1 link_band down -> leaf1 RTM_NEWNEXTHOP w/o spine1")
-        cmd = Series("cut, from link down", "before RTM_SETLINK down -> same RTM_NEWNEXTHOP")
-        rest = Series("restore (link up)", "spine1 link_band up -> leaf1 RTM_NEWNEXTHOP w/ spine1")
-        cut.load_start = rest.load_start = cmd.load_start = load()
+    def run_cut(self, n_events: int) -> list[Series]:
+        what = "RTM_NEWNEXTHOP w/o spine1"
+        cut = Series("cut (link down)", f"spine1 down flag -> leaf1 {what}")
+        cut_w = Series("cut, from the wire", f"spine1 hb tx w/ down flag -> {what}")
+        cut_l = Series("cut, from the log", f"spine1 link_band down record -> {what}")
+        cut_c = Series("cut, from link down", f"before RTM_SETLINK down on spine1 -> {what}")
+        what = "RTM_NEWNEXTHOP w/ spine1"
+        rest = Series("restore (link up)", f"spine1 down flag cleared -> leaf1 {what}")
+        rest_w = Series("restore, from the wire", f"spine1 hb tx w/o down flag -> {what}")
+        rest_l = Series("restore, from the log", f"spine1 link_band up record -> {what}")
+        rest_c = Series("restore, from link up", f"before RTM_SETLINK up on spine1 -> {what}")
+        out = [cut, cut_w, cut_l, cut_c, rest, rest_w, rest_l, rest_c]
+        for x in out:
+            x.load_start = load()
         sw = LinkSwitch(self.fab, "spine1", self.fab.ifname("spine1", "leaf2"))
         try:
-            self._cut_loop(n_events, sw, cut, cmd, rest)
+            self._cut_loop(n_events, sw, out)
         finally:
             sw.set(True)
             sw.close()
-        cut.load_end = rest.load_end = cmd.load_end = load()
-        return cut, cmd, rest
+        for x in out:
+            x.load_end = load()
+        return out
 
-    def _cut_loop(
-        self, n_events: int, sw: LinkSwitch, cut: Series, cmd: Series, rest: Series
-    ) -> None:
+    def _cut_loop(self, n_events: int, sw: LinkSwitch, out: list[Series]) -> None:
+        cut, cut_w, cut_l, cut_c, rest, rest_w, rest_l, rest_c = out
         slow_recoveries = 0
         while len(cut.values) + cut.missed + len(rest.values) + rest.missed < n_events:
             t0 = time.time()
@@ -485,40 +578,26 @@ class Bench:
             t_out = self.out_after(t0, self.args.timeout)
             t1 = time.time()
             sw.set(True)
+            lat_cut = lat_rest = None
             if t_out is None:
                 cut.missed += 1
                 cut.notes.append("spine1 never left leaf1's group")
             else:
-                time.sleep(0.03)
-                recs = self.bands(t0, t_out + 1.0, down=True)
-                before = [r for r in recs if r["_t"] <= t_out]
-                if before:
-                    cut.values.append((t_out - before[-1]["_t"]) * 1e3)
-                    cmd.values.append((t_out - t0) * 1e3)
-                else:
-                    cut.missed += 1
-                    cut.notes.append("no down record before the nexthop change")
-            t_nh = self.nh_after(t1, lambda es: len(es) == 2, 1.0)
+                time.sleep(0.1)
+                lat_cut = self.pair(t0, t_out, True, cut, cut_w, cut_l)
+                cut_c.values.append((t_out - t0) * 1e3)
+            t_nh = self.nh_after(t1, _two, 1.0)
             if t_nh is None:  # BFD/BGP noticed: spine1 comes back via BGP, not a hb event
                 slow_recoveries += 1
                 rest.missed += 1
                 if not self.back_in(60):
                     raise LabError("spine1 did not come back into leaf1's group in 60 s")
             else:
-                time.sleep(0.03)
-                recs = self.bands(t1, t_nh + 1.0, down=False)
-                before = [r for r in recs if r["_t"] <= t_nh]
-                if before:
-                    rest.values.append((t_nh - before[-1]["_t"]) * 1e3)
-                else:
-                    rest.missed += 1
-                    rest.notes.append("no up record before the nexthop change")
-            if self.verbose and cut.values:
-                print(
-                    f"  cut +{cut.values[-1]:.1f} ms, restore "
-                    f"{f'+{rest.values[-1]:.1f} ms' if rest.values else '-'}",
-                    flush=True,
-                )
+                time.sleep(0.1)
+                lat_rest = self.pair(t1, t_nh, False, rest, rest_w, rest_l)
+                rest_c.values.append((t_nh - t1) * 1e3)
+            if self.verbose:
+                print(f"  cut +{lat_cut} ms, restore +{lat_rest} ms", flush=True)
             time.sleep(self.args.hold)
             done = len(cut.values) + len(rest.values)
             if done % 20 == 0 and done and not self.verbose:
@@ -672,11 +751,12 @@ def main() -> int:
                     b = Bench(fab, nodes, watch, prefix, args)
                     hb = "p50 <= 20, p99 <= 30"
                     if "band" in kinds and args.events > 0:
-                        s, first = b.run_band(args.events)
-                        results += [(s, hb), (first, "(info)")]
+                        band = b.run_band(args.events)
+                        results += [(band[0], hb)] + [(x, "(info)") for x in band[1:]]
                     if "cut" in kinds and args.events > 0:
-                        cut, cmd, rest = b.run_cut(args.events)
-                        results += [(cut, hb), (cmd, "(info)"), (rest, hb)]
+                        c = b.run_cut(args.events)
+                        results += [(c[0], hb)] + [(x, "(info)") for x in c[1:4]]
+                        results += [(c[4], hb)] + [(x, "(info)") for x in c[5:]]
                     if "bfd" in kinds and args.bfd > 0:
                         fail, drop, det, react = b.run_bfd(args.bfd, detect_ms)
                         results += [
