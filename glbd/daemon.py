@@ -319,7 +319,19 @@ class Daemon:
             "loop_lag": self.lag.to_dict(),
             "last_reload": self.last_reload.to_dict() if self.last_reload else None,
             "components": [c.name for c in self.components],
+            "bfd_engine": self._engine_summary(),
         }
+
+    def _engine_summary(self) -> dict[str, Any] | None:
+        """The BFD engine's pid and scheduling lag (how late its timers fire)."""
+        c = self._component("bfd")
+        if c is None:
+            return None
+        try:
+            eng = c.snapshot().get("engine")
+        except Exception as e:  # a stuck engine must not break status
+            return {"error": str(e)}
+        return dict(eng) if isinstance(eng, dict) else None
 
     def counters(self) -> dict[str, Any]:
         out: dict[str, Any] = {"control": dict(self.control.counters)}

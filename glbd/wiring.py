@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
-from bfd.packet import State
-from bfd.session import SessionParams
+from bfd.packet import AuthType, State
+from bfd.session import AuthConfig, SessionParams
 from glbd import config as cfgmod
 from glbd.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
 from glbd.fib.model import Desired, GroupSpec, Member, Resilient
@@ -253,6 +253,8 @@ class Node:
                         required_min_rx=b.min_rx_ms * 1000,
                         detect_mult=b.detect_mult,
                         passive=b.passive,
+                        cpi=b.cpi,
+                        auth=_bfd_auth(b.auth),
                     ),
                 )
             )
@@ -301,7 +303,8 @@ class Node:
 
         self.bfd = BfdEngine(
             hop,
-            mode=os.environ.get("GLBD_BFD_MODE", "process"),  # type: ignore[arg-type]
+            mode=self.cfg.bfd.mode,
+            rt_priority=(self.cfg.bfd.rt_priority or None) if os.geteuid() == 0 else None,
             on_exit=lambda rc: log.error("bfd_engine_exited", rc=rc),
             # a fresh interpreter on a busy box can take seconds to answer the first call
             call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
@@ -696,6 +699,21 @@ class Node:
                 else (not r.get("originated") and bool(r.get("next_hops")))
             )
         return rows
+
+
+_BFD_AUTH = {
+    "simple": AuthType.SIMPLE_PASSWORD,
+    "keyed-md5": AuthType.KEYED_MD5,
+    "meticulous-keyed-md5": AuthType.METICULOUS_KEYED_MD5,
+    "keyed-sha1": AuthType.KEYED_SHA1,
+    "meticulous-keyed-sha1": AuthType.METICULOUS_KEYED_SHA1,
+}
+
+
+def _bfd_auth(a: cfgmod.BfdAuth | None) -> AuthConfig | None:
+    if a is None or a.secret is None:
+        return None
+    return AuthConfig(_BFD_AUTH[a.type], a.key_id, a.secret.reveal())
 
 
 def _plain(v: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -199,3 +200,26 @@ def test_neighbor_passive_modes() -> None:
     assert config.parse(d).neighbors[0].passive is True
     d["neighbors"][0]["passive"] = "sometimes"
     assert "neighbors.0.passive" in dict(_problems(d))
+
+
+def test_bfd_auth_reads_key_checks_length_and_never_shows_it(tmp_path: Path) -> None:
+    key = tmp_path / "bfd.key"
+    key.write_bytes(b"0123456789abcdefghij\n")  # 20 bytes: fine for SHA1, too long for MD5
+    d = _leaf()
+    d["bfd"] = {"auth": {"type": "keyed-md5", "key_id": 3, "secret_file": str(key)}}
+    assert "1-16 bytes, the file holds 20" in dict(_problems(d))["bfd.auth"]
+    d["bfd"]["auth"]["type"] = "meticulous-keyed-sha1"
+    c = config.parse(d)
+    eff = c.neighbor_bfd(c.neighbors[0])
+    assert eff.auth is not None and eff.auth.secret is not None
+    assert eff.auth.secret.reveal() == b"0123456789abcdefghij" and eff.rt_priority == 10
+    assert "0123456789" not in json.dumps(c.redacted()) and "0123456789" not in repr(c)
+    # a per-neighbor override replaces the default key
+    other = tmp_path / "n.key"
+    other.write_text("pw")
+    d["neighbors"][1]["bfd"] = {"auth": {"type": "simple", "key_id": 1, "secret_file": str(other)}}
+    c = config.parse(d)
+    a = c.neighbor_bfd(c.neighbors[1]).auth
+    assert a is not None and a.type == "simple" and a.secret is not None
+    assert a.secret.reveal() == b"pw"
+    assert c.neighbor_bfd(c.neighbors[0]).auth == c.bfd.auth
