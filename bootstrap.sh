@@ -45,6 +45,12 @@ if ! dpkg-query -W -f='${Status}' frr 2>/dev/null | grep -q "install ok installe
   [ $had_prc = 1 ] || rm -f $prc
 fi
 
+# name glbd's route/nexthop protocol number for iproute2 ("proto glbd" instead of "proto 200")
+if [ -d /etc/iproute2 ] && [ ! -e /etc/iproute2/rt_protos.d/glbd.conf ]; then
+  mkdir -p /etc/iproute2/rt_protos.d
+  printf '200\tglbd\n' > /etc/iproute2/rt_protos.d/glbd.conf
+fi
+
 PY=${GLBD_PYTHON:-}
 if [ -z "$PY" ]; then
   for c in python3.13 python3.12 python3.11 python3; do
