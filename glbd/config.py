@@ -107,6 +107,19 @@ class Secret:
         return hash(self._value)
 
 
+def _read_secret(path: Path, lo: int, hi: int, what: str) -> Secret:
+    """Read a secret from ``path`` (trailing newlines stripped) and check its length."""
+    try:
+        data = path.read_bytes().rstrip(b"\r\n")
+    except OSError as e:
+        raise ValueError(f"secret_file {str(path)!r} unreadable: {e.strerror}") from None
+    if not lo <= len(data) <= hi:
+        raise ValueError(
+            f"secret_file {str(path)!r}: {what} is {lo}-{hi} bytes, the file holds {len(data)}"
+        )
+    return Secret(data)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
@@ -133,19 +146,9 @@ class BfdAuth(_Model):
 
     @model_validator(mode="after")
     def _read_secret(self) -> Self:
-        try:
-            data = self.secret_file.read_bytes().rstrip(b"\r\n")
-        except OSError as e:
-            raise ValueError(
-                f"secret_file {str(self.secret_file)!r} unreadable: {e.strerror}"
-            ) from None
         limit = 20 if "sha1" in self.type else 16
-        if not 1 <= len(data) <= limit:
-            raise ValueError(
-                f"secret_file {str(self.secret_file)!r}: a {self.type} key is "
-                f"1-{limit} bytes, the file holds {len(data)}"
-            )
-        object.__setattr__(self, "secret", Secret(data))
+        secret = _read_secret(self.secret_file, 1, limit, f"a {self.type} key")
+        object.__setattr__(self, "secret", secret)
         return self
 
 
@@ -229,15 +232,8 @@ class HeartbeatAuth(_Model):
 
     @model_validator(mode="after")
     def _read_secret(self) -> Self:
-        try:
-            data = self.secret_file.read_bytes().strip()
-        except OSError as e:
-            raise ValueError(
-                f"secret_file {str(self.secret_file)!r} unreadable: {e.strerror}"
-            ) from None
-        if len(data) < 16:
-            raise ValueError(f"secret_file {str(self.secret_file)!r} holds fewer than 16 bytes")
-        object.__setattr__(self, "secret", Secret(data))
+        secret = _read_secret(self.secret_file, 16, 4096, "an HMAC key")
+        object.__setattr__(self, "secret", secret)
         return self
 
 

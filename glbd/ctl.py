@@ -30,18 +30,7 @@ DEFAULT_SOCKET = "/run/glbd/glbd.sock"
 EXIT_DAEMON = 1
 EXIT_DECODE = 2
 
-QUERIES = (
-    "status",
-    "neighbors",
-    "bfd",
-    "links",
-    "heartbeats",
-    "quality",
-    "profiles",
-    "routes",
-    "counters",
-    "config",
-)
+QUERIES = proto.QUERIES
 
 
 class DaemonError(Exception):

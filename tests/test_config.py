@@ -114,7 +114,7 @@ def test_short_secret_rejected(tmp_path: Path) -> None:
     d = _leaf()
     d["heartbeat"]["auth"] = {"key_id": 1, "secret_file": str(tmp_path / "k")}
     ((_key, reason),) = _problems(d)
-    assert "fewer than 16 bytes" in reason
+    assert "an HMAC key is 16-4096 bytes, the file holds 5" in reason
 
 
 def test_cross_field_checks() -> None:

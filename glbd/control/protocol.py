@@ -25,7 +25,8 @@ from typing import Any
 VERSION = 1
 MAX_LINE = 1 << 20
 
-COMMANDS = (
+#: read-only queries; each returns one JSON document
+QUERIES = (
     "status",
     "neighbors",
     "bfd",
@@ -36,8 +37,8 @@ COMMANDS = (
     "routes",
     "counters",
     "config",
-    "reload",
 )
+COMMANDS = (*QUERIES, "reload")
 
 
 class DecodeError(ValueError):

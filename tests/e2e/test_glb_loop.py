@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from glbd.control.protocol import QUERIES as QUERY_COMMANDS
 from glbd.lab.demo import NexthopWatcher
 from glbd.lab.netns import LabError
 from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
@@ -411,18 +412,7 @@ def test_reload_removes_and_adds_a_neighbor_and_retimes_bfd_without_disturbing_o
 
 # glbctl --json contract (issue 6 item 2): the key structure of every command is frozen
 CONTRACT = Path(__file__).resolve().parent.parent / "vectors" / "glbctl_contract.json"
-QUERIES = (
-    "status",
-    "neighbors",
-    "bfd",
-    "links",
-    "heartbeats",
-    "quality",
-    "profiles",
-    "routes",
-    "counters",
-    "config",
-)
+QUERIES = QUERY_COMMANDS
 # objects keyed by data (interface names, node ids, drop reasons), not by field names
 MAPS = {
     "quality.local",
