@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -410,34 +411,13 @@ SEEDS = [bytes.fromhex(h) for h, _ in GOLDEN] + [
 ]
 
 
-def _mutate(rng: random.Random, data: bytes) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.randrange(1, 4)):
-        op = rng.randrange(4)
-        if op == 0 and b:
-            b[rng.randrange(len(b))] = rng.randrange(256)
-        elif op == 1 and b:
-            del b[rng.randrange(len(b)) :]
-        elif op == 2:
-            b.insert(rng.randrange(len(b) + 1), rng.randrange(256))
-        elif b:
-            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-    return bytes(b)
+def _check(data: bytes, got: packet.ControlPacket) -> None:
+    assert got.encode() == data[: got.length]
+    got.to_dict()
 
 
 def _fuzz(n: int, seed: int) -> int:
-    rng = random.Random(seed)
-    ok = 0
-    for i in range(n):
-        data = rng.randbytes(rng.randrange(60)) if i % 4 == 0 else _mutate(rng, rng.choice(SEEDS))
-        try:
-            got = packet.decode(data)
-        except DecodeError:
-            continue
-        assert got.encode() == data[: got.length]
-        got.to_dict()
-        ok += 1
-    return ok
+    return fuzz_codec(packet.decode, DecodeError, SEEDS, n, seed, check=_check)[0]
 
 
 @given(st.binary(max_size=64))

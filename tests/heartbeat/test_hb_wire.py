@@ -6,10 +6,10 @@ import contextlib
 import hashlib
 import hmac
 import json
-import random
 import struct
 
 import pytest
+from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -225,39 +225,19 @@ def test_round_trip(msg: Heartbeat) -> None:
     assert decode(data).encode() == data
 
 
-def _fuzz_inputs(rng: random.Random, n: int) -> list[bytes]:
-    seeds = [h(c[1]) for c in CASES] + [h(SIGNED_HEX)]
-    out: list[bytes] = []
-    for i in range(n):
-        kind = i % 4
-        if kind == 0:
-            out.append(rng.randbytes(rng.randrange(0, 120)))
-        else:
-            b = bytearray(rng.choice(seeds))
-            for _ in range(rng.randrange(1, 4)):
-                op = rng.randrange(3)
-                if op == 0 and b:
-                    b[rng.randrange(len(b))] = rng.randrange(256)
-                elif op == 1 and b:
-                    del b[rng.randrange(len(b)) :]
-                else:
-                    b[rng.randrange(len(b) + 1) : 0] = rng.randbytes(rng.randrange(1, 21))
-            out.append(bytes(b))
-    return out
+FUZZ_SEEDS = [h(c[1]) for c in CASES] + [h(SIGNED_HEX)]
+
+
+def _check(data: bytes, m: wire.Heartbeat) -> None:
+    if data[18] == wire.ENTRY_LEN:  # re-encoding is byte exact up to the reserved octet
+        assert m.encode() == data[:19] + b"\x00" + data[20:]
+    json.dumps(m.to_dict())
 
 
 def _fuzz(n: int, seed: int) -> int:
-    ok = 0
-    for data in _fuzz_inputs(random.Random(seed), n):
-        try:
-            m = decode(data)
-        except DecodeError:
-            continue
-        ok += 1
-        if data[18] == wire.ENTRY_LEN:  # re-encoding is byte exact up to the reserved octet
-            assert m.encode() == data[:19] + b"\x00" + data[20:]
-        json.dumps(m.to_dict())
-    return ok
+    return fuzz_codec(
+        decode, DecodeError, FUZZ_SEEDS, n, seed, check=_check, random_len=120, max_insert=20
+    )[0]
 
 
 @given(st.binary(max_size=200))

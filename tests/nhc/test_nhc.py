@@ -6,10 +6,10 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import random
 from pathlib import Path
 
 import pytest
+from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -292,34 +292,10 @@ def test_round_trip(value: Nhc, extended: bool) -> None:
 SEEDS = [h(x) for x, _ in GOLDEN] + [FRR10_SPINE_OBJ.nhc.encode_value()]
 
 
-def _mutate(rng: random.Random, data: bytes) -> bytes:
-    b = bytearray(data)
-    for _ in range(rng.randint(1, 4)):
-        op = rng.randrange(4)
-        if op == 0 and b:
-            b[rng.randrange(len(b))] = rng.randrange(256)
-        elif op == 1 and b:
-            del b[rng.randrange(len(b)) :]
-        elif op == 2:
-            b.insert(rng.randrange(len(b) + 1), rng.randrange(256))
-        elif b:
-            i = rng.randrange(len(b))
-            b[i] ^= 1 << rng.randrange(8)
-    return bytes(b)
-
-
 def _fuzz(n: int, seed: int) -> int:
-    rng = random.Random(seed)
-    ok = 0
-    for i in range(n):
-        data = rng.randbytes(rng.randrange(40)) if i % 4 == 0 else _mutate(rng, rng.choice(SEEDS))
-        try:
-            got = nhc.decode(data)
-        except DecodeError:
-            continue
-        got.to_dict()
-        ok += 1
-    return ok
+    return fuzz_codec(
+        nhc.decode, DecodeError, SEEDS, n, seed, random_len=40, check=lambda _d, got: got.to_dict()
+    )[0]
 
 
 @given(st.binary(max_size=64))
