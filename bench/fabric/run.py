@@ -485,6 +485,8 @@ def run_contender(key: str, p: Params, run_dir: Path) -> list[Exchange]:
     left = list_lab_namespaces(tag)
     if left:
         log(f"WARNING: namespaces left behind: {left}")
+    else:
+        log(f"{key}: fabric {tag} deleted (no glb-{tag}-* namespace left)")
     return out
 
 
@@ -682,6 +684,15 @@ def targets(p: Params, by: dict[tuple[str, str], list[Exchange]], keys: list[str
         return s.median if s.n else None
 
     out = ["## Targets (issue 7)", ""]
+    same = [m for k in ("ecmp", "frr", "optimum") if (m := med("none", k)) is not None]
+    if len(same) >= 2:
+        mid = (max(same) + min(same)) / 2
+        out += [
+            f"- noise floor: without a hotspot ECMP, FRR and the optimum forward identically "
+            f"(equal weights, same hash); their medians span {min(same):.2f}-{max(same):.2f} s "
+            f"(+-{100 * (max(same) - mid) / mid:.0f} %), so differences below that are not "
+            "resolved by this run",
+        ]
     for k in ("glb-ht", "glb-res"):
         if k not in keys:
             continue
@@ -737,6 +748,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     ap.add_argument("--only", default=",".join(CONTENDERS), help="contenders, comma-separated")
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
+    ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
     a = ap.parse_args(argv)
     cases = tuple(c for c in a.cases.split(",") if c)
     only = [c for c in a.only.split(",") if c]
@@ -753,8 +765,24 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     return p, only, a
 
 
+def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
+    """Params, results and meta of a JSON file written by a run."""
+    d = json.loads(Path(path).read_text())
+    prm = dict(d["params"])
+    prm["cases"] = tuple(prm["cases"])
+    rows = []
+    for r in d["results"]:
+        r["weights"] = [(t, w) for t, w in r.get("weights", [])]
+        rows.append(Exchange(**r))
+    return Params(**prm), rows, d["meta"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p, only, a = parse(argv)
+    if a.report:
+        rp, rows, saved = load(a.report)
+        print(report(rp, rows, saved))
+        return 0
     run_dir = Path(tempfile.mkdtemp(prefix="glbd-fabric-"))
     out_path = Path(a.out) if a.out else run_dir.with_suffix(".json")
     with open("/proc/cpuinfo") as f:

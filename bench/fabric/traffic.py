@@ -145,8 +145,9 @@ def all_to_all(
                 )
             for key, _ev in sel.select(min(1.0, deadline - now)):
                 kind, obj = key.data
-                s = key.fileobj
-                assert isinstance(s, socket.socket)
+                sk = key.fileobj
+                assert isinstance(sk, socket.socket)
+                s = sk
                 if kind == "listen":
                     while True:
                         try:
