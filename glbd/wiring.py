@@ -852,7 +852,7 @@ def _quality_samples(snap: dict[str, Any]) -> Iterable[Sample]:
 
 
 def _fib_samples(snap: dict[str, Any]) -> Iterable[Sample]:
-    for p in (snap.get("profiles") or {}).get("profiles", []):
+    for p in snap.get("profiles") or []:
         for w in p.get("weights", []):
             yield Sample(
                 "glbd_weight",
@@ -864,6 +864,18 @@ def _fib_samples(snap: dict[str, Any]) -> Iterable[Sample]:
                 },
                 "desired ECMP weight per profile",
             )
+            yield Sample(
+                "glbd_weight_installed",
+                float(w.get("installed", 0)),
+                {"profile": str(p.get("key")), "next_hop": str(w.get("next_hop"))},
+                "weight in the kernel's nexthop group",
+            )
+        yield Sample(
+            "glbd_profile_fib_diff",
+            1.0 if p.get("diff") else 0.0,
+            {"profile": str(p.get("key"))},
+            "kernel group differs from what glbd programs (1) or not (0)",
+        )
 
 
 def _bgp_samples(snap: dict[str, Any]) -> Iterable[Sample]:

@@ -14,7 +14,9 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,7 +53,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fabric, dict
             for leaf in TOPO.names("leaf"):
                 for a, b in ((s, leaf), (leaf, s)):
                     fab.shape(a, b, rate=f"{RATE}mbit", burst="64kbit", latency="100ms")
-        nodes = start_glbd(fab, Path(run), GlbdOptions(capacity_mbps=RATE, bfd_interval_ms=BFD_MS))
+        nodes = start_glbd(
+            fab,
+            Path(run),
+            GlbdOptions(
+                capacity_mbps=RATE,
+                bfd_interval_ms=BFD_MS,
+                extra={"leaf": '[metrics]\nlisten = "127.0.0.1:9477"'},
+            ),
+        )
         for leaf in TOPO.names("leaf"):
             for other, prefix in P.items():
                 if other != leaf:
@@ -493,3 +503,42 @@ def test_glbctl_json_contract(lab: tuple[Fabric, dict[str, GlbdNode]]) -> None:
         "glbctl --json changed shape (if on purpose, rerun with GLBD_UPDATE_CONTRACT=1 and say "
         "so in the commit):\n" + "\n".join(diffs)
     )
+
+
+def test_metrics_endpoint_and_glbctl_watch(lab: tuple[Fabric, dict[str, GlbdNode]]) -> None:
+    fab, nodes = lab
+    settle(fab)
+    with fab.ns("leaf1").entered():
+        body = urllib.request.urlopen("http://127.0.0.1:9477/metrics", timeout=5).read().decode()
+    s1, s2 = spine_addr("spine1", "leaf1"), spine_addr("spine2", "leaf1")
+    for want in (
+        f'glbd_bfd_up{{interface="spine1",peer="{s1}"}} 1',
+        f'glbd_bgp_peer_up{{peer="{s2}"}} 1',
+        'glbd_link_band{ifname="spine1"} 7',
+        "glbd_loop_lag_seconds ",
+        "# TYPE glbd_heartbeats_accepted_total counter",
+    ):
+        assert want in body, want
+    assert re.search(
+        r'glbd_weight\{next_hop="198\.18\.1\.0",profile="pf-[0-9a-f]+",'
+        r'source="glb"\} 255',
+        body,
+    ), body
+    assert re.search(r'glbd_profile_fib_diff\{profile="pf-[0-9a-f]+"\} 0', body), body
+    w = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "glbd.ctl",
+            "--socket",
+            str(nodes["leaf1"].socket),
+            "watch",
+            "--count",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert w.returncode == 0, w.stderr
+    assert "glbd watch" in w.stdout and "pf-" in w.stdout and "spine1" in w.stdout
