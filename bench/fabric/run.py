@@ -693,9 +693,23 @@ def targets(p: Params, by: dict[tuple[str, str], list[Exchange]], keys: list[str
             f"(+-{100 * (max(same) - mid) / mid:.0f} %), so differences below that are not "
             "resolved by this run",
         ]
+
+    def per_run(case: str, num: str, den: str) -> model.Summary:
+        """Per-run ratio time(num)/time(den); the same run index means the same 5-tuples."""
+        a = {e.run: e.completion_s for e in by.get((case, num), []) if e.ok}
+        b = {e.run: e.completion_s for e in by.get((case, den), []) if e.ok}
+        return model.summarize([a[r] / b[r] for r in a if r in b])
+
     for k in ("glb-ht", "glb-res"):
         if k not in keys:
             continue
+        for case in ("before", "during"):
+            sp, vo = per_run(case, "ecmp", k), per_run(case, k, "optimum")
+            if sp.n and vo.n:
+                out.append(
+                    f"- {LABELS[k]}, hotspot {case}, run by run (same 5-tuples): speed-up vs "
+                    f"ECMP {sp.fmt()}, time / optimum's {vo.fmt()}"
+                )
         t_none, e_none = med("none", k), med("none", "ecmp")
         if t_none and e_none:
             ok = t_none <= 1.05 * e_none
