@@ -66,6 +66,8 @@ from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, 
 from glbd.lab.topology import Fabric, Topology, leaf_spine
 
 CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "optimum")
+#: opt-in diagnostic contenders (``--only``), not part of the default run
+EXTRA_CONTENDERS = ("glb-res-fast",)
 LABELS = {
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
@@ -73,6 +75,11 @@ LABELS = {
     "glb-ht": "glbd GLB hash-threshold",
     "glb-res": "glbd GLB resilient",
     "optimum": "offline optimum",
+    "glb-res-fast": "glbd GLB resilient, 0.2 s timers",
+}
+#: [fib] settings of the diagnostic contenders (written into the generated glbd.toml)
+FIB_OVERRIDES = {
+    "glb-res-fast": {"resilient_idle_timer_s": "0.2", "resilient_unbalanced_timer_s": "0.2"},
 }
 CASES = ("none", "before", "during")
 BG_PORT = 5399
@@ -219,6 +226,26 @@ def set_optimum(fab: Fabric, p: Params, hot: bool) -> None:
 # ------------------------------------------------------------------------------ control planes
 
 
+def start_glbd_with(
+    fab: Fabric, run_dir: Path, opts: GlbdOptions, fib: dict[str, str]
+) -> dict[str, GlbdNode]:
+    """``start_glbd``, with extra ``[fib]`` keys added to each generated config (GlbdOptions
+    has no field for them and ``extra`` cannot reopen the ``[fib]`` table)."""
+    if not fib:
+        return start_glbd(fab, run_dir, opts)
+    topo = fab.topo
+    nodes = {n: GlbdNode(fab, n, run_dir, opts) for n in topo.names("leaf") + topo.names("spine")}
+    for node in nodes.values():
+        text = node.config.read_text()
+        add = "".join(f"{k} = {v}\n" for k, v in fib.items())
+        node.config.write_text(text.replace("[fib]\n", "[fib]\n" + add, 1))
+    for node in nodes.values():
+        node.start()
+    for node in nodes.values():
+        node.wait_ready()
+    return nodes
+
+
 class ControlPlane:
     """Starts and stops one contender's routing on a built fabric."""
 
@@ -253,7 +280,9 @@ class ControlPlane:
                 group_type="hash-threshold" if self.key == "glb-ht" else "resilient",
                 capacity_mbps=self.p.rate,
             )
-            self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
+            self.glbd = start_glbd_with(
+                fab, self.run_dir / self.key, opts, FIB_OVERRIDES.get(self.key, {})
+            )
         self.wait_routes(90.0)
 
     def wait_routes(self, timeout: float) -> None:
@@ -619,7 +648,7 @@ def report(p: Params, results: list[Exchange], meta: dict[str, Any]) -> str:
     by: dict[tuple[str, str], list[Exchange]] = {}
     for ex in results:
         by.setdefault((ex.case, ex.contender), []).append(ex)
-    keys = [c for c in CONTENDERS if any(ex.contender == c for ex in results)]
+    keys = [c for c in CONTENDERS + EXTRA_CONTENDERS if any(ex.contender == c for ex in results)]
     for case in p.cases:
         rows = {k: by.get((case, k), []) for k in keys}
         med = {k: model.summarize([e.completion_s for e in v if e.ok]) for k, v in rows.items()}
@@ -700,7 +729,7 @@ def targets(p: Params, by: dict[tuple[str, str], list[Exchange]], keys: list[str
         b = {e.run: e.completion_s for e in by.get((case, den), []) if e.ok}
         return model.summarize([a[r] / b[r] for r in a if r in b])
 
-    for k in ("glb-ht", "glb-res"):
+    for k in ("glb-ht", "glb-res", *EXTRA_CONTENDERS):
         if k not in keys:
             continue
         for case in ("before", "during"):
@@ -759,7 +788,10 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     ap.add_argument("--settle", type=float, default=d.settle)
     ap.add_argument("--hot-at", type=float, default=d.hot_at)
     ap.add_argument("--cases", default=",".join(d.cases))
-    ap.add_argument("--only", default=",".join(CONTENDERS), help="contenders, comma-separated")
+    ap.add_argument(
+        "--only", default=",".join(CONTENDERS),
+        help=f"contenders, comma-separated (also: {', '.join(EXTRA_CONTENDERS)})",
+    )  # fmt: skip
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
@@ -770,7 +802,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         if c not in CASES:
             ap.error(f"unknown case {c!r}")
     for c in only:
-        if c not in CONTENDERS:
+        if c not in CONTENDERS + EXTRA_CONTENDERS:
             ap.error(f"unknown contender {c!r}")
     p = Params(
         rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows=a.flows, runs=a.runs, cases=cases,
