@@ -847,14 +847,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{p.runs} runs; load {meta['load_start']}; run dir {run_dir}"
     )
     results: list[Exchange] = []
+    failed: list[str] = []
     t_all = time.monotonic()
     try:
         for key in only:
-            results += run_contender(key, p, run_dir)
-    except LabError as e:
-        log(f"error: {e}")
-        if not results:
-            return 1
+            try:
+                results += run_contender(key, p, run_dir)
+            except LabError as e:  # one contender's failure does not cost the others
+                log(f"{key}: error: {e}")
+                failed.append(key)
     finally:
         meta["load_end"] = loadavg()
         meta["duration_s"] = round(time.monotonic() - t_all, 1)
@@ -872,7 +873,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
     text = report(p, results, meta)
     print("\n" + text + f"\n\n(total {meta['duration_s']:.0f} s; raw results: {out_path})")
-    return 0 if all(e.ok for e in results) else 2
+    if failed:
+        print(f"contenders that could not run: {', '.join(failed)}")
+    if not results:
+        return 1
+    return 0 if all(e.ok for e in results) and not failed else 2
 
 
 if __name__ == "__main__":
