@@ -7,7 +7,7 @@ Run from the repository root::
     .venv/bin/python -m bench.scale --quick    # smaller fabrics, shorter windows (~1 min)
 
 What is real and what is synthesized: see ``bench/scale/sim.py`` (module docstring) and
-docs/benchmarks.md. Exit status 1 when a settle or correctness check fails.
+bench/scale/README.md. Exit status 1 when a settle or correctness check fails.
 """
 
 from __future__ import annotations

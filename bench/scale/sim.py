@@ -17,7 +17,7 @@ What runs per node (all real glbd code, driven with ``now`` arguments):
   ``RemoteUpdate`` -> ``set_remote``, ``NextHopsChanged`` -> ``on_next_hops_changed``, the
   receiver's expiry timer re-armed at ``next_deadline()``.
 
-What is synthesized (documented in docs/benchmarks.md and printed by the command):
+What is synthesized (documented in bench/scale/README.md):
 
 * local link quality: every leaf uplink is band 7, up, 100 Gbit/s (``set_local``; no
   LinkMonitor, no counters); a spine's link snapshot is a list of ``wire.Entry`` that the
@@ -44,7 +44,6 @@ import ipaddress
 import random
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,6 +272,7 @@ class Sim:
         self.recording: dict[str, list[tuple[float, bytes, str, str]]] | None = None
         self.track_changes = False
         self.rib_checks = 0
+        self.bgp_rounds = 0
 
     # --- BGP ---------------------------------------------------------------------------------
 
@@ -306,7 +306,7 @@ class Sim:
                 lf.rib_real_in = lf.idx in real
         for n in fab.nodes:
             n.rib = Rib(self._rib_params(n))
-        work: deque[tuple[Node, Any]] = deque()
+        work: dict[tuple[int, Any, Any], tuple[Node, Any]] = {}
         for n in fab.nodes:
             assert n.rib is not None
             for p in n.ports.values():
@@ -316,19 +316,26 @@ class Sim:
         for n in fab.nodes:
             assert n.rib is not None
             self._effects(n, n.rib.initial_commands(), work)
+        # rounds: every command emitted in one round is delivered in the next; a later command
+        # for the same (speaker, neighbour, prefix) replaces an undelivered one (what BGP's
+        # Adj-RIB-Out / MRAI batching does). The converged state does not depend on it.
+        self.bgp_rounds = 0
         while work:
-            src, cmd = work.popleft()
-            self._deliver_bgp(src, cmd, work)
+            batch = list(work.values())
+            work.clear()
+            self.bgp_rounds += 1
+            for src, cmd in batch:
+                self._deliver_bgp(src, cmd, work)
         for lf in fab.leaves:
             if not lf.rib_real_in:
                 self._derive_next_hops(lf)
         self.timings["bgp_build_s"] = time.perf_counter() - t0
         self._check_sampled_ribs()
 
-    def _effects(self, n: Node, effects: Iterable[Any], work: deque[tuple[Node, Any]]) -> None:
+    def _effects(self, n: Node, effects: Iterable[Any], work: dict[Any, tuple[Node, Any]]) -> None:
         for e in effects:
             if isinstance(e, api.Announce | api.Withdraw):
-                work.append((n, e))
+                work[(id(n), e.neighbor, e.prefix)] = (n, e)
             elif isinstance(e, NextHopsChanged) and n.table is not None:
                 ch = n.table.on_next_hops_changed(e)
                 n.table.take_changes()  # the daemon's FIB sync consumes them
