@@ -181,9 +181,11 @@ class Sniffer:
         *,
         outgoing: bool = False,
     ) -> None:
+        # transmitted packets reach only ETH_P_ALL packet sockets (dev_queue_xmit_nit)
+        proto = 0x0003 if outgoing else 0x0800
         with fab.ns(node).entered():
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
-        self.sock.bind((ifname, 0x0800))
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(proto))
+        self.sock.bind((ifname, proto))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.settimeout(0.2)
         self.port = port
@@ -203,7 +205,7 @@ class Sniffer:
                 return
             if (addr[2] == socket.PACKET_OUTGOING) != self.outgoing:
                 continue
-            if len(data) < 28 or data[9] != 17:
+            if addr[1] != 0x0800 or len(data) < 28 or data[9] != 17:
                 continue
             ihl = (data[0] & 0x0F) * 4
             if int.from_bytes(data[ihl + 2 : ihl + 4], "big") != self.port:

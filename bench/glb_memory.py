@@ -592,8 +592,13 @@ def run(args: argparse.Namespace) -> int:
                     )
                 if routes >= args.prefixes and width >= args.neighbors:
                     break
-                if now > deadline:
-                    raise LabError(f"not converged after {args.converge_timeout:g} s")
+                if now > deadline:  # measure anyway: a leaf that cannot converge is a result
+                    print(
+                        f"NOT converged after {args.converge_timeout:g} s (routes {routes}, "
+                        f"narrowest group {width}); measuring anyway",
+                        flush=True,
+                    )
+                    break
                 time.sleep(3)
             conv = time.monotonic() - t_start
             print(
@@ -705,7 +710,7 @@ def main() -> int:
         action="store_true",
         help="one prefix per UPDATE like a glbd helper (default: packed, FRR-like)",
     )
-    ap.add_argument("--converge-timeout", type=float, default=900.0)
+    ap.add_argument("--converge-timeout", type=float, default=600.0, help="then measure anyway, s")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     ap.add_argument("--feeder", metavar="CFG", help=argparse.SUPPRESS)
