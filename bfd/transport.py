@@ -97,6 +97,7 @@ def open_tx_socket(
         else:
             sock.setsockopt(_IPPROTO_IP, _IP_TTL, 255)
             addr = (local or "0.0.0.0", 0)
+        mark_network_control(sock, family)
         span = SRC_PORT_MAX - SRC_PORT_MIN + 1
         start = rng.randrange(span)
         last: OSError | None = None
@@ -118,6 +119,25 @@ def open_tx_socket(
     except BaseException:
         sock.close()
         raise
+
+
+#: DSCP CS6 (network control): switches queue it strict-priority, ahead of data
+TOS_CS6 = 0xC0
+#: skb priority TC_PRIO_CONTROL: band 0 of pfifo_fast, the first band of prio qdiscs
+PRIO_CONTROL = 7
+
+
+def mark_network_control(sock: socket.socket, family: int) -> None:
+    """DSCP CS6 plus skb priority 7 (6 without CAP_NET_ADMIN), so BFD is not queued behind
+    data on the very link it watches. IP_TOS resets the priority, so it goes first."""
+    if family == socket.AF_INET6:
+        sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_TCLASS, TOS_CS6)
+    else:
+        sock.setsockopt(_IPPROTO_IP, socket.IP_TOS, TOS_CS6)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, PRIO_CONTROL)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, PRIO_CONTROL - 1)
 
 
 def _link_local(host: str) -> bool:

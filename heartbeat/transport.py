@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 DEFAULT_GROUP = "224.0.0.149"
 DEFAULT_PORT = 6149
 TTL = 255
+TOS_CS6 = 0xC0
 IP_RECVTTL = getattr(socket, "IP_RECVTTL", 12)
 IP_TTL = getattr(socket, "IP_TTL", 2)
 IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
@@ -81,6 +82,16 @@ def open_socket(ifname: str, group: str = DEFAULT_GROUP, port: int = DEFAULT_POR
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP, 0)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
             s.bind((group, port, 0, idx))
+        # network control, like BFD: DSCP CS6 and skb priority 7 (6 without CAP_NET_ADMIN), so a
+        # heartbeat is not queued behind the data whose congestion it reports
+        if fam == socket.AF_INET:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS_CS6)
+        else:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, TOS_CS6)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 7)
+        except PermissionError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 6)
         s.setblocking(False)
     except BaseException:
         s.close()

@@ -45,8 +45,10 @@ class GlbdOptions:
     sample_interval_ms: int = 10
     hold_time: int = 9
     log_level: str = "info"
-    #: extra TOML appended per role ("spine"/"leaf")
+    #: extra TOML appended per role ("spine"/"leaf"): new tables only
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: extra keys of the generated [fib] table, e.g. {"resilient_idle_timer_s": "0.2"}
+    fib: Mapping[str, str] = field(default_factory=dict)
 
 
 def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> str:
@@ -105,6 +107,7 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
         "",
         "[fib]",
         f'group_type = "{opts.group_type}"',
+        *(f"{k} = {v}" for k, v in opts.fib.items()),
         "",
         "[control]",
         f'socket = "{run_dir / node / "glbd.sock"}"',
