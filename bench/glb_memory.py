@@ -498,6 +498,7 @@ class FeederProc:
         self.last: dict[str, Any] = {}
         self.ready = threading.Event()
         self.info: dict[str, Any] = {}
+        self.quiet = False  # set once glbd is being stopped: its sessions closing is expected
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -510,7 +511,7 @@ class FeederProc:
                     self.ready.set()
                 elif ev.get("ev") == "status":
                     self.last = ev
-                elif ev.get("ev") in ("notification", "session_lost"):
+                elif ev.get("ev") in ("notification", "session_lost") and not self.quiet:
                     print(f"  feeder: {ev}", flush=True)
 
     def stop(self) -> None:
@@ -639,6 +640,7 @@ def run(args: argparse.Namespace) -> int:
             )
             report(samples, names, started, args, conv, load())
             result = 0
+            feeder.quiet = True
             glbd_proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 glbd_proc.wait(20)
