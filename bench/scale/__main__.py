@@ -4,7 +4,7 @@
 Run from the repository root::
 
     .venv/bin/python -m bench.scale            # full: 128 x 64 3-stage + 128-leaf 5-stage
-    .venv/bin/python -m bench.scale --quick    # smaller fabrics, shorter windows (~1 min)
+    .venv/bin/python -m bench.scale --quick    # smaller fabrics, shorter windows (~75 s CPU)
 
 What is real and what is synthesized: see ``bench/scale/sim.py`` (module docstring) and
 bench/scale/README.md. Exit status 1 when a settle or correctness check fails.
@@ -117,6 +117,11 @@ def _print(res: Result) -> None:
                 "  in-simulation wall time per leaf (median / max over leaves)",
                 f"{n['leaf_pct_core_insim_median']:.2f} / {n['leaf_pct_core_insim_max']:.2f} %",
                 "inflated by machine load",
+            ),
+            (
+                "leaf: one spine's snapshot expires / appears (every profile recomputed)",
+                f"{n['leaf_spine_expiry_ms']} / {n['leaf_spine_new_ms']} ms CPU",
+                "one-off, per spine",
             ),
             (
                 f"spine sender CPU ({n['spine_entries']} entries, {n['spine_datagram_bytes']} B"
