@@ -53,6 +53,10 @@ _STRIP_PREFIXES = ("WATCHDOG_", "LISTEN_")
 _STRIP = ("NOTIFY_SOCKET",)
 
 
+#: the API reader gives the event loop a turn after this much consecutive work
+YIELD_AFTER_S = 0.002
+
+
 @dataclass(frozen=True)
 class ExabgpNeighbor:
     address: str
@@ -385,7 +389,15 @@ class ExabgpSupervisor:
         await self._connected.wait()
         assert self._conn is not None
         reader = self._conn[0]
+        loop = asyncio.get_running_loop()
+        slice_start = loop.time()
         while True:
+            # readline() does not suspend while lines are buffered: during a burst of updates
+            # this loop would starve heartbeats, BFD events, FIB syncs and glbctl. Yield to
+            # the loop after ~2 ms of consecutive work.
+            if loop.time() - slice_start > YIELD_AFTER_S:
+                await asyncio.sleep(0)
+                slice_start = loop.time()
             try:
                 raw = await reader.readline()
             except (ConnectionError, ValueError) as exc:  # ValueError: line over the limit

@@ -3,9 +3,11 @@ validator), child environment, command coalescing."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from glbd.exabgp import api
@@ -127,3 +129,43 @@ async def test_acks_window_restart_and_replay() -> None:
     finally:
         await sup.stop()
     assert not sup.dir.exists()
+
+
+async def test_reader_yields_to_the_loop_during_a_burst() -> None:
+    """readline() never suspends while lines are buffered; the reader must still give other
+    tasks (heartbeats, BFD events, FIB syncs, glbctl) a turn during a burst of updates."""
+    seen: list[str] = []
+
+    def on_line(line: str) -> None:  # ~50 us of work per line, like parsing an update
+        t = time.perf_counter() + 50e-6
+        while time.perf_counter() < t:
+            pass
+        seen.append(line)
+
+    sup = ExabgpSupervisor(
+        PARAMS, netns=None, on_line=on_line, on_lost=lambda: None, on_ready=lambda: None
+    )
+    reader = asyncio.StreamReader(limit=1 << 20)
+    reader.feed_data(b"".join(b'{"type": "keepalive"}\n' for _ in range(6000)))
+    reader.feed_eof()
+    sup._conn = (reader, None)  # type: ignore[assignment]
+    sup._connected.set()
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    t = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    t0 = time.perf_counter()
+    await sup._reader()
+    took = time.perf_counter() - t0
+    t.cancel()
+    assert len(seen) == 6000 and took > 0.2
+    assert len(gaps) > 20 and max(gaps) < 0.05, (len(gaps), max(gaps), took)
