@@ -277,7 +277,7 @@ class Daemon:
             c = self._component(component)
             if c is None:
                 return {key: [], "note": f"{component} is not running in this role/config"}
-            return c.snapshot().get(key, c.snapshot())
+            return _section_of(c, key)
 
         return handler
 
@@ -336,9 +336,9 @@ class Daemon:
     def counters(self) -> dict[str, Any]:
         out: dict[str, Any] = {"control": dict(self.control.counters)}
         for c in self.components:
-            snap = c.snapshot()
-            if "counters" in snap:
-                out[c.name] = snap["counters"]
+            counters = _section_of(c, "counters")
+            if counters is not None:
+                out[c.name] = counters
         return out
 
     def samples(self) -> list[Sample]:
@@ -350,6 +350,15 @@ class Daemon:
         for c in self.components:
             out.extend(c.samples())
         return out
+
+
+def _section_of(c: Component, key: str) -> Any:
+    """A component's ``section(key)`` if it has one (built alone, cheap), else that key of
+    its snapshot."""
+    section = getattr(c, "section", None)
+    if section is not None:
+        return section(key)
+    return c.snapshot().get(key)
 
 
 def default_components(d: Daemon) -> list[Component]:

@@ -449,9 +449,6 @@ class Node:
         self.endpoint.set_neighbors(nbs)
 
     def on_local(self, changes: list[QualityChanged], monitor: LinkMonitor) -> None:
-        if self.endpoint is not None and self.endpoint.sender is not None:
-            far = {self.iface_of[p]: i for p, i in self.peer_ids.items() if p in self.iface_of}
-            self.endpoint.update_links(monitor.entries(far))
         for ch in changes:
             q = ch.quality
             log.info(
@@ -464,6 +461,10 @@ class Node:
                 queue_bytes=int(q.queue_bytes),
                 reason=ch.reason,
             )
+        # the record marks the band decision, so it is written before the heartbeat leaves
+        if self.endpoint is not None and self.endpoint.sender is not None:
+            far = {self.iface_of[p]: i for p, i in self.peer_ids.items() if p in self.iface_of}
+            self.endpoint.update_links(monitor.entries(far))
         if not changes or self.table is None:
             return
         self.counters["local_changes"] += len(changes)
@@ -522,7 +523,12 @@ class Node:
 
     def schedule_fib_sync(self) -> None:
         if self._bgp_ready_at is None or time.monotonic() - self._bgp_ready_at < self.fib_hold_s:
-            return  # adopted state stays until BGP had a chance to re-learn it
+            # adopted state stays until BGP had a chance to re-learn it. The first sync is a
+            # full apply, so pending changes are not needed: drop them, or the table keeps
+            # copying a growing change set on every learned prefix (quadratic start-up)
+            if self._fib_full and self.table is not None:
+                self.table.take_changes()
+            return
         self._fib_dirty = True
         if self._fib_task is None or self._fib_task.done():
             self._fib_task = self.loop.create_task(self._fib_sync_loop())
@@ -753,6 +759,25 @@ class _Facade:
         if self.name == "quality":
             return n.quality_snapshot()
         return n.fib_snapshot()
+
+    def section(self, key: str) -> Any:
+        """One part of the snapshot, built alone where building everything is costly (the
+        routes of a big RIB): ``neighbors``, ``routes`` and ``counters`` of bgp."""
+        n = self.node
+        if self.name == "bgp" and n.bgp is not None:
+            if key == "neighbors":
+                return n.bgp.neighbors_snapshot()
+            if key == "routes":
+                return n.routes_snapshot()
+            if key == "counters":
+                return {
+                    **dict(n.bgp.rib.counters),
+                    "api_lines": n.bgp.parser.decoded,
+                    "api_dropped": dict(n.bgp.parser.dropped),
+                }
+        if self.name == "fib" and key == "counters":
+            return n.fib.snapshot().get("counters", {}) if n.fib else {}
+        return self.snapshot().get(key)
 
     def samples(self) -> Iterable[Sample]:
         """Prometheus samples, derived from the same snapshot glbctl shows."""
