@@ -133,23 +133,33 @@ BfdAuthType = Literal[
 ]
 
 
-class BfdAuth(_Model):
-    """RFC 5880 §6.7 authentication. The key (password) is read from ``secret_file``:
-    1-16 bytes for simple and MD5, up to 20 for SHA1; trailing newlines are stripped."""
+class _KeyFile(_Model):
+    """A key id plus a secret read from a file at load time (never shown)."""
 
-    type: BfdAuthType
     key_id: Annotated[int, Field(ge=0, le=255)]
     secret_file: Path
     secret: Secret | None = Field(default=None, exclude=True)
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
+    def _bounds(self) -> tuple[int, int, str]:
+        raise NotImplementedError
+
     @model_validator(mode="after")
     def _read_secret(self) -> Self:
-        limit = 20 if "sha1" in self.type else 16
-        secret = _read_secret(self.secret_file, 1, limit, f"a {self.type} key")
-        object.__setattr__(self, "secret", secret)
+        lo, hi, what = self._bounds()
+        object.__setattr__(self, "secret", _read_secret(self.secret_file, lo, hi, what))
         return self
+
+
+class BfdAuth(_KeyFile):
+    """RFC 5880 §6.7 authentication. The key (password) is read from ``secret_file``:
+    1-16 bytes for simple and MD5, up to 20 for SHA1; trailing newlines are stripped."""
+
+    type: BfdAuthType
+
+    def _bounds(self) -> tuple[int, int, str]:
+        return 1, 20 if "sha1" in self.type else 16, f"a {self.type} key"
 
 
 class BfdSection(_Model):
@@ -223,18 +233,11 @@ class BgpSection(_Model):
     exabgp_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
 
 
-class HeartbeatAuth(_Model):
-    key_id: Annotated[int, Field(ge=0, le=255)]
-    secret_file: Path
-    secret: Secret | None = Field(default=None, exclude=True)
+class HeartbeatAuth(_KeyFile):
+    """HMAC-SHA256 trailer key: at least 16 bytes of secret."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
-
-    @model_validator(mode="after")
-    def _read_secret(self) -> Self:
-        secret = _read_secret(self.secret_file, 16, 4096, "an HMAC key")
-        object.__setattr__(self, "secret", secret)
-        return self
+    def _bounds(self) -> tuple[int, int, str]:
+        return 16, 4096, "an HMAC key"
 
 
 class HeartbeatSection(_Model):
