@@ -577,6 +577,7 @@ def run(args: argparse.Namespace) -> int:
             # docs page) and would be part of what is measured.
             deadline = time.monotonic() + args.converge_timeout
             last_print = 0.0
+            converged = True
             while True:
                 if glbd_proc.poll() is not None:
                     raise LabError(f"glbd exited with {glbd_proc.returncode}; see {run_dir}")
@@ -599,11 +600,14 @@ def run(args: argparse.Namespace) -> int:
                         f"narrowest group {width}); measuring anyway",
                         flush=True,
                     )
+                    converged = False
                     break
                 time.sleep(3)
-            conv = time.monotonic() - t_start
+            conv = time.monotonic() - t_start if converged else -1.0
             print(
-                f"converged in {conv:.0f} s (load {load()}); settling {args.settle:g} s", flush=True
+                f"measuring after {time.monotonic() - t_start:.0f} s (load {load()}); "
+                f"settling {args.settle:g} s",
+                flush=True,
             )
             time.sleep(args.settle)
             procs = tree(glbd_proc.pid)
@@ -668,7 +672,7 @@ def report(
     half = [i for i, t in enumerate(ts) if t >= ts[-1] / 2]
     print(
         f"\nResults ({started}; load start {samples[0][1]}, end {load_end}; "
-        f"converged in {conv:.0f} s)\n"
+        + (f"converged in {conv:.0f} s)\n" if conv >= 0 else "NOT converged)\n")
     )
     print(
         "| process | start MB | end MB | max MB | slope MB/min | 2nd-half slope MB/min | target |"
