@@ -187,7 +187,7 @@ Effect = Event | api.Announce | api.Withdraw | api.Teardown
 # -- state ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Path:
     peer: IPAddress
     next_hop: IPAddress
@@ -200,7 +200,7 @@ class Path:
     stale: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # identity hash: a key of the per-prefix index
 class PeerState:
     params: NeighborParams
     bgp_id: ipaddress.IPv4Address | None = None
@@ -226,6 +226,9 @@ class Rib:
         self.originated: set[Prefix] = set(params.originated)
         self.counters: Counter[str] = Counter()
         self._fwd: dict[Prefix, tuple[NextHop, ...]] = {}
+        #: per-prefix index of every peer's Adj-RIB-In: prefix -> (the interned prefix object
+        #: all peers' tables use as key, {peer state: path}); kept in step with ``adj_in``
+        self._index: dict[Prefix, tuple[Prefix, dict[PeerState, Path]]] = {}
         self._stale_deadline: float | None = None
 
     # ---- inputs ------------------------------------------------------------------------
@@ -266,14 +269,14 @@ class Rib:
             return self._end_of_rib(st, ev.eor)
         changed: set[Prefix] = set()
         for _family, prefix in ev.withdrawn:
-            if st.adj_in.pop(prefix, None) is not None:
+            if self._del_path(st, prefix):
                 changed.add(prefix)
             st.counters["withdrawn_in"] += 1
         attrs = ev.attributes
         if self.params.local_as in attrs.as_path and ev.announced:
             st.counters["as_loop_rejected"] += len(ev.announced)
             for a in ev.announced:  # an implicit withdraw of any earlier path
-                if st.adj_in.pop(a.prefix, None) is not None:
+                if self._del_path(st, a.prefix):
                     changed.add(a.prefix)
             return self._recompute(changed)
         decoded: nhcmod.Nhc | None = None
@@ -312,8 +315,7 @@ class Rib:
                 status,
             )
             if st.adj_in.get(a.prefix) != path:
-                st.adj_in[a.prefix] = path
-                changed.add(a.prefix)
+                changed.add(self._set_path(st, a.prefix, path))
             st.counters["announced_in"] += 1
         return self._recompute(changed)
 
@@ -363,7 +365,7 @@ class Rib:
                 any_paths = True
                 st.stale = True
                 for prefix, path in list(st.adj_in.items()):
-                    st.adj_in[prefix] = _with_stale(path, True)
+                    self._set_path(st, prefix, _with_stale(path, True))
         if any_paths and self._stale_deadline is None:
             self._stale_deadline = now + self.params.stale_timer_s
         return []
@@ -410,6 +412,7 @@ class Rib:
             if addr not in new:
                 st = self.peers.pop(addr)
                 changed |= set(st.adj_in) | set(st.adj_out)
+                self._clear_paths(st)
         for addr, n in new.items():
             st_old = self.peers.get(addr)
             if st_old is None:
@@ -425,7 +428,7 @@ class Rib:
                 ):
                     touched.add(addr)
                     changed |= set(st_old.adj_in) | set(st_old.adj_out)
-                    st_old.adj_in.clear()
+                    self._clear_paths(st_old)
                     st_old.adj_out.clear()
                 st_old.params = n
         knobs_changed = (params.multipath_relax, params.max_paths) != (
@@ -459,8 +462,7 @@ class Rib:
 
     def routes_snapshot(self) -> list[dict[str, Any]]:
         prefixes = set(self._fwd) | self.originated
-        for st in self.peers.values():
-            prefixes |= set(st.adj_in)
+        prefixes |= set(self._index)
         rows = []
         for p in sorted(prefixes, key=lambda n: (n.version, n)):
             best, mp = self._select(p)
@@ -468,7 +470,7 @@ class Rib:
                 {
                     "prefix": str(p),
                     "originated": p in self.originated,
-                    "paths": sum(1 for st in self.peers.values() if p in st.adj_in),
+                    "paths": len(self._index[p][1]) if p in self._index else 0,
                     "as_path": [] if best is None else list(best.as_path),
                     "next_hops": [nh.to_dict() for nh in self._fwd.get(p, ())],
                     "advertised_to": sorted(
@@ -550,7 +552,7 @@ class Rib:
         if was_up:
             out.append(PeerDown(st.params.address, reason))
         changed = set(st.adj_in)
-        st.adj_in.clear()
+        self._clear_paths(st)
         out += self._recompute(changed)
         return _events_first(out)
 
@@ -570,14 +572,43 @@ class Rib:
         removed = 0
         for prefix, path in list(st.adj_in.items()):
             if path.stale and (version is None or prefix.version == version):
-                del st.adj_in[prefix]
+                self._del_path(st, prefix)
                 changed.add(prefix)
                 removed += 1
         st.stale = any(p.stale for p in st.adj_in.values())
         return removed
 
-    def _sort_key(self, path: Path) -> tuple[int, int, int, int, int]:
-        st = self.peers[path.peer]
+    # ---- Adj-RIB-In and the per-prefix index: change them only through these -------------
+
+    def _set_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix:
+        """Store ``path`` as ``st``'s path to ``prefix``; returns the interned prefix (one
+        network object per prefix across all peers' tables)."""
+        entry = self._index.get(prefix)
+        if entry is None:
+            entry = self._index[prefix] = (prefix, {})
+        else:
+            prefix = entry[0]
+        entry[1][st] = path
+        st.adj_in[prefix] = path
+        return prefix
+
+    def _del_path(self, st: PeerState, prefix: Prefix) -> bool:
+        if st.adj_in.pop(prefix, None) is None:
+            return False
+        entry = self._index.get(prefix)
+        if entry is not None:
+            entry[1].pop(st, None)
+            if not entry[1]:
+                del self._index[prefix]
+        return True
+
+    def _clear_paths(self, st: PeerState) -> None:
+        for prefix in list(st.adj_in):
+            self._del_path(st, prefix)
+
+    @staticmethod
+    def _sort_key(item: tuple[PeerState, Path]) -> tuple[int, int, int, int, int]:
+        st, path = item
         bid = int(st.bgp_id) if st.bgp_id is not None else 2**32
         return (
             path.as_path_length,
@@ -588,19 +619,25 @@ class Rib:
         )
 
     def _select(self, prefix: Prefix) -> tuple[Path | None, list[Path]]:
-        cands = [
-            st.adj_in[prefix] for st in self.peers.values() if st.usable and prefix in st.adj_in
-        ]
+        best, mp = self._select_states(prefix)
+        return best, [p for _st, p in mp]
+
+    def _select_states(self, prefix: Prefix) -> tuple[Path | None, list[tuple[PeerState, Path]]]:
+        entry = self._index.get(prefix)
+        if entry is None:
+            return None, []
+        cands = [(st, p) for st, p in entry[1].items() if st.usable]
         if not cands:
             return None, []
         cands.sort(key=self._sort_key)
-        best = cands[0]
+        best = cands[0][1]
+        relax = self.params.multipath_relax
         mp = [
-            p
-            for p in cands
-            if p.as_path_length == best.as_path_length
-            and p.origin == best.origin
-            and (self.params.multipath_relax or (p.as_path[:1] == best.as_path[:1]))
+            c
+            for c in cands
+            if c[1].as_path_length == best.as_path_length
+            and c[1].origin == best.origin
+            and (relax or (c[1].as_path[:1] == best.as_path[:1]))
         ]
         return best, mp[: self.params.max_paths]
 
@@ -608,12 +645,14 @@ class Rib:
         events: list[Effect] = []
         commands: list[Effect] = []
         for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
-            best, mp = self._select(prefix)
+            best, mp_states = self._select_states(prefix)
+            mp_peers = {st for st, _p in mp_states}
+            mp_ids = tuple(st.bgp_id for st, _p in mp_states if st.bgp_id is not None)
             fwd: tuple[NextHop, ...] = ()
             if prefix not in self.originated:
                 fwd = tuple(
                     sorted(
-                        (self._next_hop_view(p) for p in mp),
+                        (self._next_hop_view(st, p) for st, p in mp_states),
                         key=lambda nh: (nh.peer.version, int(nh.peer)),
                     )
                 )
@@ -624,7 +663,7 @@ class Rib:
                     self._fwd.pop(prefix, None)
                 events.append(NextHopsChanged(prefix, fwd))
             for st in self.peers.values():
-                want = self._advert(prefix, best, mp, st)
+                want = self._advert(prefix, best, st, mp_peers, mp_ids)
                 have = st.adj_out.get(prefix)
                 if want == have:
                     continue
@@ -637,12 +676,17 @@ class Rib:
                     commands.append(want)
         return events + commands
 
-    def _next_hop_view(self, p: Path) -> NextHop:
-        st = self.peers[p.peer]
+    @staticmethod
+    def _next_hop_view(st: PeerState, p: Path) -> NextHop:
         return NextHop(p.peer, st.bgp_id, p.next_hop, st.params.interface, p.nnh, p.nnhn_status)
 
     def _advert(
-        self, prefix: Prefix, best: Path | None, mp: list[Path], st: PeerState
+        self,
+        prefix: Prefix,
+        best: Path | None,
+        st: PeerState,
+        mp_peers: set[PeerState],
+        mp_ids: tuple[ipaddress.IPv4Address, ...],
     ) -> api.Announce | None:
         n = st.params
         if prefix.version == 6:
@@ -657,16 +701,13 @@ class Rib:
             return api.Announce(n.address, prefix, nh, as_path=(self.params.local_as,))
         if best is None:
             return None
-        if any(p.peer == n.address for p in mp) or n.remote_as in best.as_path:
+        if st in mp_peers or n.remote_as in best.as_path:
             return None
         value: bytes | None = None
-        if self.params.role.helper:
-            ids = [self.peers[p.peer].bgp_id for p in mp]
-            nnh = tuple(i for i in ids if i is not None)
-            if nnh:
-                value = nhcmod.Nhc.for_next_hop(
-                    nh, nnhn=nhcmod.Nnhn(self.params.router_id, nnh)
-                ).encode_value()
+        if self.params.role.helper and mp_ids:
+            value = nhcmod.Nhc.for_next_hop(
+                nh, nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids)
+            ).encode_value()
         return api.Announce(
             n.address,
             prefix,
