@@ -67,9 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "check-config":
         return check_config(args.file, args.quiet)
     if args.cmd == "run":
-        from glbd import daemon  # heavy imports only when the daemon really runs
+        from glbd.daemon import main as run_daemon  # heavy imports only when it really runs
 
-        return daemon.main(args.config, log_level=args.log_level, log_format=args.log_format)
+        return run_daemon(args.config, log_level=args.log_level, log_format=args.log_format)
     _parser().print_help()
     return 2
 
