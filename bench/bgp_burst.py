@@ -20,8 +20,9 @@ import ipaddress
 import struct
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from timing import rate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "bgp"))
 
@@ -32,18 +33,6 @@ from glbd.rib import NeighborParams, Rib, RibParams, Role
 DEBUG = False
 A = ipaddress.ip_address
 N = ipaddress.ip_network
-
-
-def rate(fn: Callable[[], object], min_time: float = 0.5) -> float:
-    n = 0
-    t0 = time.process_time()
-    while True:
-        for _ in range(1000):
-            fn()
-        n += 1000
-        dt = time.process_time() - t0
-        if dt >= min_time:
-            return n / dt
 
 
 def prefixes(n: int) -> list[ipaddress.IPv4Network]:

@@ -13,9 +13,10 @@ import argparse
 import json
 import os
 import struct
-import time
 from collections.abc import Callable
 from typing import Any
+
+from timing import rate
 
 from bfd import packet as bfd_packet
 from glbd import nhc
@@ -44,18 +45,6 @@ HB64_SIGNED = wire.Heartbeat(
 ).encode(HB64_KEY)
 CTL = ctlproto.Request(7, "profiles").encode()
 HDR = struct.Struct("!BBBBIIIII")
-
-
-def rate(fn: Callable[[], Any], seconds: float) -> float:
-    n, t0 = 0, time.perf_counter()
-    deadline = t0 + seconds
-    while True:
-        for _ in range(200):
-            fn()
-        n += 200
-        now = time.perf_counter()
-        if now >= deadline:
-            return n / (now - t0)
 
 
 def main() -> int:

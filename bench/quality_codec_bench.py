@@ -8,22 +8,11 @@ the cheapest possible parse without any validation or objects.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Callable
 
+from timing import rate
+
 from heartbeat.wire import Entry, Heartbeat, HmacKey, decode, verify
-
-
-def rate(fn: Callable[[], object], min_time: float = 0.5) -> float:
-    n = 0
-    t0 = time.process_time()
-    while True:
-        for _ in range(1000):
-            fn()
-        n += 1000
-        dt = time.process_time() - t0
-        if dt >= min_time:
-            return n / dt
 
 
 def main() -> None:
