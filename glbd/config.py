@@ -76,6 +76,10 @@ IPNet = Annotated[
 ]
 
 HEARTBEAT_GROUP_V4 = "224.0.0.149"
+#: glbd's IPv6 heartbeat group (no IANA assignment exists; 224.0.0.149 is not assigned either).
+#: Link scope, so never forwarded off the link; the T flag (ff1x) marks it transient, i.e. not
+#: from IANA's permanent registry, where ff0x::149 belongs to EPSON-disc-set (ff0x::140-14f).
+HEARTBEAT_GROUP_V6 = "ff12::149"
 HEARTBEAT_PORT = 6149
 #: glbd's route/nexthop protocol number (rtnetlink ``rtm_protocol``/``nh_protocol``). 200 is not
 #: used by any routing daemon listed in iproute2's rt_protos (zebra 11, bird 12, bgp 186..., 192).
@@ -240,9 +244,74 @@ class HeartbeatAuth(_KeyFile):
         return 16, 4096, "an HMAC key"
 
 
+def _hb_group4(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            a = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a valid IPv4 address") from None
+        if a.version == 6:
+            raise ValueError(
+                f"{v!r} is IPv6: group is the IPv4 group; put an IPv6 group in heartbeat.group6"
+            )
+    return v
+
+
+_HB_GROUP6_TAKEN = (ipaddress.IPv6Address("ff02::1"), ipaddress.IPv6Address("ff02::2"))
+
+
+def _hb_group6(v: Any) -> Any:
+    """heartbeat.group6: IPv6 multicast of link-local scope, not a group every node joins."""
+    a: ipaddress.IPv4Address | ipaddress.IPv6Address
+    if isinstance(v, ipaddress.IPv6Address):
+        a = v
+    elif isinstance(v, str):
+        try:
+            a = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a valid IPv6 address") from None
+        if not isinstance(a, ipaddress.IPv6Address):
+            raise ValueError(
+                f"{v!r} is IPv4: group6 is the IPv6 group; put an IPv4 group in heartbeat.group"
+            )
+    else:
+        raise ValueError("expected an IPv6 multicast address as a string, e.g. 'ff12::149'")
+    if a.scope_id is not None:
+        raise ValueError(f"{v!r}: no zone; the group is joined on each fabric interface")
+    if not a.is_multicast:
+        raise ValueError(f"{a} is not an IPv6 multicast address (ff00::/8)")
+    if (int(a) >> 112) & 0xF != 2:
+        raise ValueError(
+            f"{a} is not of link-local scope (ff02::/16): heartbeats are one-hop (hop limit 255 "
+            "is checked on receipt) and a link-scope group is never forwarded off the link, "
+            "like 224.0.0.0/24 for IPv4"
+        )
+    if int(a) & ((1 << 112) - 1) == 0:
+        raise ValueError(f"{a} has group id 0, which is reserved (RFC 4291)")
+    if a in _HB_GROUP6_TAKEN or a in ipaddress.IPv6Network("ff02::1:ff00:0/104"):
+        raise ValueError(
+            f"{a} is a group the kernel joins for other protocols (all-nodes, all-routers or "
+            "solicited-node): pick one only glbd joins, e.g. ff12::149"
+        )
+    return a
+
+
+IPv6Group = Annotated[
+    ipaddress.IPv6Address, BeforeValidator(_hb_group6), PlainSerializer(str, return_type=str)
+]
+
+
 class HeartbeatSection(_Model):
+    """Heartbeats (docs/heartbeat.md §1). Each fabric interface uses the address family of its
+    BGP neighbour: an IPv4 neighbour gets IPv4 heartbeats to ``group``, an IPv6 neighbour
+    (numbered, or link-local on an unnumbered link) IPv6 heartbeats to ``group6``; an interface
+    with neighbours of both families uses IPv4."""
+
     enabled: bool = True
-    group: ipaddress.IPv4Address = ipaddress.IPv4Address(HEARTBEAT_GROUP_V4)
+    group: Annotated[ipaddress.IPv4Address, BeforeValidator(_hb_group4)] = ipaddress.IPv4Address(
+        HEARTBEAT_GROUP_V4
+    )
+    group6: IPv6Group = ipaddress.IPv6Address(HEARTBEAT_GROUP_V6)
     port: Annotated[int, Field(ge=1, le=65535)] = HEARTBEAT_PORT
     interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 20
     on_change: bool = True
@@ -254,7 +323,7 @@ class HeartbeatSection(_Model):
     @classmethod
     def _mcast4(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
         if not v.is_multicast:
-            raise ValueError("not an IPv4 multicast address")
+            raise ValueError(f"{v} is not an IPv4 multicast address (224.0.0.0/4)")
         return v
 
     @model_validator(mode="after")

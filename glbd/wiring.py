@@ -79,6 +79,13 @@ def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
         return ipaddress.ip_address(s.getsockname()[0].split("%")[0])
 
 
+def _unscoped(a: IPAddress) -> IPAddress:
+    """``a`` without its IPv6 zone (``fe80::1%eth0`` -> ``fe80::1``)."""
+    if isinstance(a, ipaddress.IPv6Address) and a.scope_id is not None:
+        return ipaddress.IPv6Address(str(a).split("%", 1)[0])
+    return a
+
+
 class Node:
     """Every part of one glbd, wired. Built from a validated config; no I/O until ``start``."""
 
@@ -205,6 +212,7 @@ class Node:
             receiver=receiver,
             on_remote=self.on_remote,
             group=str(hb.group),
+            group6=str(hb.group6),
             port=hb.port,
         )
 
@@ -363,6 +371,8 @@ class Node:
         if ep is not None and "heartbeat" in ch["sections"]:
             hb = new.heartbeat
             key = self.heartbeat_key()
+            if ep.set_groups(str(hb.group), str(hb.group6), hb.port):
+                log.info("reload_heartbeat_groups", group=str(hb.group), group6=str(hb.group6))
             if ep.sender is not None:
                 ep.sender.set_params(
                     SenderParams(
@@ -437,14 +447,45 @@ class Node:
         else:
             log.info("bgp_event", event=type(ev).__name__)
 
-    def _update_heartbeat_neighbors(self) -> None:
+    def _peer_interfaces(self) -> dict[IPAddress, cfgmod.NeighborSection]:
+        """BGP peers that are up -> their configured neighbor. An IPv6 zone (``fe80::1%eth0``)
+        on either side is ignored: the neighbor's interface is what scopes it."""
+        by_addr = {_unscoped(n.address): n for n in self.cfg.neighbors}
+        out: dict[IPAddress, cfgmod.NeighborSection] = {}
+        for p in self.peer_ids:
+            n = by_addr.get(_unscoped(p))
+            if n is not None:
+                out[p] = n
+        return out
 
+    def _heartbeat_source(self, n: cfgmod.NeighborSection) -> str | None:
+        """Our address on an IPv6 neighbor's link (the BGP session's local address): IPv6
+        heartbeats leave from it, so the receiver's source check matches the session peer even
+        when the session runs over a global address. None for IPv4 (the kernel's choice, as
+        always) or when it cannot be found (then the kernel picks)."""
+        if n.address.version != 6:
+            return None
+        try:
+            return str(_unscoped(self.local_address(n)))
+        except (RuntimeError, OSError) as e:
+            log.warning("heartbeat_source_unknown", neighbor=str(n.address), error=str(e))
+            return None
+
+    def _update_heartbeat_neighbors(self) -> None:
+        """The endpoint's neighbors: one per interface with a BGP session up; each interface's
+        heartbeats use the family of its neighbor's address (IPv4 wins on a dual-stack link).
+        The receiver checks source = the neighbor's address (zone dropped), node id = its BGP
+        id (from OPEN) and hop limit 255."""
         if self.endpoint is None:
             return
         nbs = [
-            Neighbor(ifname=self.iface_of[p], node_id=i, address=str(p))
-            for p, i in self.peer_ids.items()
-            if p in self.iface_of
+            Neighbor(
+                ifname=n.interface,
+                node_id=self.peer_ids[p],
+                address=str(_unscoped(n.address)),
+                local=self._heartbeat_source(n),
+            )
+            for p, n in self._peer_interfaces().items()
         ]
         self.endpoint.set_neighbors(nbs)
 
@@ -463,7 +504,7 @@ class Node:
             )
         # the record marks the band decision, so it is written before the heartbeat leaves
         if self.endpoint is not None and self.endpoint.sender is not None:
-            far = {self.iface_of[p]: i for p, i in self.peer_ids.items() if p in self.iface_of}
+            far = {ifn: nb.node_id for ifn, nb in self.endpoint.neighbors.items()}
             self.endpoint.update_links(monitor.entries(far))
         if not changes or self.table is None:
             return

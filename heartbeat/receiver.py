@@ -22,6 +22,7 @@ steady fabric costs one decode, one HMAC and one bytes comparison per heartbeat.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections import Counter
 from collections.abc import Mapping
@@ -59,8 +60,12 @@ class Neighbor:
 
     ifname: str
     node_id: int
-    #: the neighbour's interface address as the transport reports it; None = not checked
+    #: the neighbour's interface address (its BGP session address); None = not checked. An
+    #: IPv6 zone (``fe80::1%eth0``) is ignored: the interface is what scopes it
     address: str | None = None
+    #: our own address on that link (the BGP session's local address): an IPv6 heartbeat
+    #: socket sends from it (sender side only; None = the kernel's choice)
+    local: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,17 @@ class _NodeState:
     expires: float
     accepted: int = 0
     changes: int = 0
+
+
+def _same_address(a: str | None, b: str) -> bool:
+    """Slow path of the source check: equal addresses written differently (IPv6 zone, upper
+    case, uncompressed zeros). The fast path is one string comparison."""
+    if a is None:
+        return False
+    try:
+        return ipaddress.ip_address(a.split("%", 1)[0]) == ipaddress.ip_address(b.split("%", 1)[0])
+    except ValueError:
+        return False
 
 
 class Receiver:
@@ -152,7 +168,7 @@ class Receiver:
             drops["malformed_" + e.reason] += 1
             return []
         nb = st.neighbor
-        if nb.address is not None and src != nb.address:
+        if nb.address is not None and src != nb.address and not _same_address(src, nb.address):
             drops["wrong_source"] += 1
             return []
         if msg.sender_id != nb.node_id:

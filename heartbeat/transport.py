@@ -4,11 +4,21 @@
 ``SO_BINDTODEVICE``-bound to its interface, bound to ``(group, port)``, joined to the group on
 that interface only, sends with ``IP_MULTICAST_IF`` = the interface and ``IP_MULTICAST_TTL`` 255,
 has ``IP_MULTICAST_LOOP`` and ``IP_MULTICAST_ALL`` off and reads the TTL with ``IP_RECVTTL``.
+
 Why: the kernel, not our code, decides which interface a datagram belongs to (a heartbeat
 received on eth1 can never be attributed to eth2, even across ifindex reuse after a flap), a send
 can only leave through its own interface, and adding, removing or flapping one interface touches
 one socket and nothing else. The cost, one fd and one reader per interface, is nothing at
 fabric sizes (<= a few hundred ports) and the receive path is still one ``recvmsg`` per datagram.
+
+**Address family per interface**: the family of the BGP neighbour on it (docs/heartbeat.md §1).
+An IPv4 neighbour gets IPv4 heartbeats to ``group`` (224.0.0.149); an IPv6 neighbour (an
+unnumbered fabric link with a link-local session, or a numbered IPv6 link) gets IPv6 heartbeats
+to ``group6`` (ff12::149, link scope) with hop limit 255 (``IPV6_MULTICAST_HOPS``, read back with
+``IPV6_RECVHOPLIMIT``). An interface with neighbours of both families uses IPv4. An IPv6 socket
+sends from a pinned source (``IPV6_PKTINFO`` per ``sendmsg``: our BGP session address on that
+link), so the receiver's "source = BGP neighbour" check also holds when the session runs over a
+global address, which the kernel would not pick as the source for a link-scope destination.
 
 Python 3.11 lacks ``socket.IP_RECVTTL``/``IP_PKTINFO``: the Linux values are used.
 
@@ -25,18 +35,35 @@ import ipaddress
 import logging
 import socket
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from . import wire
 from .receiver import Neighbor, Receiver, RemoteUpdate
 from .sender import Sender, Transmit
 
-__all__ = ["DEFAULT_GROUP", "DEFAULT_PORT", "HeartbeatEndpoint", "McastTransport", "open_socket"]
+__all__ = [
+    "DEFAULT_GROUP",
+    "DEFAULT_GROUP6",
+    "DEFAULT_PORT",
+    "HeartbeatEndpoint",
+    "IfSpec",
+    "McastTransport",
+    "check_groups",
+    "family_of",
+    "if_spec",
+    "open_socket",
+    "pick_neighbors",
+    "pktinfo6",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "224.0.0.149"
+#: glbd's choice (no IANA assignment): link scope (never forwarded), transient (T flag: not from
+#: IANA's permanent registry, where ff0x::149 is EPSON-disc-set), .149 as in 224.0.0.149
+DEFAULT_GROUP6 = "ff12::149"
 DEFAULT_PORT = 6149
 TTL = 255
 TOS_CS6 = 0xC0
@@ -44,12 +71,59 @@ IP_RECVTTL = getattr(socket, "IP_RECVTTL", 12)
 IP_TTL = getattr(socket, "IP_TTL", 2)
 IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
 IPV6_MULTICAST_ALL = 29
+IPV6_PKTINFO = getattr(socket, "IPV6_PKTINFO", 50)
 RECV_BUF = 65536
 CMSG_SPACE = 64
 
 
 def _ifindex(ifname: str) -> int:
     return socket.if_nametoindex(ifname)
+
+
+def _unscoped(addr: str) -> str:
+    return addr.split("%", 1)[0]
+
+
+def check_groups(group: str, group6: str) -> None:
+    """Raise ``ValueError`` unless ``group`` is IPv4 multicast and ``group6`` IPv6 multicast of
+    link-local scope (the transport joins it per interface; it must never be forwarded)."""
+    g4 = ipaddress.ip_address(group)
+    if g4.version != 4 or not g4.is_multicast:
+        raise ValueError(f"group {group!r}: need an IPv4 multicast address")
+    g6 = ipaddress.ip_address(group6)
+    if not isinstance(g6, ipaddress.IPv6Address) or not g6.is_multicast:
+        raise ValueError(f"group6 {group6!r}: need an IPv6 multicast address")
+    if (int(g6) >> 112) & 0xF != 2:
+        raise ValueError(f"group6 {group6!r}: need link-local scope (ff02::/16)")
+
+
+def family_of(address: str | None) -> int | None:
+    """4 or 6 for an address string (an IPv6 zone ``%eth0`` allowed), None for None."""
+    if address is None:
+        return None
+    return ipaddress.ip_address(_unscoped(address)).version
+
+
+@dataclass(frozen=True, slots=True)
+class IfSpec:
+    """How one interface's heartbeat socket is opened: address family (4 or 6) and, for IPv6,
+    the source address its heartbeats leave from (None = the kernel's choice)."""
+
+    family: int = 4
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.family not in (4, 6):
+            raise ValueError("family must be 4 or 6")
+        if self.source is not None and (self.family != 6 or family_of(self.source) != 6):
+            raise ValueError(f"source {self.source}: only an IPv6 socket pins its source")
+
+
+def pktinfo6(source: str, ifindex: int) -> list[tuple[int, int, bytes]]:
+    """The ``sendmsg`` ancillary data that sends from ``source`` out of ``ifindex``
+    (``IPV6_PKTINFO``; Linux ignores the address of the sticky socket option for UDP)."""
+    src = ipaddress.IPv6Address(_unscoped(source))
+    return [(socket.IPPROTO_IPV6, IPV6_PKTINFO, src.packed + struct.pack("@I", ifindex))]
 
 
 def open_socket(ifname: str, group: str = DEFAULT_GROUP, port: int = DEFAULT_PORT) -> socket.socket:
@@ -115,11 +189,22 @@ def _ttl_of(ancdata: list[tuple[int, int, bytes]]) -> int | None:
 DatagramHandler = Callable[[bytes, str, str, "int | None", float], None]
 
 
+@dataclass(slots=True)
+class _Sock:
+    sock: socket.socket
+    spec: IfSpec
+    dest: tuple[Any, ...]
+    #: IPV6_PKTINFO pinning the source (IPv6 with a source only)
+    anc: list[tuple[int, int, bytes]] | None = None
+
+
 class McastTransport:
     """Per-interface heartbeat sockets on one event loop.
 
     ``on_datagram(data, ifname, src_address, ttl, now)`` is called for every datagram read;
-    ``now`` is ``loop.time()``."""
+    ``src_address`` has no IPv6 zone (the socket already fixes the interface); ``now`` is
+    ``loop.time()``. Each interface is IPv4 (``group``) or IPv6 (``group6``) per its
+    :class:`IfSpec`."""
 
     def __init__(
         self,
@@ -127,45 +212,79 @@ class McastTransport:
         on_datagram: DatagramHandler,
         *,
         group: str = DEFAULT_GROUP,
+        group6: str = DEFAULT_GROUP6,
         port: int = DEFAULT_PORT,
     ) -> None:
+        check_groups(group, group6)
         self._loop = loop
         self._on = on_datagram
         self.group = group
+        self.group6 = group6
         self.port = port
-        self._socks: dict[str, socket.socket] = {}
+        self._socks: dict[str, _Sock] = {}
         self.errors: dict[str, int] = {}
 
     @property
     def interfaces(self) -> list[str]:
         return sorted(self._socks)
 
-    def open(self, ifname: str) -> None:
-        if ifname in self._socks:
-            return
-        s = open_socket(ifname, self.group, self.port)
-        self._socks[ifname] = s
+    def families(self) -> dict[str, int]:
+        """Interface -> address family (4 or 6) of its open socket."""
+        return {ifn: s.spec.family for ifn, s in sorted(self._socks.items())}
+
+    def open(self, ifname: str, spec: IfSpec | None = None) -> None:
+        """Open (or, if its family or source changed, reopen) the socket of ``ifname``."""
+        spec = spec or IfSpec()
+        cur = self._socks.get(ifname)
+        if cur is not None:
+            if cur.spec == spec:
+                return
+            self.close_interface(ifname)
+        group = self.group if spec.family == 4 else self.group6
+        s = open_socket(ifname, group, self.port)
+        if spec.family == 4:
+            rec = _Sock(s, spec, (group, self.port))
+        else:
+            idx = _ifindex(ifname)
+            anc = None if spec.source is None else pktinfo6(spec.source, idx)
+            rec = _Sock(s, spec, (group, self.port, 0, idx), anc)
+        self._socks[ifname] = rec
         self._loop.add_reader(s.fileno(), self._readable, ifname, s)
 
     def close_interface(self, ifname: str) -> None:
         s = self._socks.pop(ifname, None)
         if s is not None:
-            self._loop.remove_reader(s.fileno())
-            s.close()
+            self._loop.remove_reader(s.sock.fileno())
+            s.sock.close()
 
-    def set_interfaces(self, ifnames: Iterable[str]) -> None:
-        """Open sockets for ``ifnames`` and close the others. An interface that cannot be
-        opened (gone, no address family) is logged and counted, never raised."""
-        want = set(ifnames)
+    def set_interfaces(self, ifnames: Iterable[str] | Mapping[str, IfSpec]) -> None:
+        """Open sockets for ``ifnames`` (names: IPv4; a mapping: per :class:`IfSpec`) and close
+        the others. An interface that cannot be opened (gone, no address of that family, a
+        source that is not ours) is logged and counted, never raised."""
+        want: dict[str, IfSpec] = (
+            dict(ifnames) if isinstance(ifnames, Mapping) else dict.fromkeys(ifnames, IfSpec())
+        )
         for ifn in list(self._socks):
             if ifn not in want:
                 self.close_interface(ifn)
         for ifn in sorted(want):
             try:
-                self.open(ifn)
+                self.open(ifn, want[ifn])
             except OSError as e:
                 self._count("open_failed")
                 log.warning("heartbeat socket on %s: %s", ifn, e)
+
+    def set_groups(self, group: str, group6: str, port: int) -> bool:
+        """New groups/port (a config reload): reopen every socket whose destination changes.
+        Returns whether anything changed."""
+        check_groups(group, group6)
+        if (group, group6, port) == (self.group, self.group6, self.port):
+            return False
+        specs = {ifn: s.spec for ifn, s in self._socks.items()}
+        self.close()
+        self.group, self.group6, self.port = group, group6, port
+        self.set_interfaces(specs)
+        return True
 
     def close(self) -> None:
         for ifn in list(self._socks):
@@ -177,7 +296,10 @@ class McastTransport:
             self._count("send_no_socket")
             return False
         try:
-            s.sendto(data, (self.group, self.port))
+            if s.anc is None:
+                s.sock.sendto(data, s.dest)
+            else:
+                s.sock.sendmsg([data], s.anc, 0, s.dest)
         except OSError as e:
             # ENOBUFS/EAGAIN (queue full) and ENETDOWN (link flapping) are expected: a heartbeat
             # is periodic, the next one replaces it.
@@ -209,6 +331,28 @@ class McastTransport:
                 log.exception("heartbeat handler failed")
 
 
+def _family(n: Neighbor) -> int:
+    return family_of(n.address) or family_of(n.local) or 4
+
+
+def pick_neighbors(neighbors: Iterable[Neighbor]) -> dict[str, Neighbor]:
+    """One neighbour per interface: the heartbeat stream of a link follows its BGP session. A
+    link with sessions of both families (dual stack) uses the IPv4 one, so adding an IPv6
+    session to an IPv4 fabric changes nothing; among equals the first listed wins."""
+    out: dict[str, Neighbor] = {}
+    for n in neighbors:
+        cur = out.get(n.ifname)
+        if cur is None or (_family(cur) == 6 and _family(n) == 4):
+            out[n.ifname] = n
+    return out
+
+
+def if_spec(n: Neighbor) -> IfSpec:
+    """The socket an interface needs for neighbour ``n``: its family and, for IPv6, our source."""
+    fam = _family(n)
+    return IfSpec(fam, n.local if fam == 6 and family_of(n.local) == 6 else None)
+
+
 class HeartbeatEndpoint:
     """Binds a :class:`Sender` (helper role) and/or a :class:`Receiver` (load-balancer role) to
     a :class:`McastTransport` and one timer. Roles: pass only the core(s) the role needs.
@@ -223,13 +367,14 @@ class HeartbeatEndpoint:
         receiver: Receiver | None,
         on_remote: Callable[[list[RemoteUpdate]], None] = lambda _u: None,
         group: str = DEFAULT_GROUP,
+        group6: str = DEFAULT_GROUP6,
         port: int = DEFAULT_PORT,
     ) -> None:
         self._loop = loop
         self.sender = sender
         self.receiver = receiver
         self._on_remote = on_remote
-        self.transport = McastTransport(loop, self._datagram, group=group, port=port)
+        self.transport = McastTransport(loop, self._datagram, group=group, group6=group6, port=port)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._neighbors: dict[str, Neighbor] = {}
@@ -237,10 +382,12 @@ class HeartbeatEndpoint:
     # --- inputs from the daemon ----------------------------------------------------------
 
     def set_neighbors(self, neighbors: Iterable[Neighbor]) -> None:
-        """The BGP neighbours that are up, one per fabric interface."""
+        """The BGP neighbours that are up. Each interface's heartbeats use the address family of
+        its neighbour (IPv4 when it has both, see :func:`pick_neighbors`); an IPv6 socket sends
+        from the neighbour's ``local`` address when one is given."""
         now = self._loop.time()
-        new = {n.ifname: n for n in neighbors}
-        self.transport.set_interfaces(new)
+        new = pick_neighbors(neighbors)
+        self.transport.set_interfaces({ifn: if_spec(n) for ifn, n in new.items()})
         updates: list[RemoteUpdate] = []
         if self.receiver is not None:
             for ifn in set(self._neighbors) - set(new):
@@ -253,6 +400,21 @@ class HeartbeatEndpoint:
         if updates:
             self._on_remote(updates)
         self._rearm()
+
+    @property
+    def neighbors(self) -> Mapping[str, Neighbor]:
+        """Interface -> the neighbour its heartbeats are exchanged with (as last set)."""
+        return self._neighbors
+
+    def set_groups(self, group: str, group6: str, port: int) -> bool:
+        """Reload: new groups/port apply at once (every socket reopened); the cores keep their
+        state (sequence numbers, remote snapshots). Returns whether anything changed."""
+        if not self.transport.set_groups(group, group6, port):
+            return False
+        if self.sender is not None:
+            self._transmit(self.sender.set_interfaces(self.transport.interfaces, self._loop.time()))
+        self._rearm()
+        return True
 
     def update_links(self, entries: Iterable[wire.Entry]) -> None:
         """A new snapshot of this node's monitored links (helper role)."""

@@ -39,6 +39,7 @@ def test_examples_validate(path: Path) -> None:
 def test_defaults_are_the_documented_ones() -> None:
     c = config.parse({"router_id": "10.0.0.1", "local_as": 65001, "role": "both"})
     assert str(c.heartbeat.group) == "224.0.0.149"
+    assert str(c.heartbeat.group6) == "ff12::149" == config.HEARTBEAT_GROUP_V6
     assert c.heartbeat.interval_ms == 20 and c.heartbeat.min_spacing_ms == 5
     assert c.heartbeat.hold_multiplier == 3
     assert c.link_quality.sample_interval_ms == 10
@@ -69,6 +70,71 @@ def test_interval_out_of_range() -> None:
     probs = dict(_problems(d))
     assert "greater than or equal to 5" in probs["heartbeat.interval_ms"]
     assert "bfd.detect_mult" in probs
+
+
+@pytest.mark.parametrize("group6", ["ff12::14a", "FF12::0149", "ff02::6149", "ff32::149"])
+def test_heartbeat_group6_valid(group6: str) -> None:
+    d = _leaf()
+    d["heartbeat"]["group6"] = group6
+    g = config.parse(d).heartbeat.group6
+    assert (int(g) >> 112) & 0xF == 2  # link-local scope, whatever the flags
+    assert config.parse(d).redacted()["heartbeat"]["group6"] == str(g)
+
+
+@pytest.mark.parametrize(
+    ("group6", "reason"),
+    [
+        ("ff05::149", "ff05::149 is not of link-local scope (ff02::/16): heartbeats are one-hop"),
+        ("ff0e::149", "never forwarded off the link"),
+        ("fe80::149", "fe80::149 is not an IPv6 multicast address (ff00::/8)"),
+        ("2001:db8::149", "not an IPv6 multicast address"),
+        ("224.0.0.149", "is IPv4: group6 is the IPv6 group; put an IPv4 group in heartbeat.group"),
+        ("ff02::1", "ff02::1 is a group the kernel joins for other protocols (all-nodes"),
+        ("ff02::2", "all-routers"),
+        ("ff02::1:ff00:1", "solicited-node"),
+        ("ff12::149%eth0", "no zone; the group is joined on each fabric interface"),
+        ("ff02::", "ff02:: has group id 0, which is reserved (RFC 4291)"),
+        ("ff12::", "group id 0"),
+        ("ff02::zz", "'ff02::zz' is not a valid IPv6 address"),
+        (149, "expected an IPv6 multicast address as a string"),
+    ],
+)
+def test_heartbeat_group6_invalid_names_file_key_reason(
+    group6: object, reason: str, tmp_path: Path
+) -> None:
+    d = (ROOT / "conf" / "leaf.toml").read_text()
+    assert 'group = "224.0.0.149"' in d
+    value = f'"{group6}"' if isinstance(group6, str) else str(group6)
+    f = tmp_path / "hb.toml"
+    f.write_text(d.replace('group = "224.0.0.149"', f'group = "224.0.0.149"\ngroup6 = {value}'))
+    with pytest.raises(config.ConfigError) as ei:
+        config.load(f)
+    (p,) = ei.value.problems
+    assert p.key == "heartbeat.group6" and reason in p.reason
+    assert ei.value.format().startswith(f"{f}: heartbeat.group6: ")
+
+
+@pytest.mark.parametrize(
+    ("group", "reason"),
+    [
+        ("ff12::149", "is IPv6: group is the IPv4 group; put an IPv6 group in heartbeat.group6"),
+        ("198.18.0.1", "198.18.0.1 is not an IPv4 multicast address (224.0.0.0/4)"),
+        ("224.0.0.300", "'224.0.0.300' is not a valid IPv4 address"),
+    ],
+)
+def test_heartbeat_group_wrong_family_or_not_multicast(group: str, reason: str) -> None:
+    d = _leaf()
+    d["heartbeat"]["group"] = group
+    ((key, got),) = _problems(d)
+    assert key == "heartbeat.group" and reason in got
+
+
+def test_group6_change_is_a_heartbeat_reload() -> None:
+    old = config.parse(_leaf())
+    d = _leaf()
+    d["heartbeat"]["group6"] = "ff12::150"
+    out = config.diff(old, config.parse(d))
+    assert out["sections"] == ["heartbeat"] and out["restart_required"] == []
 
 
 def test_duplicate_neighbor_reported_even_with_other_errors() -> None:

@@ -15,7 +15,7 @@ from glbd.lab.netns import Lab, Netns
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams, RemoteUpdate
 from heartbeat.sender import Sender, SenderParams, initial_sequence
-from heartbeat.transport import DEFAULT_GROUP, DEFAULT_PORT, HeartbeatEndpoint
+from heartbeat.transport import DEFAULT_GROUP, DEFAULT_GROUP6, DEFAULT_PORT, HeartbeatEndpoint
 from heartbeat.wire import Entry, Heartbeat, HmacKey
 
 SPINE, LEAF, OTHER = (wire.node_id(a) for a in ("10.0.0.1", "10.0.0.2", "10.0.0.99"))
@@ -112,28 +112,140 @@ async def test_heartbeats_over_veth_with_rejections(netns_lab: Lab) -> None:
         rx.close()
 
 
+def _send6(ns: Netns, ifname: str, src: str, hops: int, payload: bytes, group: str) -> None:
+    """A UDP datagram to ``group`` out of ``ifname`` from ``src`` with hop limit ``hops``."""
+    with ns.entered():
+        idx = socket.if_nametoindex(ifname)
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    with s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, idx)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, hops)
+        s.bind((src, 0, 0, idx))
+        s.sendto(payload, (group, DEFAULT_PORT, 0, idx))
+
+
+def _ll_pair(lab: Lab, a: str, b: str, a_addrs: list[str], b_addrs: list[str]) -> tuple[str, str]:
+    """Namespaces ``a`` and ``b`` joined by a veth that has only the given (nodad) addresses:
+    no automatic link-local, so the addresses on the link are exactly the ones named."""
+    na, nb = lab.netns(a), lab.netns(b)
+    a_if, b_if = f"{a}-{b}", f"{b}-{a}"
+    lab.veth(na, a_if, nb, b_if, a_addr=a_addrs, b_addr=b_addrs, up=False)
+    for ns, ifn in ((na, a_if), (nb, b_if)):
+        ns.ip("link", "set", ifn, "addrgenmode", "none")
+        ns.link_up(ifn)
+    return a_if, b_if
+
+
+def _joined(ns: Netns, ifname: str) -> set[str]:
+    out = ns.ip("-6", "maddr", "show", "dev", ifname).stdout
+    return {w.split()[1] for w in out.splitlines() if w.strip().startswith("inet6 ")}
+
+
 @pytest.mark.netns
-async def test_heartbeats_over_ipv6_link_local_group(netns_lab: Lab) -> None:
-    spine, leaf = netns_lab.pair("s6", "l6")
+async def test_ipv6_heartbeats_over_link_local_veth_with_rejections(netns_lab: Lab) -> None:
+    """An unnumbered fabric link: the BGP session runs between link-local addresses, so the
+    heartbeats do too (ff12::149, hop limit 255, source = the session's link-local address)."""
+    s_if, l_if = _ll_pair(netns_lab, "s6", "l6", ["fe80::1/64", "fe80::99/64"], ["fe80::2/64"])
+    spine, leaf = netns_lab.namespaces["s6"], netns_lab.namespaces["l6"]
     loop = asyncio.get_running_loop()
     updates: list[RemoteUpdate] = []
-    group = "ff02::149"
-    tx = HeartbeatEndpoint(loop, sender=Sender(SenderParams(SPINE), 1), receiver=None, group=group)
-    receiver = Receiver()
-    rx = HeartbeatEndpoint(
-        loop, sender=None, receiver=receiver, on_remote=updates.extend, group=group
+    sender = Sender(
+        SenderParams(SPINE, interval_s=0.02, key=KEY), initial_sequence(loop.time() + 1e6)
     )
+    tx = HeartbeatEndpoint(loop, sender=sender, receiver=None)
+    receiver = Receiver(ReceiverParams(keys={KEY.key_id: KEY}))
+    rx = HeartbeatEndpoint(loop, sender=None, receiver=receiver, on_remote=updates.extend)
+    try:
+        with leaf.entered():
+            rx.set_neighbors([Neighbor(l_if, SPINE, "fe80::1")])
+        tx.update_links(ENTRIES)
+        with spine.entered():  # two link-local addresses: the pin picks the session's one
+            tx.set_neighbors([Neighbor(s_if, LEAF, "fe80::2", local="fe80::1")])
+        assert tx.transport.families() == {s_if: 6} and rx.transport.families() == {l_if: 6}
+        assert DEFAULT_GROUP6 in _joined(leaf, l_if)
+
+        await _until(lambda: any(u.reason == "new" for u in updates))
+        new = next(u for u in updates if u.reason == "new")
+        assert new.node_id == SPINE and list(new.entries or ()) == ENTRIES
+        await _until(lambda: receiver.accepted >= 5)
+        assert receiver.drops == {}  # hop limit 255 read back from IPV6_HOPLIMIT
+
+        seq = sender.sequence
+
+        def forge(src: str, hops: int, sender_id: int, seq: int, key: HmacKey = KEY) -> None:
+            dg = Heartbeat(sender_id, seq, 20_000, ENTRIES).encode(key)
+            _send6(spine, s_if, src, hops, dg, DEFAULT_GROUP6)
+
+        forge("fe80::1", 254, SPINE, seq + 1000)  # hop limit 254: not one hop away
+        forge("fe80::99", 255, SPINE, seq + 1000)  # another address of the spine's interface
+        forge("fe80::1", 255, OTHER, seq + 1000)
+        forge("fe80::1", 255, SPINE, seq - 3)  # replayed sequence
+        forge("fe80::1", 255, SPINE, seq + 2000, HmacKey(5, b"x" * 16))
+        _send6(spine, s_if, "fe80::1", 255, b"GH\x01", DEFAULT_GROUP6)
+        want = {
+            "bad_ttl",
+            "wrong_source",
+            "wrong_sender",
+            "stale_sequence",
+            "auth_bad_digest",
+            "malformed",
+        }
+        await _until(lambda: want <= set(receiver.drops))
+        assert all(receiver.drops[k] == 1 for k in want), dict(receiver.drops)
+        # none of the forged datagrams advanced the sequence: the real sender is still accepted
+        n = receiver.accepted
+        await _until(lambda: receiver.accepted >= n + 3)
+        assert set(receiver.drops) == want | {"malformed_too_short"}
+        d = rx.to_dict()["receiver"]["interfaces"][0]
+        assert d["neighbor_address"] == "fe80::1" and d["neighbor_id"] == "10.0.0.1"
+
+        # reload: a new group6 reopens the sockets, joins the new group, leaves the old one
+        with leaf.entered():
+            assert rx.set_groups(DEFAULT_GROUP, "ff12::150", DEFAULT_PORT)
+            assert not rx.set_groups(DEFAULT_GROUP, "ff12::150", DEFAULT_PORT)
+        with spine.entered():
+            assert tx.set_groups(DEFAULT_GROUP, "ff12::150", DEFAULT_PORT)
+        joined = _joined(leaf, l_if)
+        assert "ff12::150" in joined and DEFAULT_GROUP6 not in joined
+        n = receiver.accepted
+        await _until(lambda: receiver.accepted >= n + 3)
+        assert rx.transport.families() == {l_if: 6} and rx.transport.errors == {}
+
+        tx.close()  # the spine goes silent: entries expire (3 x 20 ms), i.e. become unknown
+        await _until(lambda: updates[-1].reason == "expired", timeout=2.0)
+        assert updates[-1].entries is None and receiver.remote(SPINE) is None
+    finally:
+        tx.close()
+        rx.close()
+
+
+@pytest.mark.netns
+async def test_ipv6_heartbeats_from_the_session_address_on_a_numbered_link(
+    netns_lab: Lab,
+) -> None:
+    """A numbered IPv6 link (global addresses plus link-local ones): the kernel would source a
+    link-scope multicast from the link-local address, which is not the BGP neighbour's address;
+    the sender pins the session address, so the receiver's source check holds."""
+    s_addrs, l_addrs = ["fe80::1/64", "2001:db8:ff::1/64"], ["fe80::2/64", "2001:db8:ff::2/64"]
+    s_if, l_if = _ll_pair(netns_lab, "sn", "ln", s_addrs, l_addrs)
+    spine, leaf = netns_lab.namespaces["sn"], netns_lab.namespaces["ln"]
+    loop = asyncio.get_running_loop()
+    receiver = Receiver()
+    tx = HeartbeatEndpoint(loop, sender=Sender(SenderParams(SPINE), 1), receiver=None)
+    rx = HeartbeatEndpoint(loop, sender=None, receiver=receiver)
     try:
         tx.update_links(ENTRIES)
         with leaf.entered():
-            rx.set_neighbors([Neighbor("l6-s6", SPINE, None)])
-        with spine.entered():
-            tx.set_neighbors([Neighbor("s6-l6", LEAF, None)])
+            rx.set_neighbors([Neighbor(l_if, SPINE, "2001:db8:ff::1")])
+        with spine.entered():  # no pin: the kernel's choice of source
+            tx.set_neighbors([Neighbor(s_if, LEAF, "2001:db8:ff::2")])
+        await _until(lambda: receiver.drops["wrong_source"] >= 2)
+        assert receiver.accepted == 0
+        with spine.entered():  # the pin (what glbd's wiring passes: the BGP local address)
+            tx.set_neighbors([Neighbor(s_if, LEAF, "2001:db8:ff::2", local="2001:db8:ff::1")])
         await _until(lambda: receiver.accepted >= 3)
-        assert updates[0].reason == "new" and list(updates[0].entries or ()) == ENTRIES
-        assert receiver.drops == {}  # hop limit 255 read from IPV6_HOPLIMIT
-        src = rx.to_dict()["receiver"]["interfaces"][0]
-        assert src["accepted"] >= 3
+        assert tx.transport.families() == {s_if: 6} and tx.transport.errors == {}
     finally:
         tx.close()
         rx.close()
