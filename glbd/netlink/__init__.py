@@ -16,7 +16,7 @@ Why not pyroute2 (0.9.7, pinned for other uses)?
   ``netns=`` defaults to ``O_CREAT``).
 
 Layout: :mod:`.const` numbers, :mod:`.codec` pure framing (nlmsghdr, ifinfomsg, ifaddrmsg,
-rtmsg, nhmsg, tcmsg, nlmsgerr, nlattr incl. nested), :mod:`.client` asyncio socket
+rtmsg, nhmsg, tcmsg, if_stats_msg, nlmsgerr, nlattr incl. nested), :mod:`.client` asyncio socket
 (sequence numbers, ACK/error, dumps, batched sends, multicast groups), :mod:`.netns` (open a
 socket inside ``/run/netns/NAME``, per-namespace sysctls), :mod:`.rtnl` request builders and
 link/qdisc stats parsers.
@@ -31,6 +31,7 @@ from glbd.netlink.codec import (
     ErrorMsg,
     IfAddrMsg,
     IfInfoMsg,
+    IfStatsMsg,
     Message,
     NhMsg,
     RawBody,
@@ -47,13 +48,16 @@ from glbd.netlink.rtnl import (
     LINK_WANT,
     QDISC_WANT,
     LinkState,
+    LinkStats,
     QdiscQueue,
     link_dump,
     link_state,
+    link_stats,
     nexthop_dump,
     qdisc_dump,
     qdisc_queue,
     route_dump,
+    stats_dump,
 )
 
 __all__ = [
@@ -65,7 +69,9 @@ __all__ = [
     "ErrorMsg",
     "IfAddrMsg",
     "IfInfoMsg",
+    "IfStatsMsg",
     "LinkState",
+    "LinkStats",
     "Message",
     "NetlinkError",
     "NetlinkSocket",
@@ -83,11 +89,13 @@ __all__ = [
     "iter_frames",
     "link_dump",
     "link_state",
+    "link_stats",
     "nexthop_dump",
     "pick_attrs",
     "qdisc_dump",
     "qdisc_queue",
     "read_sysctl",
     "route_dump",
+    "stats_dump",
     "write_sysctl",
 ]

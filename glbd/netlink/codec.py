@@ -3,7 +3,8 @@
 Wire layout (host byte order, every element padded to 4 bytes)::
 
     struct nlmsghdr { u32 len; u16 type; u16 flags; u32 seq; u32 pid; }      16 bytes
-    family header   ifinfomsg 16 | ifaddrmsg 8 | rtmsg 12 | nhmsg 8 | tcmsg 20 | nlmsgerr 20+
+    family header   ifinfomsg 16 | ifaddrmsg 8 | rtmsg 12 | nhmsg 8 | tcmsg 20 |
+                    if_stats_msg 12 | nlmsgerr 20+
     struct nlattr   { u16 len; u16 type; } payload   (type bit 15 = NLA_F_NESTED,
                                                        bit 14 = NLA_F_NET_BYTEORDER)
 
@@ -38,6 +39,7 @@ __all__ = [
     "Header",
     "IfAddrMsg",
     "IfInfoMsg",
+    "IfStatsMsg",
     "Message",
     "NhMsg",
     "NlHdr",
@@ -360,6 +362,28 @@ class TcMsg:
 
 
 @dataclass(frozen=True, slots=True)
+class IfStatsMsg:
+    """struct if_stats_msg (RTM_NEWSTATS / RTM_GETSTATS): ``filter_mask`` has bit (attr - 1)
+    set for every IFLA_STATS_* attribute asked for (or present in the reply)."""
+
+    family: int = 0
+    ifindex: int = 0
+    filter_mask: int = 0
+    ST: ClassVar[struct.Struct] = struct.Struct("=BxxxII")
+
+    def encode(self) -> bytes:
+        return self.ST.pack(self.family, self.ifindex, self.filter_mask)
+
+    @classmethod
+    def decode(cls, data: bytes, off: int = 0) -> IfStatsMsg:
+        return cls(*cls.ST.unpack_from(data, off))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "if_stats_msg", "family": self.family, "ifindex": self.ifindex,
+                "filter_mask": self.filter_mask}
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorMsg:
     """NLMSG_ERROR body: ``error`` is 0 (an ACK) or a negative errno; ``request`` is the echoed
     request header; ``payload`` its body unless the ACK was capped (NLM_F_CAPPED). Extended
@@ -402,9 +426,11 @@ class RawBody:
         return {"kind": "raw", "hex": self.data.hex()}
 
 
-Header: TypeAlias = IfInfoMsg | IfAddrMsg | RtMsg | NhMsg | TcMsg | ErrorMsg | DoneMsg | RawBody
+Header: TypeAlias = (
+    IfInfoMsg | IfAddrMsg | RtMsg | NhMsg | TcMsg | IfStatsMsg | ErrorMsg | DoneMsg | RawBody
+)
 FamilyHeader: TypeAlias = (
-    type[IfInfoMsg] | type[IfAddrMsg] | type[RtMsg] | type[NhMsg] | type[TcMsg]
+    type[IfInfoMsg] | type[IfAddrMsg] | type[RtMsg] | type[NhMsg] | type[TcMsg] | type[IfStatsMsg]
 )
 
 
@@ -420,6 +446,8 @@ def header_class(msg_type: int) -> FamilyHeader | None:
         return TcMsg
     if 104 <= msg_type <= 106 or 116 <= msg_type <= 118:
         return NhMsg
+    if msg_type in (c.RTM_NEWSTATS, c.RTM_GETSTATS, 95):  # 95: RTM_SETSTATS
+        return IfStatsMsg
     return None
 
 
