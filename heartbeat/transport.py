@@ -478,6 +478,7 @@ class HeartbeatEndpoint:
         now = self._loop.time()
         return {
             "group": self.transport.group,
+            "group6": self.transport.group6,
             "port": self.transport.port,
             "sockets": self.transport.interfaces,
             "transport_errors": dict(sorted(self.transport.errors.items())),

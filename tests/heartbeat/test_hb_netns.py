@@ -211,6 +211,7 @@ async def test_ipv6_heartbeats_over_link_local_veth_with_rejections(netns_lab: L
         n = receiver.accepted
         await _until(lambda: receiver.accepted >= n + 3)
         assert rx.transport.families() == {l_if: 6} and rx.transport.errors == {}
+        assert rx.to_dict()["group6"] == "ff12::150"
 
         tx.close()  # the spine goes silent: entries expire (3 x 20 ms), i.e. become unknown
         await _until(lambda: updates[-1].reason == "expired", timeout=2.0)
