@@ -11,22 +11,35 @@ Each section prints a ratio against a baseline measured in the same run:
 2. table: one leaf of a 128-leaf x 64-spine 3-stage fabric (127 destination leaves x 4 prefixes,
    64 next hops each): one changed remote link -> weights recomputed (incremental). Also a
    whole spine expiring (every profile). Baseline: recomputing every profile.
-3. monitor: 128 interfaces (64 veth pairs in a namespace) sampled every 10 ms through the netlink
-   link + qdisc dumps and the core. Baseline: the core alone on synthetic samples.
+3. monitor: 128 interfaces (64 veth pairs in a namespace) sampled every 10 ms by the module's
+   own ``MonitorRunner`` (RTM_GETSTATS + RTM_GETQDISC dumps, the core), as the daemon runs it.
+   Baseline: ``glbd/linkmon.py`` of git ``--baseline-ref`` (default 179d892, before the columns
+   reader), loaded with ``git show`` and run in the same namespace in the same run, rounds
+   interleaved so both see the same machine load; also the core alone on synthetic samples and
+   a bare 10 ms asyncio wake-up (the floor). Monitor only: ``--monitor-only``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
+import os
 import random
 import socket
 import statistics
 import struct
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple
 
-from glbd.linkmon import LinkMonitor, LinkMonParams, LinkSample, StatsReader
+from glbd import linkmon as linkmon_now
+from glbd.linkmon import Columns, LinkMonitor, LinkMonParams, LinkSample
 from glbd.pathtable import LocalLink, NextHop, PathTable
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
@@ -213,8 +226,35 @@ def table_bench() -> None:
 
 # --- 3. monitor ------------------------------------------------------------------------------
 
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE_REF = "179d892"  # glbd/linkmon.py before the columns reader (issue #8, 11-16 %)
 
-def monitor_core_bench(n_if: int = 128) -> float:
+
+def load_linkmon(ref: str) -> ModuleType | None:
+    """``glbd/linkmon.py`` of git ``ref`` as a private module (the baseline of the same run)."""
+    try:
+        src = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{ref}:glbd/linkmon.py"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"   baseline {ref}: not available ({exc})")
+        return None
+    path = Path(tempfile.mkdtemp()) / "linkmon_baseline.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("glbd._linkmon_baseline", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def monitor_core_bench(n_if: int = 128) -> tuple[float, float]:
+    """(s per sample through on_samples(LinkSample list), through on_columns); every link
+    loaded 8..80 % with a random backlog, so every link does the full computation."""
     names = [f"v{i}" for i in range(n_if)]
     m = LinkMonitor(LinkMonParams())
     m.set_interfaces(names)
@@ -227,63 +267,149 @@ def monitor_core_bench(n_if: int = 128) -> float:
             tx[i] += rng.randrange(1_000_000, 10_000_000)
             batch.append(LinkSample(nm, True, tx[i], rng.randrange(50_000), i + 2))
         batches.append((k * 0.01, batch))
+    cols = [(now, Columns(*zip(*b, strict=True))) for now, b in batches]
 
     def run() -> None:
         for now, b in batches:
             m.on_samples(b, now)
 
-    return cpu(run, repeat=3) / len(batches)
+    def run_cols() -> None:
+        for now, c in cols:
+            m.on_columns(c, now)
+
+    return cpu(run, repeat=3) / len(batches), cpu(run_cols, repeat=3) / len(batches)
 
 
-async def monitor_netns_bench(n_pairs: int = 64, seconds: float = 2.0) -> tuple[float, float, int]:
+async def wakeup_share(seconds: float) -> float:
+    """CPU share of a bare asyncio loop waking every 10 ms (the floor of any 10 ms sampler)."""
+    loop = asyncio.get_running_loop()
+    c0, w0 = time.process_time(), loop.time()
+    nxt = w0
+    while loop.time() < w0 + seconds:
+        nxt += 0.010
+        await asyncio.sleep(max(0.0, nxt - loop.time()))
+    return (time.process_time() - c0) / (loop.time() - w0)
+
+
+async def runner_share(mod: ModuleType, ns: str, names: list[str], seconds: float) -> MonRun:
+    """The module's own MonitorRunner (reader + core, as the daemon runs it) for ``seconds``;
+    CPU share of this process (nothing else runs on its loop)."""
+    m = mod.LinkMonitor(mod.LinkMonParams())
+    m.set_interfaces(names)
+    reader = await mod.StatsReader.open(netns=ns)
+    runner = mod.MonitorRunner(m, reader, lambda changes, mon: None)
+    loop = asyncio.get_running_loop()
+    try:
+        runner.start()
+        await asyncio.sleep(0.3)  # first samples, link dump, layouts learned
+        s0, c0, w0 = runner.samples, time.process_time(), loop.time()
+        await asyncio.sleep(seconds)
+        cpu_s, wall, n = time.process_time() - c0, loop.time() - w0, runner.samples - s0
+    finally:
+        await runner.stop()
+        reader.close()
+    assert runner.errors == 0 and len(m.qualities()) == len(names), (runner.errors, m.qualities())
+    return MonRun(cpu_s / wall, cpu_s / max(1, n), n, runner.overruns)
+
+
+class MonRun(NamedTuple):
+    share: float
+    per_sample: float
+    samples: int
+    overruns: int
+
+
+async def monitor_netns_bench(
+    base: ModuleType | None, rounds: int, seconds: float, n_pairs: int = 64
+) -> dict[str, list[MonRun]]:
     from glbd.lab.netns import Lab
 
+    mods: list[tuple[str, ModuleType]] = [("current", linkmon_now)]
+    if base is not None:
+        mods.insert(0, ("baseline", base))
+    out: dict[str, list[MonRun]] = {k: [] for k, _ in mods}
+    out["wakeup"] = []
     with Lab() as lab:
         ns = lab.netns("mon")
         ns.ip_batch([f"link add m{i}a type veth peer name m{i}b" for i in range(n_pairs)])
         ns.ip_batch([f"link set m{i}{s} up" for i in range(n_pairs) for s in "ab"])
         names = [f"m{i}{s}" for i in range(n_pairs) for s in "ab"]
-        m = LinkMonitor(LinkMonParams())
-        m.set_interfaces(names)
-        reader = await StatsReader.open(netns=ns.name)
-        loop = asyncio.get_running_loop()
-        samples = 0
-        t_end = loop.time() + seconds
-        c0 = time.process_time()
-        w0 = loop.time()
-        nxt = w0
-        while loop.time() < t_end:
-            rows = await reader.read(names)
-            m.on_samples(rows, loop.time())
-            samples += 1
-            nxt += 0.010
-            await asyncio.sleep(max(0.0, nxt - loop.time()))
-        cpu_s = time.process_time() - c0
-        wall = loop.time() - w0
-        reader.close()
-        assert len(m.qualities()) == len(names)
-        return cpu_s / wall, cpu_s / samples, samples
+        for _ in range(rounds):  # interleaved, so both see the same machine load
+            for key, mod in mods:
+                out[key].append(await runner_share(mod, ns.name, names, seconds))
+            w = await wakeup_share(min(seconds, 1.0))
+            out["wakeup"].append(MonRun(w, w * 0.010, 0, 0))
+    return out
+
+
+def _rng(xs: list[float], scale: float, fmt: str) -> str:
+    lo, mid, hi = (v * scale for v in (min(xs), statistics.median(xs), max(xs)))
+    return f"median {mid:{fmt}} (range {lo:{fmt}}-{hi:{fmt}})"
+
+
+def monitor_bench(args: argparse.Namespace) -> None:
+    core_s, core_c = monitor_core_bench()
+    print("3. monitor: 128 interfaces every 10 ms")
+    print(
+        f"   core only, LinkSample list        {core_s * 1e6:7.1f} us per sample"
+        f" = {core_s / 0.010 * 100:5.2f} % of a core (warm, every link loaded)"
+    )
+    print(
+        f"   core only, columns                {core_c * 1e6:7.1f} us per sample"
+        f" = {core_c / 0.010 * 100:5.2f} % of a core"
+    )
+    if args.no_netns:
+        return
+    base = load_linkmon(args.baseline_ref) if args.baseline_ref else None
+    la0 = os.getloadavg()
+    res = asyncio.run(monitor_netns_bench(base, args.rounds, args.seconds))
+    la1 = os.getloadavg()
+    print(
+        f"   MonitorRunner on 64 veth pairs (128 + lo), {args.rounds} rounds x {args.seconds:g} s"
+        f" each, interleaved; load average {la0[0]:.2f} before, {la1[0]:.2f} after"
+    )
+    for key, label in (
+        ("baseline", f"baseline {args.baseline_ref}"),
+        ("current", "current"),
+        ("wakeup", "bare 10 ms asyncio wake-up"),
+    ):
+        runs = res.get(key)
+        if not runs:
+            continue
+        line = f"   {label:<30} {_rng([r.share for r in runs], 100, '5.2f')} % of a core"
+        if key != "wakeup":
+            line += f", {_rng([r.per_sample for r in runs], 1e6, '6.0f')} us/sample"
+            line += f", overruns {sum(r.overruns for r in runs)}"
+        print(line)
+    for i, r in enumerate(res["current"]):
+        b = res["baseline"][i].share if res.get("baseline") else None
+        ratio = f" -> x{r.share / b:.2f} of baseline ({b * 100:.2f} %)" if b else ""
+        print(f"     round {i + 1}: current {r.share * 100:5.2f} %{ratio}")
+    cur = statistics.median(r.share for r in res["current"])
+    if res.get("baseline"):
+        bas = statistics.median(r.share for r in res["baseline"])
+        print(f"   current / baseline (medians)   x{cur / bas:.2f}")
+    worst = max(r.share for r in res["current"])
+    verdict = "met in every round" if worst < 0.10 else "NOT met in every round"
+    print(f"   target < 10 %: {verdict} (worst round {worst * 100:.2f} %)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-netns", action="store_true", help="skip the 128-interface netns run")
-    args = ap.parse_args()
-    receiver_bench()
-    table_bench()
-    core = monitor_core_bench()
-    print("3. monitor: 128 interfaces every 10 ms")
-    print(
-        f"   core only (baseline)             {core * 1e6:7.1f} us per sample"
-        f" = {core / 0.010 * 100:5.2f} % of a core"
+    ap.add_argument("--monitor-only", action="store_true", help="only section 3")
+    ap.add_argument("--rounds", type=int, default=5, help="monitor rounds (each: both readers)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="monitor seconds per reader")
+    ap.add_argument(
+        "--baseline-ref",
+        default=BASELINE_REF,
+        help="git ref of the baseline glbd/linkmon.py ('' = none)",
     )
-    if not args.no_netns:
-        share, per, n = asyncio.run(monitor_netns_bench())
-        print(
-            f"   netlink dumps + core             {per * 1e6:7.1f} us per sample"
-            f" = {share * 100:5.2f} % of a core over {n} samples"
-            f" (x{per / core:.1f} baseline; target < 10 %)"
-        )
+    args = ap.parse_args()
+    if not args.monitor_only:
+        receiver_bench()
+        table_bench()
+    monitor_bench(args)
 
 
 if __name__ == "__main__":

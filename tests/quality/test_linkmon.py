@@ -1,12 +1,24 @@
-"""Link monitor core in virtual time: EWMA, bands, hysteresis, down/up, missing interfaces."""
+"""Link monitor core in virtual time: EWMA, bands, hysteresis, down/up, missing interfaces;
+the columns path agrees with the LinkSample path; the runner (with a fake reader)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import random
+from collections.abc import Generator
 
 import pytest
 
-from glbd.linkmon import LinkMonitor, LinkMonParams, LinkSample, band_of, score
+from glbd.linkmon import (
+    Columns,
+    LinkMonitor,
+    LinkMonParams,
+    LinkSample,
+    MonitorRunner,
+    band_of,
+    score,
+)
 from heartbeat import wire
 
 DT = 0.010
@@ -164,3 +176,108 @@ def test_down_entry_has_band_zero_and_flag() -> None:
     f.step({}, up={"e1": False})
     (e,) = m.entries({"e1": 5})
     assert e.down and e.band == 0
+
+
+def _drive(m: LinkMonitor, via_columns: bool, steps: list[list[LinkSample]]) -> list[object]:
+    out: list[object] = []
+    for k, batch in enumerate(steps):
+        now = 0.01 * (k + 1)
+        if via_columns:
+            cols = Columns(*zip(*batch, strict=True)) if batch else Columns((), (), (), (), ())
+            ch = m.on_columns(cols, now)
+        else:
+            ch = m.on_samples(batch, now)
+        out.append([(c.quality, c.old_band, c.old_down, c.reason) for c in ch])
+    out.append(m.to_dict())
+    return out
+
+
+def test_columns_and_samples_agree() -> None:
+    rng = random.Random(5)
+    names = [f"e{i}" for i in range(6)]
+    tx = dict.fromkeys(names, 0)
+    steps = []
+    for k in range(300):
+        batch = []
+        order = names[:] if k % 50 < 40 else rng.sample(names, len(names))  # order changes
+        for i, n in enumerate(order):
+            if k % 37 == 5 and n == "e2":
+                continue  # missing from this dump
+            tx[n] += rng.randrange(0, int(FULL * 1.2))
+            up = not (k % 23 < 3 and n == "e4")
+            batch.append(LinkSample(n, up, tx[n], rng.randrange(0, 400_000), i + 1))
+        batch.append(LinkSample("not-monitored", True, k, 0, 99))
+        steps.append(batch)
+    a, b = mon(ewma_alpha=0.25, rate_weight=0.5), mon(ewma_alpha=0.25, rate_weight=0.5)
+    a.set_interfaces(names)
+    b.set_interfaces(names)
+    assert _drive(a, False, steps) == _drive(b, True, steps)
+
+
+def test_interface_set_and_entries() -> None:
+    m = mon()
+    f = Feed(m, ["e1", "e2", "e3"])
+    s = m.interface_set
+    assert s == {"e1", "e2", "e3"} and m.interface_set is s
+    f.step({"e1": 45, "e2": 95, "e3": 5}, queue={"e1": 5000})
+    f.step({"e1": 45}, up={"e2": False})
+    far = {"e1": 11, "e2": 12}
+    want = [q.to_entry(far[n]) for n, q in sorted(m.qualities().items()) if n in far]
+    assert sorted(m.entries(far)) == sorted(want) and any(e.down for e in want)
+    m.set_interfaces(["e1"])
+    assert m.interface_set == {"e1"} and m.interface_set is not s
+    assert [c.reason for c in m.on_samples([LinkSample("e1", True, 0)], 1.0)] == []
+
+
+class _FakeReader:
+    """A StatsReader stand-in: read_steps yields ``waits`` times before returning."""
+
+    can_step = True
+
+    def __init__(self, waits: int = 0, fail_every: int = 0) -> None:
+        self.waits = waits
+        self.fail_every = fail_every
+        self.calls = 0
+        self.tx = 0
+
+    def read_steps(self, ifnames: object, now: float) -> Generator[None, None, Columns]:
+        self.calls += 1
+        for _ in range(self.waits):
+            yield
+        if self.fail_every and self.calls % self.fail_every == 0:
+            raise OSError(105, "No buffer space available")
+        self.tx += 1000
+        return Columns(("e1",), (True,), (self.tx,), (0,), (3,))
+
+    async def finish(self, steps: Generator[None, None, Columns]) -> Columns:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                cols: Columns = stop.value
+                return cols
+            await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("waits", [0, 2])
+async def test_runner_samples_waits_and_counts_errors(waits: int) -> None:
+    m = LinkMonitor(LinkMonParams(sample_interval_s=0.001))
+    m.set_interfaces(["e1"])
+    reader = _FakeReader(waits=waits, fail_every=4)
+    seen: list[int] = []
+    runner = MonitorRunner(m, reader, lambda ch, mm: seen.append(len(ch)))  # type: ignore[arg-type]
+    runner.start()
+    try:
+        for _ in range(5000):  # generous upper bound; ends as soon as enough samples ran
+            if runner.samples >= 6 and runner.errors >= 2:
+                break
+            await asyncio.sleep(0.002)
+    finally:
+        await runner.stop()
+    assert runner.samples >= 6 and runner.errors >= 2 and len(seen) == runner.samples
+    assert (runner.waits > 0) == (waits > 0)
+    q = m.quality("e1")
+    assert q is not None and q.ifindex == 3
+    n = runner.samples
+    await asyncio.sleep(0.01)
+    assert runner.samples == n  # stopped: no more ticks

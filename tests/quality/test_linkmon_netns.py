@@ -1,17 +1,25 @@
 """Lab test: a tbf-shaped veth that is really loaded (iperf3 UDP above the shaped rate) drops in
 band, with its qdisc backlog seen through the netlink qdisc dump, and recovers when the load
-stops. The monitor reads all interfaces in one link dump and one qdisc dump per sample."""
+stops. The monitor reads all interfaces in one stats dump and one qdisc dump per sample."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import subprocess
+from collections.abc import Callable
 
 import pytest
 
-from glbd.lab.netns import Lab
-from glbd.linkmon import LinkMonitor, LinkMonParams, MonitorRunner, QualityChanged, StatsReader
+from glbd.lab.netns import Lab, Netns
+from glbd.linkmon import (
+    LinkMonitor,
+    LinkMonParams,
+    LinkSample,
+    MonitorRunner,
+    QualityChanged,
+    StatsReader,
+)
 
 RATE_MBIT = 20
 
@@ -106,3 +114,57 @@ async def test_lean_and_compat_readers_agree(netns_lab: Lab) -> None:
     finally:
         lean.close()
         nl.close()
+
+
+@pytest.mark.netns
+async def test_reader_follows_links_qdiscs_and_state(netns_lab: Lab) -> None:
+    """Columns reader in a namespace: interfaces added, a root qdisc replaced, a link going
+    down and up (RTNLGRP_LINK), all seen on the next read; the per-sample reads run without
+    waiting and mostly through the learned layouts."""
+    ns = netns_lab.netns("cols")
+    ns.ip_batch(["link add c0 type veth peer name c1", "link set c0 up", "link set c1 up"])
+    reader = await StatsReader.open(netns=ns.name)
+    want = frozenset({"c0", "c1", "c2", "c3"})
+
+    async def read() -> dict[str, LinkSample]:
+        cols = await reader.read_columns(want)
+        return {s.ifname: s for s in map(LinkSample, *cols)}
+
+    async def until(cond: Callable[[dict[str, LinkSample]], bool]) -> dict[str, LinkSample]:
+        for _ in range(200):  # link events arrive on their own socket: a few loop turns
+            got = await read()
+            if cond(got):
+                return got
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never true; last read {got}")
+
+    try:
+        got = await read()
+        assert set(got) == {"c0", "c1"} and got["c0"].up and got["c0"].backlog_bytes == 0
+        for _ in range(5):
+            await read()
+        assert reader.fast_reads >= 8  # stats + qdisc datagrams of the repeated reads
+        steps = reader.read_steps(want, asyncio.get_running_loop().time())
+        with pytest.raises(StopIteration):
+            next(steps)  # the kernel answered inside send/recv: nothing to wait for
+        ns.ip_batch(["link add c2 type veth peer name c3", "link set c2 up", "link set c3 up"])
+        got = await until(lambda g: {"c2", "c3"} <= set(g) and g["c2"].up)
+        ns.run(["tc", "qdisc", "add", "dev", "c0", "root", "pfifo", "limit", "10"])
+        ns.addr_add("c0", "198.18.99.1/24")
+        ns.run(["ping", "-c", "1", "-W", "1", "198.18.99.2"], check=False)  # ARP out of c0
+        got = await until(lambda g: g["c0"].tx_bytes > 0)
+        assert got["c0"].ifindex == ns_ifindex(ns, "c0")
+        ns.ip("link", "set", "c1", "down")  # c0 loses its carrier
+        got = await until(lambda g: not g["c0"].up)
+        assert not got["c1"].up and got["c2"].up
+        ns.ip("link", "set", "c1", "up")
+        await until(lambda g: g["c0"].up and g["c1"].up)
+        ns.ip("link", "del", "c2")  # its peer c3 goes with it
+        await until(lambda g: set(g) == {"c0", "c1"})
+        assert reader.link_events > 0
+    finally:
+        reader.close()
+
+
+def ns_ifindex(ns: Netns, name: str) -> int:
+    return int(ns.ip("-o", "link", "show", name).stdout.split(":", 1)[0])
