@@ -26,6 +26,7 @@ import asyncio
 import importlib.util
 import os
 import random
+import resource
 import socket
 import statistics
 import struct
@@ -303,13 +304,16 @@ async def runner_share(mod: ModuleType, ns: str, names: list[str], seconds: floa
         runner.start()
         await asyncio.sleep(0.3)  # first samples, link dump, layouts learned
         s0, c0, w0 = runner.samples, time.process_time(), loop.time()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
         await asyncio.sleep(seconds)
         cpu_s, wall, n = time.process_time() - c0, loop.time() - w0, runner.samples - s0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         await runner.stop()
         reader.close()
     assert runner.errors == 0 and len(m.qualities()) == len(names), (runner.errors, m.qualities())
-    return MonRun(cpu_s / wall, cpu_s / max(1, n), n, runner.overruns)
+    user, sys_ = r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime
+    return MonRun(cpu_s / wall, cpu_s / max(1, n), n, runner.overruns, user / wall, sys_ / wall)
 
 
 class MonRun(NamedTuple):
@@ -317,6 +321,8 @@ class MonRun(NamedTuple):
     per_sample: float
     samples: int
     overruns: int
+    user: float = 0.0  # user and system CPU share (getrusage: tick-granular, indicative)
+    sys: float = 0.0
 
 
 async def monitor_netns_bench(
@@ -380,6 +386,9 @@ def monitor_bench(args: argparse.Namespace) -> None:
         if key != "wakeup":
             line += f", {_rng([r.per_sample for r in runs], 1e6, '6.0f')} us/sample"
             line += f", overruns {sum(r.overruns for r in runs)}"
+            us = statistics.median(r.user for r in runs) * 100
+            sy = statistics.median(r.sys for r in runs) * 100
+            line += f", user ~{us:.1f} % sys ~{sy:.1f} %"
         print(line)
     for i, r in enumerate(res["current"]):
         b = res["baseline"][i].share if res.get("baseline") else None

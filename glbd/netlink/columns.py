@@ -122,21 +122,34 @@ class DumpColumns:
         self._type = msg_type
         self._fmts = fmts
         self._locate = locate
-        self._layouts: dict[int, _Layout] = {}
+        self._layouts: dict[tuple[int, int], _Layout] = {}
+        self._learned: _Layout | None = None
+        self._done = Chunk(((),) * len(fmts), True)
         self.fast_reads = 0
         self.walks = 0
 
-    def read(self, buf: Buffer, n: int, seq: int) -> Chunk:
-        """The fields of the data messages in ``buf[:n]`` that answer request ``seq``."""
-        lay = self._layouts.get(n)
+    def read(self, buf: Buffer, n: int, seq: int, part: int = 0) -> Chunk:
+        """The fields of the data messages in ``buf[:n]`` that answer request ``seq``;
+        ``part``: which datagram of the dump this is (0, 1, ...: layouts are learned per
+        part and length)."""
+        if n == 20 and _DONE.unpack_from(buf, 0) == (20, c.NLMSG_DONE, c.NLM_F_MULTI, seq, 0):
+            return self._done  # a datagram with only NLMSG_DONE (e.g. after a qdisc dump)
+        key = (part, n)
+        lay = self._layouts.get(key)
         if lay is not None:
             ch = self._fast(lay, buf, n, seq)
             if ch is not None:
                 self.fast_reads += 1
                 return ch
-            del self._layouts[n]
+            del self._layouts[key]
         self.walks += 1
-        return self._walk(buf, n, seq)
+        ch = self._walk(buf, n, seq)
+        if self._learned is not None:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            self._layouts[key] = self._learned
+            self._learned = None
+        return ch
 
     # --- fast path ------------------------------------------------------------------------
 
@@ -284,9 +297,7 @@ class DumpColumns:
         gst = struct.Struct("".join(gparts))
         if st.size != tail or gst.size > tail:
             return
-        if len(self._layouts) >= _MAX_LAYOUTS:
-            self._layouts.clear()
-        self._layouts[n] = _Layout(
+        self._learned = _Layout(
             st,
             4 + nv,
             len(rows),

@@ -258,3 +258,15 @@ def test_columns_fast_equals_walk_100k() -> None:
 def test_columns_arguments() -> None:
     with pytest.raises(ValueError):
         DumpColumns(1, "Z", stats_tx_fields)
+
+
+def test_columns_layouts_are_per_part_of_the_dump() -> None:
+    """A dump of many interfaces spans several datagrams, two of which may have the same
+    length but not the same layout: each part of the dump keeps its own layout."""
+    s, _q = _readers()
+    d = V["stats_datagram_0"]
+    for i in range(3):
+        for part in (0, 1):
+            ch = s.read(_buf(d), len(d), STATS_SEQ, part)
+            assert ch.cols == ((1, 2, 3, 4), (0, 400, 260, 260)) and ch.fast == (i > 0)
+    assert (s.fast_reads, s.walks, len(s._layouts)) == (4, 2, 2)
