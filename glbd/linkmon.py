@@ -603,6 +603,14 @@ class StatsReader:
         self._stats_cols = DumpColumns(RTM_NEWSTATS, "IQ", stats_tx_fields)
         self._qdisc_cols = DumpColumns(36, "iII", qdisc_backlog_fields)
         self._plan: _Plan | None = None
+        # the two per-sample requests (the seq is patched in per dump)
+        mask = 1 << (IFLA_STATS_LINK_64 - 1)
+        self._stats_req = bytearray(
+            _REQ_STATS.pack(_REQ_STATS.size, RTM_GETSTATS, _DUMP, 0, 0, 0, 0, mask)
+        )
+        self._qdisc_req = bytearray(
+            _REQ_QDISC.pack(_REQ_QDISC.size, 38, _DUMP, 0, 0, 0, 0, 0, 0, 0)
+        )
         self.dumps = 0
         self.link_dumps = 0
         self.link_events = 0
@@ -783,7 +791,7 @@ class StatsReader:
         return rows
 
     def _dump_columns(
-        self, cols: DumpColumns, req: struct.Struct, *fields: int
+        self, cols: DumpColumns, req: bytearray
     ) -> Steps[tuple[tuple[int, ...], ...]]:
         """One periodic dump read as columns (restarts on NLM_F_DUMP_INTR). Raises OSError on
         a kernel error; after any error the rest of the dump is drained."""
@@ -793,13 +801,18 @@ class StatsReader:
         out: tuple[tuple[int, ...], ...] = ()
         for _attempt in range(3):
             seq = self._next_seq()
-            sock.send(req.pack(req.size, fields[0], _DUMP, seq, 0, *fields[1:]))
+            _U32.pack_into(req, 8, seq)  # nlmsg_seq
+            sock.send(req)
             out = ()
             intr = False
             part = 0
             try:
                 while True:
-                    n = yield from self._recv()
+                    try:
+                        n = sock.recv_into(buf)
+                    except BlockingIOError:
+                        yield  # nothing queued yet (the rare case): wait for the socket
+                        continue
                     ch = cols.read(buf, n, seq, part)
                     part += 1
                     if ch.error:
@@ -853,12 +866,8 @@ class StatsReader:
         if self._links_at is None or now - self._links_at >= self._link_refresh_s:
             self._links_at = now
             yield from self._refresh_links()
-        idx_s, tx = yield from self._dump_columns(
-            self._stats_cols, _REQ_STATS, RTM_GETSTATS, 0, 0, 1 << (IFLA_STATS_LINK_64 - 1)
-        )
-        idx_q, parent, backlog = yield from self._dump_columns(
-            self._qdisc_cols, _REQ_QDISC, 38, 0, 0, 0, 0, 0
-        )
+        idx_s, tx = yield from self._dump_columns(self._stats_cols, self._stats_req)
+        idx_q, parent, backlog = yield from self._dump_columns(self._qdisc_cols, self._qdisc_req)
         self.dumps += 2
         p = self._plan
         if (
