@@ -430,17 +430,29 @@ class LinkMonitor:
         """Heartbeat entries for the measured links that have a far end (BGP id) known."""
         out = []
         entry = wire.Entry
+        down_flag = wire.ENTRY_FLAG_DOWN
         for name, ln in self._links.items():
             fe = far_end.get(name)
             band = ln.band
             if fe is None or band is None:
                 continue
-            if ln.down:  # same figures as LinkQuality.to_entry, without the object
-                out.append(entry(fe, ln.ifindex, _cap(ln.capacity), 0, wire.ENTRY_FLAG_DOWN,
-                                 _bp(ln.load), _qb(ln.queue)))  # fmt: skip
-            else:
-                out.append(entry(fe, ln.ifindex, _cap(ln.capacity), band, 0,
-                                 _bp(ln.load), _qb(ln.queue)))  # fmt: skip
+            # the figures of LinkQuality.to_entry (_cap/_bp/_qb), inlined: this runs for
+            # every link every sample in the daemon
+            load = ln.load
+            bp = round(load * 100) if load else 0
+            qb = round(ln.queue)
+            cap = round(ln.capacity)
+            out.append(
+                entry(
+                    fe,
+                    ln.ifindex,
+                    cap if cap < 0xFFFFFFFF else 0xFFFFFFFF,
+                    0 if ln.down else band,
+                    down_flag if ln.down else 0,
+                    bp if bp < 0xFFFF else 0xFFFF,
+                    qb if qb < 0xFFFFFFFF else 0xFFFFFFFF,
+                )
+            )
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -594,7 +606,7 @@ class StatsReader:
         elif nl is not None:
             self._compat = nl
         self._seq = 1
-        self._buf = bytearray(1 << 16)  # one dump datagram is at most 32 KB
+        self._buf = bytearray(1 << 17)  # a dump datagram: ~32 KB (more if min_dump_alloc says so)
         self._links: dict[int, _LinkInfo] = {}
         self._links_ver = 0
         self._link_refresh_s = link_refresh_s
