@@ -877,7 +877,11 @@ class StatsReader:
         queued yet (hand it to :meth:`finish` then); ``now`` is the loop's clock."""
         if self._links_at is None or now - self._links_at >= self._link_refresh_s:
             self._links_at = now
-            yield from self._refresh_links()
+            try:
+                yield from self._refresh_links()
+            except BaseException:
+                self._links_at = None  # failed: again on the next sample, not in 5 s
+                raise
         idx_s, tx = yield from self._dump_columns(self._stats_cols, self._stats_req)
         idx_q, parent, backlog = yield from self._dump_columns(self._qdisc_cols, self._qdisc_req)
         self.dumps += 2
