@@ -129,7 +129,7 @@ class BgpSpeaker:
     # ---- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._timer = asyncio.create_task(self._timer_loop(), name="bgp-stale-timer")
+        self._timer = asyncio.create_task(self._timer_loop(), name="bgp-rib-timer")
         await self.supervisor.start()
 
     async def stop(self) -> None:
@@ -191,6 +191,7 @@ class BgpSpeaker:
             "exabgp": self.supervisor.snapshot(),
             "counters": {
                 **dict(self.rib.counters),
+                "rib_pending": self.rib.pending,
                 "api_lines": self.parser.decoded,
                 "api_dropped": dict(self.parser.dropped),
             },
@@ -285,3 +286,4 @@ class BgpSpeaker:
                     await asyncio.wait_for(self._rearm.wait(), delay)
                 continue
             self._apply(self.rib.on_timer(self._now()))
+            await asyncio.sleep(0)  # a big coalesced batch is selected in slices: let I/O run

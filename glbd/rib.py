@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import structlog
@@ -127,6 +129,15 @@ class RibParams:
     stale_timer_s: float = 60.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: a neighbor's routes are not used while BFD is down
     bfd_strict: bool = True
+    #: UPDATE coalescing: an UPDATE that arrives when the RIB has been quiet for this long is
+    #: selected and advertised at once; UPDATEs that follow within it are stored and selected
+    #: together when it ends (``next_deadline``/``on_timer``). A table transfer from many
+    #: peers then costs one selection per prefix per window instead of one per path, and
+    #: session, BFD and End-of-RIB events are never delayed. 0 = select on every UPDATE.
+    update_coalesce_s: float = 0.05
+    #: at most this many prefixes are selected per ``on_timer`` call (the caller yields to its
+    #: event loop between calls, so a big batch never blocks heartbeats for long)
+    flush_batch: int = 2048
 
 
 # -- effects -------------------------------------------------------------------------------
@@ -187,8 +198,11 @@ Effect = Event | api.Announce | api.Withdraw | api.Teardown
 # -- state ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Path:
+    """One peer's path, without the prefix: interned, so every prefix of one UPDATE (and
+    every UPDATE with the same attributes) shares one object."""
+
     peer: IPAddress
     next_hop: IPAddress
     as_path: tuple[int, ...]
@@ -198,38 +212,89 @@ class Path:
     nnh: tuple[ipaddress.IPv4Address, ...] | None
     nnhn_status: str
     stale: bool = False
+    #: memo of the forwarding view (:class:`NextHop`) of this path, rebuilt when the peer's
+    #: BGP ID or interface differ from the ones it was built with
+    view: NextHop | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.peer,
+            self.next_hop,
+            self.as_path,
+            self.as_path_length,
+            self.origin,
+            self.communities,
+            self.nnh,
+            self.nnhn_status,
+            self.stale,
+        )
 
 
-@dataclass(eq=False)  # identity hash: a key of the per-prefix index
+#: the per-prefix index: prefix -> [the interned prefix, path of slot 0, path of slot 1, ...]
+#: (None where that peer has no path; no trailing Nones). One list per prefix is the whole
+#: Adj-RIB-In: ~8 bytes per path instead of two dict entries.
+_Entry = list[Any]
+
+
+@dataclass(eq=False)
 class PeerState:
     params: NeighborParams
+    #: this peer's position in every prefix's entry of the index (entry[slot + 1])
+    slot: int = 0
     bgp_id: ipaddress.IPv4Address | None = None
     pending_bgp_id: ipaddress.IPv4Address | None = None
     state: str = "idle"  # idle | connected | up | down | stale
     established_at: float | None = None
     bfd_down: bool = False
     stale: bool = False
-    adj_in: dict[Prefix, Path] = field(default_factory=dict)
+    #: how many prefixes this peer has a path for (its Adj-RIB-In lives in the index)
+    n_paths: int = 0
     adj_out: dict[Prefix, api.Announce] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
     last_down_reason: str = ""
+    index: dict[Prefix, _Entry] = field(default_factory=dict, repr=False)
 
     @property
     def usable(self) -> bool:
         return (self.state == "up" or self.stale) and not self.bfd_down
 
+    def paths(self) -> Iterator[tuple[Prefix, Path]]:
+        """This peer's Adj-RIB-In (a scan of the index: for views and peer-wide events)."""
+        if not self.n_paths:
+            return
+        i = self.slot + 1
+        for e in self.index.values():
+            if len(e) > i and e[i] is not None:
+                yield e[0], e[i]
+
+    @property
+    def adj_in(self) -> dict[Prefix, Path]:
+        return dict(self.paths())
+
 
 class Rib:
     def __init__(self, params: RibParams) -> None:
         self.params = params
-        self.peers: dict[IPAddress, PeerState] = {n.address: PeerState(n) for n in params.neighbors}
+        self._index: dict[Prefix, _Entry] = {}
+        #: slot -> peer (None: a free slot, left by a removed neighbor)
+        self._slots: list[PeerState | None] = []
+        self.peers: dict[IPAddress, PeerState] = {}
+        for n in params.neighbors:
+            self._add_peer(n)
         self.originated: set[Prefix] = set(params.originated)
         self.counters: Counter[str] = Counter()
         self._fwd: dict[Prefix, tuple[NextHop, ...]] = {}
-        #: per-prefix index of every peer's Adj-RIB-In: prefix -> (the interned prefix object
-        #: all peers' tables use as key, {peer state: path}); kept in step with ``adj_in``
-        self._index: dict[Prefix, tuple[Prefix, dict[PeerState, Path]]] = {}
         self._stale_deadline: float | None = None
+        #: interned paths (weak: a path no prefix uses any more goes away)
+        self._paths: weakref.WeakValueDictionary[tuple[Any, ...], Path] = (
+            weakref.WeakValueDictionary()
+        )
+        #: NHC values by NNHN ids, then by the next hop sent
+        self._nhc_cache: dict[tuple[ipaddress.IPv4Address, ...], dict[IPAddress, bytes]] = {}
+        #: UPDATE coalescing: prefixes whose Adj-RIB-In changed but are not selected yet
+        self._dirty: set[Prefix] = set()
+        self._flush_at: float | None = None
+        self._quiet_at = float("-inf")  # an UPDATE from then on is selected at once
 
     # ---- inputs ------------------------------------------------------------------------
 
@@ -251,7 +316,7 @@ class Rib:
             st.counters["established"] += 1
             out: list[Effect] = [PeerUp(peer, st.bgp_id)]
             if not st.stale:
-                out += self._recompute(set(st.adj_in))
+                out += self._recompute({p for p, _ in st.paths()})
             return out
         if state == "down":
             return self._peer_down(st, reason or "down")
@@ -259,6 +324,8 @@ class Rib:
         return []
 
     def on_update(self, ev: api.UpdateEvent, now: float) -> list[Effect]:
+        """Store the UPDATE's paths; select and advertise now, or at the end of the coalescing
+        window (``RibParams.update_coalesce_s``) if another UPDATE came shortly before."""
         st = self._peer(ev.peer)
         if st is None:
             return []
@@ -278,7 +345,7 @@ class Rib:
             for a in ev.announced:  # an implicit withdraw of any earlier path
                 if self._del_path(st, a.prefix):
                     changed.add(a.prefix)
-            return self._recompute(changed)
+            return self._defer(changed, now)
         decoded: nhcmod.Nhc | None = None
         decode_error = ""
         if attrs.nhc is not None:
@@ -286,6 +353,7 @@ class Rib:
                 decoded = nhcmod.decode_value(attrs.nhc)
             except nhcmod.DecodeError as exc:
                 decode_error = exc.reason
+        made: dict[tuple[IPAddress, str], Path] = {}  # one Path per distinct result
         for i, a in enumerate(ev.announced):
             next_hop = a.next_hop if a.next_hop is not None else ev.peer
             nnh, status = self._validate(st, next_hop, attrs.nhc is not None, decoded, decode_error)
@@ -304,20 +372,24 @@ class Rib:
                         count=n,
                         peer_bgp_id=str(st.bgp_id),
                     )
-            path = Path(
-                ev.peer,
-                next_hop,
-                attrs.as_path,
-                attrs.as_path_length,
-                attrs.origin,
-                attrs.communities,
-                nnh,
-                status,
-            )
-            if st.adj_in.get(a.prefix) != path:
+            path = made.get((next_hop, status))
+            if path is None or path.nnh != nnh:
+                path = made[(next_hop, status)] = self._intern(
+                    Path(
+                        ev.peer,
+                        next_hop,
+                        attrs.as_path,
+                        attrs.as_path_length,
+                        attrs.origin,
+                        attrs.communities,
+                        nnh,
+                        status,
+                    )
+                )
+            if self._get_path(st, a.prefix) is not path:
                 changed.add(self._set_path(st, a.prefix, path))
             st.counters["announced_in"] += 1
-        return self._recompute(changed)
+        return self._defer(changed, now)
 
     def on_notification(self, ev: api.NotificationEvent) -> list[Effect]:
         st = self._peer(ev.peer)
@@ -336,7 +408,7 @@ class Rib:
         out: list[Effect] = []
         if self.params.bfd_strict or not st.bfd_down:
             st.bfd_down = True
-            out += self._recompute(set(st.adj_in))
+            out += self._recompute({p for p, _ in st.paths()})
         out.append(api.Teardown(peer, 10))
         return _events_first(out)
 
@@ -345,7 +417,7 @@ class Rib:
         if st is None or not st.bfd_down:
             return []
         st.bfd_down = False
-        return self._recompute(set(st.adj_in))
+        return self._recompute({p for p, _ in st.paths()})
 
     def peer_bfd_admin_down(self, peer: IPAddress, now: float) -> list[Effect]:
         """The peer's BFD went AdminDown: not a failure (RFC 5882 §3.2); nothing changes."""
@@ -361,21 +433,25 @@ class Rib:
         for st in self.peers.values():
             st.state = "down"
             st.last_down_reason = "exabgp restart"
-            if st.adj_in:
+            if st.n_paths:
                 any_paths = True
                 st.stale = True
-                for prefix, path in list(st.adj_in.items()):
-                    self._set_path(st, prefix, _with_stale(path, True))
+                for prefix, path in list(st.paths()):
+                    self._set_path(st, prefix, self._intern(_with_stale(path, True)))
         if any_paths and self._stale_deadline is None:
             self._stale_deadline = now + self.params.stale_timer_s
         return []
 
     def next_deadline(self) -> float | None:
-        return self._stale_deadline
+        ds = [d for d in (self._stale_deadline, self._flush_at) if d is not None]
+        return min(ds) if ds else None
 
     def on_timer(self, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        if self._flush_at is not None and now >= self._flush_at:
+            out += self._flush(now)
         if self._stale_deadline is None or now < self._stale_deadline:
-            return []
+            return out
         self._stale_deadline = None
         changed: set[Prefix] = set()
         peers: list[IPAddress] = []
@@ -385,8 +461,19 @@ class Rib:
                 continue
             peers.append(addr)
             removed += self._sweep(st, changed)
-        out = self._recompute(changed)
+        out += self._recompute(changed)
         return _events_first([StaleTimerExpired(tuple(peers), removed), *out])
+
+    def flush(self) -> list[Effect]:
+        """Select every prefix that waits for the end of the coalescing window, now."""
+        changed, self._dirty = self._dirty, set()
+        self._flush_at = None
+        return self._recompute(changed)
+
+    @property
+    def pending(self) -> int:
+        """Prefixes whose paths changed but are not selected yet (coalescing)."""
+        return len(self._dirty)
 
     def set_originated(self, prefixes: Iterable[Prefix]) -> list[Effect]:
         new = set(prefixes)
@@ -411,12 +498,13 @@ class Rib:
         for addr in list(self.peers):
             if addr not in new:
                 st = self.peers.pop(addr)
-                changed |= set(st.adj_in) | set(st.adj_out)
+                changed |= {p for p, _ in st.paths()} | set(st.adj_out)
                 self._clear_paths(st)
+                self._slots[st.slot] = None
         for addr, n in new.items():
             st_old = self.peers.get(addr)
             if st_old is None:
-                self.peers[addr] = PeerState(n)
+                self._add_peer(n)
                 touched.add(addr)
             elif st_old.params != n:
                 session = (n.remote_as, n.local_address, n.hold_time, n.is_passive)
@@ -427,7 +515,7 @@ class Rib:
                     st_old.params.is_passive,
                 ):
                     touched.add(addr)
-                    changed |= set(st_old.adj_in) | set(st_old.adj_out)
+                    changed |= {p for p, _ in st_old.paths()} | set(st_old.adj_out)
                     self._clear_paths(st_old)
                     st_old.adj_out.clear()
                 st_old.params = n
@@ -439,8 +527,9 @@ class Rib:
         self.originated = set(params.originated)
         if knobs_changed or touched:
             changed |= set(self._fwd)
+            changed |= set(self._index)
             for st in self.peers.values():
-                changed |= set(st.adj_in) | set(st.adj_out)
+                changed |= set(st.adj_out)
             changed |= self.originated
         return self._recompute(changed), touched
 
@@ -466,11 +555,12 @@ class Rib:
         rows = []
         for p in sorted(prefixes, key=lambda n: (n.version, n)):
             best, mp = self._select(p)
+            entry = self._index.get(p)
             rows.append(
                 {
                     "prefix": str(p),
                     "originated": p in self.originated,
-                    "paths": len(self._index[p][1]) if p in self._index else 0,
+                    "paths": 0 if entry is None else sum(x is not None for x in entry[1:]),
                     "as_path": [] if best is None else list(best.as_path),
                     "next_hops": [nh.to_dict() for nh in self._fwd.get(p, ())],
                     "advertised_to": sorted(
@@ -496,7 +586,7 @@ class Rib:
                     "uptime_s": None
                     if st.state != "up" or st.established_at is None
                     else round(now - st.established_at, 3),
-                    "prefixes_in": len(st.adj_in),
+                    "prefixes_in": st.n_paths,
                     "prefixes_out": len(st.adj_out),
                     "last_down_reason": st.last_down_reason,
                     "counters": dict(st.counters),
@@ -506,11 +596,53 @@ class Rib:
 
     # ---- internals ---------------------------------------------------------------------
 
+    def _add_peer(self, n: NeighborParams) -> PeerState:
+        try:
+            slot = self._slots.index(None)
+        except ValueError:
+            slot = len(self._slots)
+            self._slots.append(None)
+        st = PeerState(n, slot=slot, index=self._index)
+        self._slots[slot] = st
+        self.peers[n.address] = st
+        return st
+
     def _peer(self, peer: IPAddress) -> PeerState | None:
         st = self.peers.get(peer)
         if st is None:
             self.counters["unknown_peer"] += 1
         return st
+
+    def _intern(self, path: Path) -> Path:
+        key = path.key()
+        have = self._paths.get(key)
+        if have is not None:
+            return have
+        self._paths[key] = path
+        return path
+
+    def _defer(self, changed: set[Prefix], now: float) -> list[Effect]:
+        """Coalescing: select ``changed`` now if the RIB was quiet, else at the window's end."""
+        if not changed:
+            return []
+        self._dirty |= changed
+        if self._flush_at is None and now >= self._quiet_at:
+            self._quiet_at = now + self.params.update_coalesce_s
+            return self.flush()
+        if self._flush_at is None:
+            self._flush_at = self._quiet_at
+        return []
+
+    def _flush(self, now: float) -> list[Effect]:
+        """End of a coalescing window: select up to ``flush_batch`` waiting prefixes; the
+        rest are due at once (the caller lets its event loop run in between)."""
+        self._quiet_at = now + self.params.update_coalesce_s
+        if len(self._dirty) <= self.params.flush_batch:
+            return self.flush()
+        batch = set(islice(self._dirty, self.params.flush_batch))
+        self._dirty -= batch
+        self._flush_at = now
+        return self._recompute(batch)
 
     def _validate(
         self,
@@ -551,7 +683,7 @@ class Rib:
         st.stale = False  # a re-established session failed again: everything goes
         if was_up:
             out.append(PeerDown(st.params.address, reason))
-        changed = set(st.adj_in)
+        changed = {p for p, _ in st.paths()}
         self._clear_paths(st)
         out += self._recompute(changed)
         return _events_first(out)
@@ -570,40 +702,54 @@ class Rib:
 
     def _sweep(self, st: PeerState, changed: set[Prefix], version: int | None = None) -> int:
         removed = 0
-        for prefix, path in list(st.adj_in.items()):
+        for prefix, path in list(st.paths()):
             if path.stale and (version is None or prefix.version == version):
                 self._del_path(st, prefix)
                 changed.add(prefix)
                 removed += 1
-        st.stale = any(p.stale for p in st.adj_in.values())
+        st.stale = any(p.stale for _, p in st.paths())
         return removed
 
-    # ---- Adj-RIB-In and the per-prefix index: change them only through these -------------
+    # ---- Adj-RIB-In (the per-prefix index): change it only through these -----------------
+
+    def _get_path(self, st: PeerState, prefix: Prefix) -> Path | None:
+        entry = self._index.get(prefix)
+        i = st.slot + 1
+        if entry is None or len(entry) <= i:
+            return None
+        p: Path | None = entry[i]
+        return p
 
     def _set_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix:
         """Store ``path`` as ``st``'s path to ``prefix``; returns the interned prefix (one
-        network object per prefix across all peers' tables)."""
+        network object per prefix across all peers)."""
         entry = self._index.get(prefix)
         if entry is None:
-            entry = self._index[prefix] = (prefix, {})
-        else:
-            prefix = entry[0]
-        entry[1][st] = path
-        st.adj_in[prefix] = path
-        return prefix
+            entry = self._index[prefix] = [prefix]
+        i = st.slot + 1
+        if len(entry) <= i:
+            entry.extend([None] * (i + 1 - len(entry)))
+        if entry[i] is None:
+            st.n_paths += 1
+        entry[i] = path
+        p: Prefix = entry[0]
+        return p
 
     def _del_path(self, st: PeerState, prefix: Prefix) -> bool:
-        if st.adj_in.pop(prefix, None) is None:
-            return False
         entry = self._index.get(prefix)
-        if entry is not None:
-            entry[1].pop(st, None)
-            if not entry[1]:
-                del self._index[prefix]
+        i = st.slot + 1
+        if entry is None or len(entry) <= i or entry[i] is None:
+            return False
+        entry[i] = None
+        st.n_paths -= 1
+        while entry[-1] is None:
+            entry.pop()
+        if len(entry) == 1:
+            del self._index[prefix]
         return True
 
     def _clear_paths(self, st: PeerState) -> None:
-        for prefix in list(st.adj_in):
+        for prefix, _ in list(st.paths()):
             self._del_path(st, prefix)
 
     @staticmethod
@@ -626,7 +772,11 @@ class Rib:
         entry = self._index.get(prefix)
         if entry is None:
             return None, []
-        cands = [(st, p) for st, p in entry[1].items() if st.usable]
+        cands = [
+            (st, p)
+            for st, p in zip(self._slots, islice(entry, 1, None), strict=False)
+            if p is not None and st is not None and st.usable
+        ]
         if not cands:
             return None, []
         cands.sort(key=self._sort_key)
@@ -642,6 +792,10 @@ class Rib:
         return best, mp[: self.params.max_paths]
 
     def _recompute(self, prefixes: set[Prefix]) -> list[Effect]:
+        if self._dirty and prefixes:
+            self._dirty -= prefixes
+            if not self._dirty:
+                self._flush_at = None
         events: list[Effect] = []
         commands: list[Effect] = []
         for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
@@ -662,9 +816,15 @@ class Rib:
                 else:
                     self._fwd.pop(prefix, None)
                 events.append(NextHopsChanged(prefix, fwd))
+            originated = prefix in self.originated
+            nhcs = (
+                self._nhc_values(mp_ids)
+                if self.params.role.helper and mp_ids and not originated
+                else None
+            )
             for st in self.peers.values():
-                want = self._advert(prefix, best, st, mp_peers, mp_ids)
-                have = st.adj_out.get(prefix)
+                want = self._advert(prefix, originated, best, st, mp_peers, mp_ids, nhcs)
+                have = st.adj_out.get(prefix) if st.adj_out else None
                 if want == have:
                     continue
                 if want is None:
@@ -678,16 +838,38 @@ class Rib:
 
     @staticmethod
     def _next_hop_view(st: PeerState, p: Path) -> NextHop:
-        return NextHop(p.peer, st.bgp_id, p.next_hop, st.params.interface, p.nnh, p.nnhn_status)
+        v = p.view
+        if v is not None and v.peer_bgp_id == st.bgp_id and v.interface == st.params.interface:
+            return v
+        v = NextHop(p.peer, st.bgp_id, p.next_hop, st.params.interface, p.nnh, p.nnhn_status)
+        object.__setattr__(p, "view", v)  # a memo, not part of the path's value
+        return v
+
+    def _nhc_values(self, mp_ids: tuple[ipaddress.IPv4Address, ...]) -> dict[IPAddress, bytes]:
+        """NHC values for one NNHN, by the next hop sent (filled as peers need them): the same
+        for every prefix with that multipath set, so it is encoded once per peer, not per
+        prefix and peer."""
+        by_nh = self._nhc_cache.get(mp_ids)
+        if by_nh is None:
+            if len(self._nhc_cache) >= 1024:
+                self._nhc_cache.clear()
+            by_nh = self._nhc_cache[mp_ids] = {}
+        return by_nh
 
     def _advert(
         self,
         prefix: Prefix,
+        originated: bool,
         best: Path | None,
         st: PeerState,
         mp_peers: set[PeerState],
         mp_ids: tuple[ipaddress.IPv4Address, ...],
+        nhcs: dict[IPAddress, bytes] | None,
     ) -> api.Announce | None:
+        if not originated and (
+            best is None or st in mp_peers or st.params.remote_as in best.as_path
+        ):
+            return None
         n = st.params
         if prefix.version == 6:
             nh: IPAddress | None = (
@@ -697,17 +879,16 @@ class Rib:
             nh = n.local_address if n.local_address.version == 4 else None
         if nh is None:
             return None
-        if prefix in self.originated:
+        if originated:
             return api.Announce(n.address, prefix, nh, as_path=(self.params.local_as,))
-        if best is None:
-            return None
-        if st in mp_peers or n.remote_as in best.as_path:
-            return None
+        assert best is not None
         value: bytes | None = None
-        if self.params.role.helper and mp_ids:
-            value = nhcmod.Nhc.for_next_hop(
-                nh, nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids)
-            ).encode_value()
+        if nhcs is not None:
+            value = nhcs.get(nh)
+            if value is None:
+                value = nhcs[nh] = nhcmod.Nhc.for_next_hop(
+                    nh, nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids)
+                ).encode_value()
         return api.Announce(
             n.address,
             prefix,

@@ -223,6 +223,7 @@ def test_frr10_lines_through_codec_and_rib() -> None:
             65001,
             Role.LOAD_BALANCER,
             (NeighborParams(A("172.16.11.2"), 65100, A("172.16.11.1"), "l1-s1"),),
+            update_coalesce_s=0.0,  # one selection per captured UPDATE
         )
     )
     statuses: list[dict[str, str]] = []

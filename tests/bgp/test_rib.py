@@ -33,6 +33,7 @@ LEAVES = {
 
 
 def rib(role: Role = Role.HELPER, **kw: object) -> Rib:
+    kw.setdefault("update_coalesce_s", 0.0)  # select on every UPDATE (coalescing: own tests)
     params = RibParams(V4("10.0.0.11"), 65100, role, tuple(LEAVES.values()), **kw)  # type: ignore[arg-type]
     r = Rib(params)
     for i, n in LEAVES.items():
