@@ -2,7 +2,8 @@
 
 * ``render_config`` writes ExaBGP's config from glbd's neighbor list (both families, hold
   time, ``listen 179`` so the peer may open the TCP session, ``group-updates false`` so every
-  prefix travels in its own UPDATE with its own NHC, and the API block glbd needs:
+  prefix travels in its own UPDATE with its own NHC, ``adj-rib-in false`` (glbd keeps the
+  received paths itself; ExaBGP's copy held 389 MB for 64 x 10k paths), and the API block:
   ``receive { parsed; update; open; notification; } neighbor-changes;``). A ``passive``
   neighbor is only accepted, never connected to: two ExaBGPs that both connect collide, and
   after collision handling ExaBGP 5.0.15 sometimes services the surviving session only on its
@@ -116,6 +117,8 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             "    listen 179;",
             *(["    passive true;"] if n.passive else []),
             "    group-updates false;",
+            # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
+            "    adj-rib-in false;",
             "    family {",
             "        ipv4 unicast;",
             "        ipv6 unicast;",

@@ -36,6 +36,7 @@ def test_render_config_is_valid_for_exabgp(tmp_path: Path) -> None:
     assert "neighbor 172.16.12.1 {" in text and "hold-time 30;" in text
     assert "receive {" in text and "open;" in text and "neighbor-changes;" in text
     assert "group-updates false;" in text
+    assert "adj-rib-in false;" in text  # glbd holds the Adj-RIB-In, ExaBGP need not
     conf = tmp_path / "exabgp.conf"
     conf.write_text(text)
     env = exabgp_env({"PATH": "/usr/bin:/bin"}, tmp_path / "log")
