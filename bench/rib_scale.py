@@ -3,11 +3,15 @@ run of docs/benchmarks-e2e.md, without ExaBGP), fed through ``Rib.on_update`` as
 UpdateEvents the way ``glbd.bgp.BgpSpeaker`` does (one event per UPDATE, ``--per-update``
 prefixes each, fresh prefix/attribute objects per event as the API parser makes them).
 
-Run: ``.venv/bin/python bench/rib_scale.py [--peers 64] [--prefixes 1000] [--baseline-ref REF]``
+Run: ``.venv/bin/python bench/rib_scale.py [--peers 64] [--prefixes 1000] [--order peer|interleaved]
+[--baseline-ref REF] [--coalesce-ms 50]``
 
-Prints paths/s (CPU time) and tracemalloc bytes per path held after the fill, for the current
-``glbd/rib.py`` and for the baseline ``glbd/rib.py`` of git REF (default e3b5a1b, before the
-scaling changes), loaded from ``git show`` into a private module in the same run, and the ratios.
+Prints paths/s (CPU time), tracemalloc bytes per path held after the fill and the work handed
+to the rest of the daemon (NextHopsChanged events and the next hops they carry), for the
+baseline ``glbd/rib.py`` of git REF (default e3b5a1b, before the scaling changes; loaded from
+``git show`` into a private module in the same run), the current one selecting every UPDATE
+(``update_coalesce_s=0``) and the current one with UPDATE coalescing; and the ratios. The RIB's
+clock is the CPU time spent, so a coalescing window is that much of a busy daemon's time.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ from glbd.exabgp import api  # noqa: E402
 
 A = ipaddress.ip_address
 LOCAL_AS = 65100
+#: ``leaf``: a load-balancer leaf (AS 65001) under 64 spines of one AS (65100), the issue-6
+#: case: nothing is re-advertised. ``mesh``: a helper+load-balancer whose peers each have
+#: their own AS, so every multipath change is re-advertised with a new NNHN to the others.
+SCENARIO = {"name": "mesh"}
+
+
+def peer_as(i: int) -> int:
+    return 65100 if SCENARIO["name"] == "leaf" else 65000 + i
 
 
 def load_baseline(ref: str) -> ModuleType | None:
@@ -65,16 +77,20 @@ def peer_addr(i: int) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(f"172.16.{i // 64}.{(i % 64) * 4 + 1}")
 
 
-def make_rib(mod: Any, peers: int) -> Any:
+def make_rib(mod: Any, peers: int, coalesce_s: float | None = None) -> Any:
     neighbors = tuple(
-        mod.NeighborParams(peer_addr(i), 65000 + i, peer_addr(i) + 1, interface=f"eth{i}")
+        mod.NeighborParams(peer_addr(i), peer_as(i), peer_addr(i) + 1, interface=f"eth{i}")
         for i in range(peers)
     )
+    kw: dict[str, Any] = {}
+    if coalesce_s is not None:
+        kw["update_coalesce_s"] = coalesce_s
     params = mod.RibParams(
         router_id=ipaddress.IPv4Address("10.0.0.1"),
-        local_as=LOCAL_AS,
-        role=mod.Role.BOTH,
+        local_as=65001 if SCENARIO["name"] == "leaf" else LOCAL_AS,
+        role=mod.Role.LOAD_BALANCER if SCENARIO["name"] == "leaf" else mod.Role.BOTH,
         neighbors=neighbors,
+        **kw,
     )
     rib = mod.Rib(params)
     rib.initial_commands()
@@ -99,7 +115,7 @@ def event(i: int, chunk: list[str]) -> api.UpdateEvent:
     ).encode_value()
     attrs = api.PathAttributes(
         origin="igp",
-        as_path=(65000 + i, 65200),
+        as_path=(peer_as(i), 65200),
         as_path_length=2,
         communities=(),
         nhc=nhc,
@@ -108,7 +124,7 @@ def event(i: int, chunk: list[str]) -> api.UpdateEvent:
     return api.UpdateEvent(
         peer=peer,
         local=peer + 1,
-        peer_as=65000 + i,
+        peer_as=peer_as(i),
         local_as=LOCAL_AS,
         direction="receive",
         attributes=attrs,
@@ -118,11 +134,54 @@ def event(i: int, chunk: list[str]) -> api.UpdateEvent:
     )
 
 
-def run(mod: Any, peers: int, prefixes: int, per_update: int) -> dict[str, float]:
+def order(peers: int, n_chunks: int, how: str) -> list[tuple[int, int]]:
+    """(peer, chunk) in arrival order: ``peer`` = each peer's whole table in turn (sessions
+    coming up one after another), ``interleaved`` = every peer's first UPDATE, then every
+    peer's second... (sessions coming up together)."""
+    if how == "peer":
+        return [(i, c) for i in range(peers) for c in range(n_chunks)]
+    return [(i, c) for c in range(n_chunks) for i in range(peers)]
+
+
+def fill(rib: Any, seq: list[tuple[int, int]], chunks: list[list[str]]) -> tuple[float, int, int]:
+    """Feed the UPDATEs back to back, the RIB's clock being the CPU time spent (a daemon busy
+    with a burst), running ``on_timer`` whenever a deadline is due. Returns CPU seconds
+    (event construction excluded), NextHopsChanged events, next hops carried by them (the
+    work handed to the path table and the FIB)."""
+    events = carried = 0
+    t_build = 0.0
+    t0 = time.process_time()
+
+    def count(effects: list[Any]) -> None:
+        nonlocal events, carried
+        for e in effects:
+            if type(e).__name__ == "NextHopsChanged":
+                events += 1
+                carried += len(e.next_hops)
+
+    for i, c in seq:
+        tb = time.process_time()
+        ev = event(i, chunks[c])
+        t_build += time.process_time() - tb
+        now = time.process_time()
+        count(rib.on_update(ev, now))
+        d = rib.next_deadline()
+        while d is not None and d <= time.process_time():
+            count(rib.on_timer(time.process_time()))
+            d = rib.next_deadline()
+    while (d := rib.next_deadline()) is not None:  # the last window
+        count(rib.on_timer(max(d, time.process_time())))
+    return time.process_time() - t0 - t_build, events, carried
+
+
+def run(
+    mod: Any, peers: int, prefixes: int, per_update: int, how: str, coalesce_s: float | None
+) -> dict[str, float]:
     chunks = updates(peers, prefixes, per_update)
+    seq = order(peers, len(chunks), how)
     gc.collect()
     tracemalloc.start()
-    rib = make_rib(mod, peers)
+    rib = make_rib(mod, peers, coalesce_s)
     gc.collect()
     base_mem = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -130,17 +189,8 @@ def run(mod: Any, peers: int, prefixes: int, per_update: int) -> dict[str, float
     gc.collect()
 
     # speed, without tracemalloc (it slows allocation several-fold)
-    rib = make_rib(mod, peers)
-    n_events = 0
-    t_build = 0.0
-    t0 = time.process_time()
-    for i in range(peers):  # peer by peer, as sessions come up and send their table
-        for chunk in chunks:
-            tb = time.process_time()
-            ev = event(i, chunk)
-            t_build += time.process_time() - tb
-            n_events += len(rib.on_update(ev, 1.0))
-    dt = time.process_time() - t0 - t_build
+    rib = make_rib(mod, peers, coalesce_s)
+    dt, events, carried = fill(rib, seq, chunks)
     n_fwd = len(rib.forwarding())
     width = {len(v) for v in rib.forwarding().values()}
     del rib
@@ -148,10 +198,8 @@ def run(mod: Any, peers: int, prefixes: int, per_update: int) -> dict[str, float
 
     # memory held after the fill
     tracemalloc.start()
-    rib = make_rib(mod, peers)
-    for i in range(peers):
-        for chunk in chunks:
-            rib.on_update(event(i, chunk), 1.0)
+    rib = make_rib(mod, peers, coalesce_s)
+    fill(rib, seq, chunks)
     gc.collect()
     mem = tracemalloc.get_traced_memory()[0] - base_mem
     tracemalloc.stop()
@@ -163,7 +211,8 @@ def run(mod: Any, peers: int, prefixes: int, per_update: int) -> dict[str, float
         "cpu_s": dt,
         "bytes_per_path": mem / paths,
         "mem_mb": mem / 1e6,
-        "effects": n_events,
+        "events": events,
+        "carried": carried,
         "prefixes_fwd": n_fwd,
         "mp_width": max(width) if width else 0,
     }
@@ -174,28 +223,43 @@ def main() -> None:
     ap.add_argument("--peers", type=int, default=64)
     ap.add_argument("--prefixes", type=int, default=1000)
     ap.add_argument("--per-update", type=int, default=312)  # 10k prefixes / 32 UPDATEs
+    ap.add_argument("--order", choices=("peer", "interleaved"), default="peer")
+    ap.add_argument("--scenario", choices=("mesh", "leaf"), default="mesh")
     ap.add_argument("--baseline-ref", default="e3b5a1b")
+    ap.add_argument("--coalesce-ms", type=float, default=50.0)
     args = ap.parse_args()
+    SCENARIO["name"] = args.scenario
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    print(f"{args.peers} peers x {args.prefixes} prefixes, {args.per_update} prefixes/UPDATE")
+    print(
+        f"{args.peers} peers x {args.prefixes} prefixes, {args.per_update} prefixes/UPDATE, "
+        f"arrival order: {args.order}, scenario: {args.scenario}"
+    )
+    runs: list[tuple[str, ModuleType | None, float | None]] = []
+    if args.baseline_ref:
+        runs.append((f"baseline {args.baseline_ref}", load_baseline(args.baseline_ref), None))
+    runs += [
+        ("current, eager", rib_now, 0.0),
+        (f"current, {args.coalesce_ms:g} ms", rib_now, args.coalesce_ms / 1e3),
+    ]
     results: dict[str, dict[str, float]] = {}
-    base = load_baseline(args.baseline_ref) if args.baseline_ref else None
-    for name, mod in (("baseline " + args.baseline_ref, base), ("current", rib_now)):
+    for name, mod, coalesce in runs:
         if mod is None:
             continue
-        r = run(mod, args.peers, args.prefixes, args.per_update)
+        r = run(mod, args.peers, args.prefixes, args.per_update, args.order, coalesce)
         results[name] = r
         print(
-            f"{name:>18}: {r['paths_per_s']:10.0f} paths/s ({r['cpu_s']:.2f} s CPU), "
-            f"{r['bytes_per_path']:6.0f} B/path ({r['mem_mb']:.1f} MB), "
-            f"{int(r['effects'])} effects, {int(r['prefixes_fwd'])} prefixes x "
-            f"{int(r['mp_width'])} next hops"
+            f"{name:>22}: {r['paths_per_s']:9.0f} paths/s ({r['cpu_s']:7.2f} s CPU), "
+            f"{r['bytes_per_path']:5.0f} B/path ({r['mem_mb']:6.1f} MB), "
+            f"{int(r['events']):8d} NextHopsChanged carrying {int(r['carried']):9d} next hops, "
+            f"{int(r['prefixes_fwd'])} prefixes x {int(r['mp_width'])}"
         )
-    if len(results) == 2:
-        b, c = results.values()
+    base = next(iter(results.values()))
+    for name, r in list(results.items())[1:]:
         print(
-            f"{'current/baseline':>18}: paths/s x{c['paths_per_s'] / b['paths_per_s']:.1f}, "
-            f"bytes/path x{c['bytes_per_path'] / b['bytes_per_path']:.2f}"
+            f"{name + ' / ' + next(iter(results)):>22}: "
+            f"paths/s x{r['paths_per_s'] / base['paths_per_s']:.1f}, "
+            f"bytes/path x{r['bytes_per_path'] / base['bytes_per_path']:.2f}, "
+            f"next hops handed on x{r['carried'] / max(base['carried'], 1):.3f}"
         )
 
 

@@ -293,7 +293,8 @@ class Sim:
             for p in n.ports.values()
             if p.peer is not None
         )
-        return RibParams(n.rid, n.asn, role, nbs, originated=n.prefixes)
+        # every UPDATE selected at once: the simulation delivers them without the RIB timer
+        return RibParams(n.rid, n.asn, role, nbs, originated=n.prefixes, update_coalesce_s=0.0)
 
     def build_bgp(self) -> None:
         t0 = time.perf_counter()
