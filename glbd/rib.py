@@ -289,6 +289,8 @@ class Rib:
         self._paths: weakref.WeakValueDictionary[tuple[Any, ...], Path] = (
             weakref.WeakValueDictionary()
         )
+        #: interned forwarding sets (see ``_intern_fwd``)
+        self._fwd_sets: dict[tuple[int, ...], tuple[NextHop, ...]] = {}
         #: NHC values by NNHN ids, then by the next hop sent
         self._nhc_cache: dict[tuple[ipaddress.IPv4Address, ...], dict[IPAddress, bytes]] = {}
         #: UPDATE coalescing: prefixes whose Adj-RIB-In changed but are not selected yet
@@ -810,6 +812,8 @@ class Rib:
                         key=lambda nh: (nh.peer.version, int(nh.peer)),
                     )
                 )
+            if fwd:
+                fwd = self._intern_fwd(fwd)
             if fwd != self._fwd.get(prefix, ()):
                 if fwd:
                     self._fwd[prefix] = fwd
@@ -835,6 +839,20 @@ class Rib:
                     st.adj_out[prefix] = want
                     commands.append(want)
         return events + commands
+
+    def _intern_fwd(self, fwd: tuple[NextHop, ...]) -> tuple[NextHop, ...]:
+        """One tuple object per next-hop set: prefixes with the same next hops share it, and
+        a consumer may cache what it derives from one by identity. Keyed by the identities of
+        the (memoised) views; the table holds the tuple, so those views stay alive and their
+        ids cannot be reused while the entry exists."""
+        key = tuple(map(id, fwd))
+        have = self._fwd_sets.get(key)
+        if have is not None:
+            return have
+        if len(self._fwd_sets) >= 4096:
+            self._fwd_sets.clear()
+        self._fwd_sets[key] = fwd
+        return fwd
 
     @staticmethod
     def _next_hop_view(st: PeerState, p: Path) -> NextHop:
