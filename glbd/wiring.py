@@ -110,6 +110,8 @@ class Node:
         self._fib_task: asyncio.Task[None] | None = None
         self._fib_full = True  # the first sync, and after errors or config changes
         self._fib_keys: set[str] = set()  # profile keys the FIB has groups for
+        self._fib_changes = _ChangeSet()  # what the next FIB sync has to bring over
+        self._nets: dict[str, Any] = {}  # table prefix -> network object
         self._bgp_ready_at: float | None = None
         self.peer_ids: dict[IPAddress, int] = {}  # BGP neighbor -> its BGP id (from OPEN)
         self.iface_of: dict[IPAddress, str] = {n.address: n.interface for n in self.cfg.neighbors}
@@ -157,6 +159,10 @@ class Node:
                 capacity_aware=pq.capacity_aware,
             )
         )
+
+    @property
+    def _sample_interval_s(self) -> float:
+        return self.cfg.link_quality.sample_interval_ms / 1e3
 
     def linkmon_params(self) -> Any:
 
@@ -242,6 +248,7 @@ class Node:
             stale_timer_s=c.bgp.stale_timer_s,
             bfd_strict=c.bgp.bfd_strict,
             trust_packed_nnhn=c.bgp.trust_packed_nnhn,
+            update_coalesce_s=c.bgp.update_coalesce_ms / 1e3,
         )
 
     def bfd_sessions(self) -> list[Any]:
@@ -502,10 +509,15 @@ class Node:
                 queue_bytes=int(q.queue_bytes),
                 reason=ch.reason,
             )
-        # the record marks the band decision, so it is written before the heartbeat leaves
-        if self.endpoint is not None and self.endpoint.sender is not None:
-            far = {ifn: nb.node_id for ifn, nb in self.endpoint.neighbors.items()}
-            self.endpoint.update_links(monitor.entries(far))
+        # the record marks the band decision, so it is written before the heartbeat leaves.
+        # Entries are rebuilt on a change, or when the sender is due before the next sample
+        # (the load figures they carry are then at most one sample old), not on every sample
+        ep = self.endpoint
+        if ep is not None and ep.sender is not None:
+            due = ep.sender.next_deadline()
+            if changes or due is None or due <= self.loop.time() + self._sample_interval_s:
+                far = {ifn: nb.node_id for ifn, nb in ep.neighbors.items()}
+                ep.update_links(monitor.entries(far))
         if not changes or self.table is None:
             return
         self.counters["local_changes"] += len(changes)
@@ -560,6 +572,8 @@ class Node:
 
     def _changed(self, changes: Changes) -> None:
         if changes:
+            if self.table is not None:  # keep the table's own change set small (it copies)
+                self._fib_changes.add(self.table.take_changes())
             self.schedule_fib_sync()
 
     def schedule_fib_sync(self) -> None:
@@ -569,6 +583,7 @@ class Node:
             # copying a growing change set on every learned prefix (quadratic start-up)
             if self._fib_full and self.table is not None:
                 self.table.take_changes()
+                self._fib_changes.clear()
             return
         self._fib_dirty = True
         if self._fib_task is None or self._fib_task.done():
@@ -597,10 +612,19 @@ class Node:
             }
             if weights:
                 groups[key] = GroupSpec(weights=weights, resilient=res)
-        routes = {
-            ipaddress.ip_network(p): k for p, k in self.table.prefixes().items() if k in groups
-        }
+        prefixes = self.table.prefixes()
+        routes = {self._net(p): k for p, k in prefixes.items() if k in groups}
+        if len(self._nets) > 2 * len(prefixes) + 1024:  # forget prefixes long gone
+            self._nets = {p: self._nets[p] for p in prefixes if p in self._nets}
         return Desired(groups=groups, routes=routes)
+
+    def _net(self, prefix: str) -> Any:
+        """The network object of a table prefix, parsed once (a full sync of 10k routes spent
+        most of its time in ``ip_network``)."""
+        net = self._nets.get(prefix)
+        if net is None:
+            net = self._nets[prefix] = ipaddress.ip_network(prefix)
+        return net
 
     def _group_spec(self, key: str, res: Resilient | None) -> GroupSpec | None:
         assert self.table is not None
@@ -613,17 +637,19 @@ class Node:
 
     async def _fib_sync_loop(self) -> None:
         """Bring the FIB to the path table. Weight-only changes are one group replace per
-        changed profile (``set_weights``) and prefix moves a route delta (``update_routes``);
-        only new or removed profiles, or a config change, need a full ``apply``."""
+        changed profile (``set_weights``); new and removed profiles and prefix moves are one
+        incremental ``update`` (groups + the moved routes); only the first sync, a config
+        change or an error need a full ``apply``."""
         while self._fib_dirty:
             self._fib_dirty = False
             if self.fib is None or self.table is None:
                 return
-            ch = self.table.take_changes()
+            self._fib_changes.add(self.table.take_changes())
+            ch = self._fib_changes.take()
             t0 = time.perf_counter()
             mode = "incremental"
             try:
-                if self._fib_full or ch.removed or any(k not in self._fib_keys for k in ch.updated):
+                if self._fib_full:
                     mode = "full"
                     desired = self.desired()
                     result = await self.fib.apply(desired)
@@ -646,24 +672,35 @@ class Node:
     async def _fib_incremental(self, ch: Changes) -> Any:
         assert self.fib is not None and self.table is not None
         res = self._resilient()
-        result: Any = None
+        specs: dict[str, GroupSpec] = {}
         for key in sorted(ch.updated):
             spec = self._group_spec(key, res)
             if spec is None:  # nothing usable left: let the full path decide
                 self._fib_full = True
                 self._fib_dirty = True
                 return None
-            result = await self.fib.set_weights(key, spec.weights, resilient=True)
+            specs[key] = spec
+        if not ch.prefixes and not ch.removed and all(k in self._fib_keys for k in specs):
+            result: Any = None  # weights only: one group replace each, no route touched
+            for key, spec in specs.items():
+                result = await self.fib.set_weights(key, spec.weights, resilient=True)
+            return result
+        keys = (self._fib_keys | specs.keys()) - ch.removed
         add: dict[Any, str] = {}
         remove: list[Any] = []
         for p in ch.prefixes:
             pkey = self.table.profile_of(p)
-            if pkey is not None and pkey in self._fib_keys:
-                add[ipaddress.ip_network(p)] = pkey
+            if pkey is not None and pkey in keys:
+                add[self._net(p)] = pkey
             else:
-                remove.append(ipaddress.ip_network(p))
-        if add or remove:
-            result = await self.fib.update_routes(add=add, remove=remove)
+                remove.append(self._net(p))
+        result = await self.fib.update(
+            groups=specs,
+            remove_groups=ch.removed & self._fib_keys,
+            add=add,
+            remove=remove,
+        )
+        self._fib_keys = keys
         return result
 
     # ---- views ----------------------------------------------------------------------------
@@ -775,6 +812,33 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
+class _ChangeSet:
+    """Path-table changes accumulated between two FIB syncs, merged in place: a burst of
+    10k prefix moves costs 10k set inserts, where merging frozen ``Changes`` copies the
+    growing set each time."""
+
+    def __init__(self) -> None:
+        self.updated: set[str] = set()
+        self.removed: set[str] = set()
+        self.prefixes: set[str] = set()
+
+    def add(self, ch: Changes) -> None:
+        # the algebra of Changes.__or__: a later removal cancels an update and vice versa
+        self.updated |= ch.updated
+        self.updated -= ch.removed
+        self.removed |= ch.removed
+        self.removed -= ch.updated
+        self.prefixes |= ch.prefixes
+
+    def clear(self) -> None:
+        self.updated, self.removed, self.prefixes = set(), set(), set()
+
+    def take(self) -> Changes:
+        ch = Changes(frozenset(self.updated), frozenset(self.removed), frozenset(self.prefixes))
+        self.clear()
+        return ch
+
+
 class _Facade:
     """A part of the node as the daemon sees it."""
 
@@ -813,6 +877,7 @@ class _Facade:
             if key == "counters":
                 return {
                     **dict(n.bgp.rib.counters),
+                    "rib_pending": n.bgp.rib.pending,
                     "api_lines": n.bgp.parser.decoded,
                     "api_dropped": dict(n.bgp.parser.dropped),
                 }

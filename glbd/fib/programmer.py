@@ -283,6 +283,64 @@ class FibProgrammer:
             errors = await self._execute(list(pl.ops))
             return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
 
+    async def update(
+        self,
+        groups: Mapping[str, GroupSpec] | None = None,
+        remove_groups: Iterable[str] = (),
+        add: Mapping[IPNetwork, str] | None = None,
+        remove: Iterable[IPNetwork] = (),
+    ) -> ApplyResult:
+        """One incremental step of a BGP burst: new or changed groups, groups no longer
+        wanted, routes added/re-pointed (``add``) and withdrawn (``remove``). Plans the groups
+        (O(members)) and the named routes only; a full plan happens only when a group that
+        some other route uses became (un)realizable. Routes move before their old group is
+        deleted (the kernel would take a route down with its group)."""
+        async with self._lock:
+            d = self._desired
+            if d is None:
+                raise RuntimeError("apply() a desired state first")
+            add = dict(add or {})
+            gone = [pfx for pfx in remove if pfx not in add]
+            dropped = set(remove_groups)
+            new_groups = dict(d.groups)
+            new_groups.update(groups or {})
+            for key in dropped:
+                new_groups.pop(key, None)
+            routes = dict(d.routes)
+            routes.update(add)
+            for pfx in gone:
+                routes.pop(pfx, None)
+            clean = not self._routes_dirty and d.routes is self._planned_routes
+            self._desired = Desired(groups=new_groups, routes=routes)
+            self.stats.applies += 1
+            if not clean:
+                return await self._sync()
+            t0 = time.perf_counter()
+            only = [*add, *gone]
+            self._ids = assign_ids(self._desired, self._obs, self._ids, self.id_ranges)
+            pl = plan(self._desired, self._obs, self._ids, self._params(), only=only)
+            realizable = dict(pl.realizable)
+            if realizable != self._realizable:
+                moved = {
+                    k
+                    for k in realizable.keys() | self._realizable.keys()
+                    if realizable.get(k) != self._realizable.get(k)
+                }
+                named = set(only)
+                if any(k in moved for pfx, k in routes.items() if pfx not in named):
+                    return await self._sync()
+            self._planned_routes = routes
+            self._realizable = realizable
+            named_s = {str(pfx) for pfx in only}
+            kept = {
+                k: v
+                for k, v in self._notes.items()
+                if k not in new_groups and k not in dropped and k not in named_s
+            }
+            self._notes = {**kept, **pl.notes}
+            errors = await self._execute(list(pl.ops))
+            return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
+
     def group_spec(self, weights: Mapping[Member, int]) -> GroupSpec:
         """A GroupSpec of the configured default type (``resilient=`` of the constructor)."""
         return GroupSpec(dict(weights), self.resilient)

@@ -8,6 +8,7 @@ import ipaddress
 import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from fibrig import Rig, member
@@ -248,6 +249,52 @@ async def test_update_routes_delta(rig: Rig, fib: FibProgrammer) -> None:
     assert route_nhid(rig, "203.0.113.0/24") is None
     snap = fib.snapshot()
     assert set(snap["routes"]) == {"198.51.100.0/24"} and snap["groups"]["a"]["routes"] == 1
+    assert (await fib.reconcile(full=True)).ops == 0
+
+
+async def test_update_moves_routes_to_a_new_group_without_a_full_plan(
+    rig: Rig, fib: FibProgrammer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BGP burst step: a new profile appears, the old one's prefixes move to it and it
+    goes. One incremental update, no O(routes) plan; a route outside the step keeps its
+    group. Then removing a group another route still uses falls back to the full plan."""
+    await fib.apply(
+        Desired(
+            groups={"a": GroupSpec({member(1): 1}), "keep": GroupSpec({member(3, v6=True): 1})},
+            routes={PFX_A: "a", PFX_6: "keep"},
+        )
+    )
+    keep = route_nhid(rig, "2001:db8:99::/48", v6=True)
+    assert keep is not None
+    old = route_nhid(rig, "203.0.113.0/24")
+    fulls: list[int] = []
+    real_sync = fib._sync
+
+    async def spy() -> Any:
+        fulls.append(1)
+        return await real_sync()
+
+    monkeypatch.setattr(fib, "_sync", spy)
+    res = await fib.update(
+        groups={"b": GroupSpec({member(1): 1, member(2): 3})},
+        remove_groups=["a"],
+        add={PFX_A: "b", PFX_B: "b"},
+    )
+    assert res.errors == () and fulls == []
+    new = route_nhid(rig, "203.0.113.0/24")
+    assert new is not None and route_nhid(rig, "198.51.100.0/24") == new
+    assert sorted(group_weights(rig, new).values()) == [1, 3]
+    # the new group may take over the old one's id (its routes voted for it): either way
+    # exactly two groups are left in the kernel
+    groups = [nh["id"] for nh in rig.nexthops() if "group" in nh]
+    assert len(groups) == 2 and old in groups + [None] and keep in groups
+    assert route_nhid(rig, "2001:db8:99::/48", v6=True) == keep
+    snap = fib.snapshot()
+    assert set(snap["groups"]) == {"b", "keep"}
+    # "keep" still has a route that is not part of the step: this must plan everything
+    await fib.update(remove_groups=["keep"])
+    assert fulls == [1]
+    monkeypatch.undo()
     assert (await fib.reconcile(full=True)).ops == 0
 
 
