@@ -231,6 +231,9 @@ class BgpSection(_Model):
     stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
     bfd_strict: bool = True
+    #: UPDATEs arriving within this long of a selection are selected together at its end
+    #: (a quiet RIB still selects at once); 0 = select on every UPDATE
+    update_coalesce_ms: Annotated[float, Field(ge=0, le=1000)] = 50.0
     #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR computes one NNHN per UPDATE
     #: from its first prefix, so by default only that prefix's NNHN is used)
     trust_packed_nnhn: bool = False

@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -134,6 +135,10 @@ class Daemon:
             (signal.SIGHUP, self._sighup),
         ):
             loop.add_signal_handler(sig, fn)
+        heap_report = os.environ.get("GLBD_HEAP_REPORT")
+        if heap_report:  # diagnosis only: tracemalloc slows allocation several-fold
+            tracemalloc.start()
+            loop.add_signal_handler(signal.SIGUSR2, _write_heap_report, heap_report)
         try:
             await self.start()
             await self._stop.wait()
@@ -392,3 +397,15 @@ def main(config_path: str, log_level: str | None = None, log_format: str | None 
     except OSError as e:
         print(f"glbd: {e}", file=sys.stderr)
         return 1
+
+
+def _write_heap_report(path: str) -> None:
+    """``GLBD_HEAP_REPORT=FILE glbd run ...`` then ``kill -USR2``: the 40 source lines holding
+    the most memory, for memory work (bench/glb_memory.py)."""
+    snap = tracemalloc.take_snapshot()
+    stats = snap.statistics("lineno")
+    total = sum(s.size for s in stats)
+    with open(path, "w") as f:
+        f.write(f"traced {total / 1e6:.1f} MB in {sum(s.count for s in stats)} blocks\n")
+        for st in stats[:40]:
+            f.write(f"{st.size / 1e6:8.2f} MB {st.count:9d} {st.traceback}\n")

@@ -97,6 +97,10 @@ def default_exabgp() -> tuple[str, ...]:
     return (found or "exabgp",)
 
 
+#: longest ExaBGP API line accepted (bytes)
+API_LINE_LIMIT = 1 << 21
+
+
 def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
     run = " ".join(bridge_cmd)
     lines = [
@@ -245,8 +249,11 @@ class ExabgpSupervisor:
         self.dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
+        # limit = the longest API line (a 64 KB UPDATE of ~16k prefixes is ~1 MB of JSON);
+        # asyncio also stops reading ahead at 2 x limit, which bounds what a burst that glbd
+        # has not processed yet can hold in glbd's memory (it was 16 MB -> 22 MB seen buffered)
         self._server = await asyncio.start_unix_server(
-            self._accept, path=str(self.socket_path), limit=1 << 24
+            self._accept, path=str(self.socket_path), limit=API_LINE_LIMIT
         )
         os.chmod(self.socket_path, 0o600)
         bridge = [sys.executable, "-m", "glbd.exabgp.bridge", str(self.socket_path)]
