@@ -541,9 +541,15 @@ class Node:
             self._changed(agg)
 
     def on_bfd(self, ev: BfdEvent) -> None:
-
+        """BFD state changes. A failure takes the next hop out of every kernel group first: the
+        failover task is queued before anything else is done here, and the RIB's recompute
+        (every prefix of that peer: path table, FIB sync, BGP teardown) and the log record
+        run after it, from the loop's ready queue."""
         self.counters["bfd_events"] += 1
         peer = ipaddress.ip_address(ev.peer)
+        if ev.new is not State.UP and ev.failure and self.fib is not None:
+            self.counters["fib_fast_failovers"] += 1
+            self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
         log.info(
             "bfd_state",
             peer=ev.peer,
@@ -559,12 +565,8 @@ class Node:
             if self.bgp is not None:
                 self.bgp.peer_bfd_up(peer)
         elif ev.failure:
-            # fast failover first: out of every group now, recompute afterwards
-            if self.fib is not None:
-                self.counters["fib_fast_failovers"] += 1
-                self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
             if self.bgp is not None:
-                self.bgp.peer_bfd_down(peer)
+                self.loop.call_soon(self.bgp.peer_bfd_down, peer)
         elif ev.reason == "neighbor_admin_down" and self.bgp is not None:
             self.bgp.peer_bfd_admin_down(peer)
 

@@ -169,3 +169,35 @@ async def test_component_failing_to_start_is_one_line_and_stops_the_others(
     assert d.state == "stopped" and not (tmp_path / "ctl.sock").exists()
     err = capsys.readouterr().err
     assert "glbd: bfd failed to start: engine did not answer" in err and "Traceback" not in err
+
+
+async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(tmp_path: Path) -> None:
+    """BFD Down: the fast FIB failover is started before the RIB recomputes the peer's
+    prefixes (which at scale is the whole table), and the RIB still follows."""
+    from bfd.engine import BfdEvent
+    from bfd.packet import Diag, State
+    from glbd.wiring import Node
+
+    f = _write_cfg(tmp_path)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    node = Node(d)
+    calls: list[str] = []
+
+    class Fib:
+        async def remove_nexthop(self, peer: Any, ifname: str) -> int:
+            calls.append(f"fib {peer} {ifname}")
+            return 1
+
+    class Bgp:
+        def peer_bfd_down(self, peer: Any) -> None:
+            calls.append(f"rib {peer}")
+
+    node.fib, node.bgp = Fib(), Bgp()  # type: ignore[assignment]
+    ev = BfdEvent("l1-s1", "172.16.11.2", State.UP, State.DOWN, Diag.CONTROL_DETECTION_TIME_EXPIRED,
+                  "detection_timeout", True, True, 0, 1, 0.0)  # fmt: skip
+    node.on_bfd(ev)
+    assert calls == []  # nothing heavy inside the callback
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert calls == ["fib 172.16.11.2 l1-s1", "rib 172.16.11.2"]
+    assert node.counters["fib_fast_failovers"] == 1
