@@ -558,6 +558,8 @@ class Node:
             new=ev.new.name,
             reason=ev.reason,
             failure=ev.failure,
+            # engine decision -> here (pipe, reader thread, event loop): the daemon's share
+            event_age_ms=round((time.monotonic() - ev.at) * 1e3, 2),
         )
         if ev.new is State.UP:
             if self.fib is not None:
