@@ -319,6 +319,8 @@ class PathTable:
         self._by_if: dict[str, set[str]] = {}
         self._by_remote: dict[tuple[int, int], set[str]] = {}
         self._pending = Changes()
+        self._rib_memo: dict[int, tuple[Any, dict[NextHop, frozenset[int] | None], str]] = {}
+        self._conv: dict[int, tuple[Any, tuple[NextHop, frozenset[int] | None] | None]] = {}
         self.recomputes = 0
 
     @property
@@ -399,7 +401,11 @@ class PathTable:
         nhs = {
             nh: (None if s is None else frozenset(int(i) for i in s)) for nh, s in next_hops.items()
         }
-        key = profile_key(nhs)
+        return self._set_prefix(prefix, nhs, profile_key(nhs))
+
+    def _set_prefix(
+        self, prefix: str, nhs: dict[NextHop, frozenset[int] | None], key: str
+    ) -> Changes:
         old = self._prefix.get(prefix)
         if old == key:
             return Changes()
@@ -429,15 +435,34 @@ class PathTable:
     def on_next_hops_changed(self, ev: NextHopsChanged) -> Changes:
         """Convenience for the RIB's event. Next hops whose peer BGP id is unknown are used
         without remote quality (their NNH set is ignored)."""
-        nhs: dict[NextHop, frozenset[int] | None] = {}
-        for nh in ev.next_hops:
-            if nh.peer_bgp_id is None:
-                nhs[NextHop(0, str(nh.next_hop), nh.interface)] = None
-                continue
-            conv = next_hop_from_rib(nh)
-            if conv is not None:
-                nhs[conv[0]] = conv[1]
-        return self.set_prefix(str(ev.prefix), nhs)
+        if not ev.next_hops:
+            return self.remove_prefix(str(ev.prefix))
+        # the RIB hands out one tuple object per next-hop set: convert and key it once for
+        # all the prefixes that share it (the memo keeps the tuple, so its id stays unique)
+        memo = self._rib_memo.get(id(ev.next_hops))
+        if memo is None or memo[0] is not ev.next_hops:
+            nhs: dict[NextHop, frozenset[int] | None] = {}
+            for nh in ev.next_hops:
+                conv = self._conv.get(id(nh))  # the RIB's views are shared objects too
+                if conv is None or conv[0] is not nh:
+                    if nh.peer_bgp_id is None:
+                        c: tuple[NextHop, frozenset[int] | None] | None = (
+                            NextHop(0, str(nh.next_hop), nh.interface),
+                            None,
+                        )
+                    else:
+                        c = next_hop_from_rib(nh)
+                    if len(self._conv) >= 8192:
+                        self._conv.clear()
+                    conv = self._conv[id(nh)] = (nh, c)
+                if conv[1] is not None:
+                    nhs[conv[1][0]] = conv[1][1]
+            if not nhs:
+                return self.remove_prefix(str(ev.prefix))
+            if len(self._rib_memo) >= 64:
+                self._rib_memo.clear()
+            memo = self._rib_memo[id(ev.next_hops)] = (ev.next_hops, nhs, profile_key(nhs))
+        return self._set_prefix(str(ev.prefix), memo[1], memo[2])
 
     def take_changes(self) -> Changes:
         """Everything changed since the last call (for a periodic FIB update tick)."""
