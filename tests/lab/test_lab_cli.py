@@ -37,7 +37,9 @@ def test_up_congest_cut_restore_down() -> None:
 
         def weights() -> dict[str, int]:
             prof = ctl.request(sock, "profiles")
-            p = next(p for p in prof["profiles"] if "198.19.2.0/24" in p["prefixes"])
+            p = next((p for p in prof["profiles"] if "198.19.2.0/24" in p["prefixes"]), None)
+            if p is None:  # not learned yet: the loop below waits for it
+                return {}
             return {w["ifname"]: w["value"] for w in p["weights"]}
 
         deadline = time.monotonic() + 30
