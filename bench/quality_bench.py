@@ -23,21 +23,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import random
 import resource
 import socket
 import statistics
 import struct
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
+
+from timing import module_at
 
 from glbd import linkmon as linkmon_now
 from glbd.linkmon import Columns, LinkMonitor, LinkMonParams, LinkSample
@@ -232,25 +230,7 @@ BASELINE_REF = "179d892"  # glbd/linkmon.py before the columns reader (issue #8,
 
 
 def load_linkmon(ref: str) -> ModuleType | None:
-    """``glbd/linkmon.py`` of git ``ref`` as a private module (the baseline of the same run)."""
-    try:
-        src = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{ref}:glbd/linkmon.py"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"   baseline {ref}: not available ({exc})")
-        return None
-    path = Path(tempfile.mkdtemp()) / "linkmon_baseline.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("glbd._linkmon_baseline", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return module_at(ref, "glbd/linkmon.py", "linkmon_baseline")
 
 
 def monitor_core_bench(n_if: int = 128) -> tuple[float, float]:

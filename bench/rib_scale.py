@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import ipaddress
-import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -35,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 import logging  # noqa: E402
 
 import structlog  # noqa: E402
+from timing import module_at  # noqa: E402
 
 from glbd import nhc as nhcmod  # noqa: E402
 from glbd import rib as rib_now  # noqa: E402
@@ -53,24 +51,7 @@ def peer_as(i: int) -> int:
 
 
 def load_baseline(ref: str) -> ModuleType | None:
-    try:
-        src = subprocess.run(
-            ["git", "-C", str(ROOT), "show", f"{ref}:glbd/rib.py"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"baseline {ref}: not available ({exc})")
-        return None
-    path = Path(tempfile.mkdtemp()) / "rib_baseline.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("glbd._rib_baseline", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return module_at(ref, "glbd/rib.py", "rib_baseline")
 
 
 def peer_addr(i: int) -> ipaddress.IPv4Address:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 
 def rate(
@@ -19,3 +25,27 @@ def rate(
         dt = clock() - t0
         if dt >= min_time:
             return n / dt
+
+
+def module_at(ref: str, relpath: str, name: str) -> ModuleType | None:
+    """``relpath`` (e.g. ``glbd/rib.py``) as it was at git ``ref``, loaded as the private module
+    ``glbd._<name>`` (the baseline measured in the same run); None if git cannot show it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        src = subprocess.run(
+            ["git", "-C", str(root), "show", f"{ref}:{relpath}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"baseline {ref}: not available ({exc})")
+        return None
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"glbd._{name}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -256,32 +256,7 @@ class FibProgrammer:
         """Add/re-point (``add``: prefix -> group key) and withdraw (``remove``) a few routes:
         O(delta) planning (plus one C-level copy of the route map), for BGP updates. The group
         keys must exist in the desired state (set by :meth:`apply`)."""
-        async with self._lock:
-            d = self._desired
-            if d is None:
-                raise RuntimeError("apply() a desired state first")
-            add = dict(add or {})
-            gone = [pfx for pfx in remove if pfx not in add]
-            routes = dict(d.routes)
-            routes.update(add)
-            for pfx in gone:
-                routes.pop(pfx, None)
-            clean = not self._routes_dirty and d.routes is self._planned_routes
-            self._desired = Desired(groups=d.groups, routes=routes)
-            self.stats.applies += 1
-            if not clean:
-                return await self._sync()
-            t0 = time.perf_counter()
-            self._ids = assign_ids(self._desired, self._obs, self._ids, self.id_ranges)
-            pl = plan(self._desired, self._obs, self._ids, self._params(), only=[*add, *gone])
-            if dict(pl.realizable) != self._realizable:
-                return await self._sync()
-            self._planned_routes = routes
-            for pfx in (*add, *gone):
-                self._notes.pop(str(pfx), None)
-            self._notes.update(pl.notes)
-            errors = await self._execute(list(pl.ops))
-            return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
+        return await self.update(add=add, remove=remove)
 
     async def update(
         self,
