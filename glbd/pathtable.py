@@ -43,8 +43,21 @@ Weight of next hop *n* in a profile (documented functions; see docs/heartbeat.md
    ``(1, 2, 3, 5, 8, 12, 18, 27)`` for q = 0..7 (roughly x1.5 per band; 27:1 between an idle
    and a saturated link, about the spare-capacity ratio of a <20 % and a >90 % loaded link),
    linearly interpolated for fractional q.
-6. per profile, weights are ``max(1, round(raw / max(raw) x max_weight))`` and 0 where raw is 0.
-   **Never all zero**: when every raw is 0, every next hop gets weight 1 (``guard`` in inputs).
+6. *memory* (``memory=True``, default): a per-profile controller state ``m`` in (0, 1] per next
+   hop, stepped once per recompute (i.e. per change of an input the profile depends on; band
+   changes are already rate-limited by the monitor's hysteresis), deterministic, no clock.
+   With ``r = raw / max(raw)`` and remote quality ``rq``: ``rq = 7`` (idle downstream) releases
+   ``m`` to 1; ``rq >= memory_release_q`` (6: headroom) adds ``memory_increase`` (0.25); if
+   ``r < m`` and ``r < memory_attack_below`` (0.5, a dead zone of about two bands) ``m`` falls to
+   ``max(r, m x memory_decrease)`` (0.5); then the memories are scaled so the largest is 1.
+   DLB, static and down next hops hold nothing (``m = 1``). The weight uses
+   ``min(raw, m x max(raw))``: a remote link that was clearly worse than its alternatives keeps
+   its low weight after moving traffic away has made the bands equal again (they flatten once
+   every downlink is busy), until that link itself shows headroom. At fixed ``m`` the weight is
+   still monotone in q.
+7. per profile, weights are ``max(1, round(eff / max(eff) x max_weight))`` and 0 where raw is 0
+   (``eff`` = raw after the memory). **Never all zero**: when every raw is 0, every next hop gets
+   weight 1 (``guard`` in inputs).
 
 Incremental: an index from interface and from (helper, NNH) to profiles means one changed link
 recomputes only the profiles that depend on it; each call returns (and accumulates for
@@ -166,6 +179,20 @@ class PathTableParams:
     weight_table: tuple[int, ...] = DEFAULT_WEIGHT_TABLE
     max_weight: int = 255
     capacity_aware: bool = True
+    #: weights with memory (function 6 in the module docstring): hold a GLB next hop's penalty
+    #: while its remote link stays busy. False = stateless weights (``raw`` alone).
+    memory: bool = True
+    #: per controller step, a next hop's memory moves toward its current ratio by at most this
+    #: factor (multiplicative decrease; 0.5 = at most halved per step)
+    memory_decrease: float = 0.5
+    #: dead zone: the memory only falls while the ratio is below this (0.5 = about two bands
+    #: behind the profile's best next hop), so one-band wobble on evenly loaded links never
+    #: accumulates into a skew
+    memory_attack_below: float = 0.5
+    #: remote quality from which the remote link counts as having headroom: the memory then
+    #: grows by ``memory_increase`` per step (additive increase); at q = 7 it is released fully
+    memory_release_q: float = 6.0
+    memory_increase: float = 0.25
 
     def __post_init__(self) -> None:
         if self.combine not in ("bottleneck", "mean"):
@@ -175,6 +202,14 @@ class PathTableParams:
             raise ValueError("weight_table: 8 positive, non-decreasing values (q = 0..7)")
         if not 1 <= self.max_weight <= 65535:
             raise ValueError("max_weight must be 1..65535")
+        if not 0.0 < self.memory_decrease < 1.0:
+            raise ValueError("memory_decrease must be in (0, 1)")
+        if not 0.0 < self.memory_attack_below <= 1.0:
+            raise ValueError("memory_attack_below must be in (0, 1]")
+        if not 0.0 < self.memory_increase <= 1.0:
+            raise ValueError("memory_increase must be in (0, 1]")
+        if not 0.0 <= self.memory_release_q <= MAX_Q:
+            raise ValueError("memory_release_q must be 0..7")
 
 
 # --- outputs ---------------------------------------------------------------------------------
@@ -197,6 +232,8 @@ class WeightInputs(NamedTuple):
     capacity_mbps: float
     raw: float
     guard: bool = False
+    #: the controller's memory (1 = no held penalty); the weight uses min(raw, memory x top)
+    memory: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -214,6 +251,7 @@ class WeightInputs(NamedTuple):
             "capacity_mbps": self.capacity_mbps,
             "raw": round(self.raw, 3),
             "guard": self.guard,
+            "memory": round(self.memory, 3),
         }
 
 
@@ -270,11 +308,14 @@ class _Profile:
     items: list[tuple[NextHop, tuple[int, ...] | None]] = field(default_factory=list)
     #: (value, source) per next hop in ``items`` order, to detect a change cheaply
     summary: list[tuple[int, str]] = field(default_factory=list)
+    #: the controller's memory per next hop in ``items`` order (1.0 = nothing held)
+    mem: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.items = [
             (nh, None if nnh is None else tuple(sorted(nnh))) for nh, nnh in self.nhs.items()
         ]
+        self.mem = [1.0] * len(self.items)
 
 
 def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
@@ -332,7 +373,11 @@ class PathTable:
         if not params.role.load_balancer:
             self._remote.clear()
             self._agg.clear()
-        return self._recompute(set(self._profiles))
+        if not params.memory:
+            for prof in self._profiles.values():
+                prof.mem = [1.0] * len(prof.items)
+        # a configuration change is not a measurement: no controller step
+        return self._recompute(set(self._profiles), step=False)
 
     # --- inputs ----------------------------------------------------------------------------
 
@@ -516,11 +561,11 @@ class PathTable:
             for s in nnh or ():
                 upd(self._by_remote, (nh.bgp_id, s))
 
-    def _recompute(self, keys: Iterable[str]) -> Changes:
+    def _recompute(self, keys: Iterable[str], *, step: bool = True) -> Changes:
         changed = set()
         for k in keys:
             prof = self._profiles.get(k)
-            if prof is not None and self._compute(prof):
+            if prof is not None and self._compute(prof, step=step):
                 changed.add(k)
         ch = Changes(frozenset(changed))
         if changed:
@@ -557,7 +602,7 @@ class PathTable:
         q = sum(a.quality * a.usable for a in live) / usable if usable else 0.0
         return "ok", q, usable, False
 
-    def _compute(self, prof: _Profile) -> bool:
+    def _compute(self, prof: _Profile, *, step: bool = True) -> bool:
         p = self._p
         prof.recomputes += 1
         self.recomputes += 1
@@ -623,11 +668,20 @@ class PathTable:
                 new[nh] = Weight(1, source, wi._replace(guard=True))
                 summary.append((1, source))
         else:
-            scale = p.max_weight / top
-            for (nh, _), (source, wi) in zip(prof.items, rows, strict=True):
-                raw = wi.raw
+            mem = prof.mem
+            if p.memory:
+                if step:
+                    _step_memory(p, mem, rows, top)
+                eff = [
+                    wi.raw if m >= 1.0 else min(wi.raw, m * top)
+                    for m, (_, wi) in zip(mem, rows, strict=True)
+                ]
+            else:
+                eff = [wi.raw for _, wi in rows]
+            scale = p.max_weight / max(eff)
+            for (nh, _), (source, wi), m, raw in zip(prof.items, rows, mem, eff, strict=True):
                 v = 0 if raw <= 0 else max(1, round(raw * scale))
-                new[nh] = Weight(v, source, wi)
+                new[nh] = Weight(v, source, wi if m >= 1.0 else wi._replace(memory=m))
                 summary.append((v, source))
         changed = summary != prof.summary
         prof.weights = new
@@ -700,6 +754,43 @@ class PathTable:
                 for k, prof in sorted(self._profiles.items())
             ]
         }
+
+
+def _step_memory(
+    p: PathTableParams, mem: list[float], rows: list[tuple[str, WeightInputs]], top: float
+) -> None:
+    """One step of the weight controller (function 6 in the module docstring), in place.
+
+    For each GLB next hop with ratio ``r = raw / top`` and remote quality ``rq``:
+    ``rq = 7`` (idle downstream) releases the memory to 1; ``rq >= memory_release_q`` adds
+    ``memory_increase`` (the remote link has headroom); then, if ``r`` is below the memory and
+    below ``memory_attack_below`` (dead zone), the memory falls toward ``r``, by at most the
+    factor ``memory_decrease`` per step. Other next hops (DLB,
+    static, down) hold nothing. Finally the memories are scaled so the largest is 1 (only
+    ratios matter, so a penalty everybody shares cancels out)."""
+    dec, inc, rel = p.memory_decrease, p.memory_increase, p.memory_release_q
+    below = p.memory_attack_below
+    top_mem = 0.0
+    for i, (source, wi) in enumerate(rows):
+        rq = wi.remote_quality
+        if source != "glb" or wi.raw <= 0.0 or rq is None:
+            mem[i] = 1.0
+            continue
+        m = mem[i]
+        if rq >= MAX_Q:
+            m = 1.0
+        elif rq >= rel:
+            m = min(1.0, m + inc)
+        r = wi.raw / top
+        if r < m and r < below:
+            m = max(r, m * dec)
+        mem[i] = m
+        if m > top_mem:
+            top_mem = m
+    if 0.0 < top_mem < 1.0:
+        for i, (source, wi) in enumerate(rows):
+            if source == "glb" and wi.raw > 0.0 and wi.remote_quality is not None:
+                mem[i] = min(1.0, mem[i] / top_mem)
 
 
 def _interp(table: tuple[int, ...], q: float) -> float:

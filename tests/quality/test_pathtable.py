@@ -266,3 +266,138 @@ def test_heartbeat_entries_fast_path_matches_generic() -> None:
     t2.set_remote(S[0], list(ents))
     assert t1.to_dict() == t2.to_dict()
     assert not t1.set_remote(S[0], wire.Entries(ents))  # same snapshot: nothing to do
+
+
+# --- weights with memory (function 6) ---------------------------------------------------------
+
+
+def set_l2(t: PathTable, spine: int, band: int) -> Changes:
+    """Spine ``spine``'s link to leaf 2 at ``band`` (its link to leaf 3 idle)."""
+    return t.set_remote(
+        S[spine], [RemoteLink(L2, 1, band, False, G), RemoteLink(L3, 2, 7, False, G)]
+    )
+
+
+def test_memory_holds_a_downstream_penalty_while_the_link_stays_busy() -> None:
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    # a hotspot on spine 1 -> leaf 2 before any traffic of ours: band 7 -> 5 -> 4
+    set_l2(t, 0, 5)
+    set_l2(t, 0, 4)
+    assert w(t, "p2") == [round(8 / 27 * 255), 255, 255, 255]  # as the stateless table
+    # our traffic arrives: every downlink into leaf 2 gets busy, the bands flatten (all 3);
+    # the links load one band at a time, so no link is ever two bands behind another
+    for band in (6, 5, 4, 3):
+        for s in (1, 2, 3):
+            set_l2(t, s, band)
+    set_l2(t, 0, 3)
+    # stateless weights would be equal again (255 x 4); the memory keeps spine 1 down
+    assert w(t, "p2") == [round(8 / 27 * 255), 255, 255, 255]
+    wi = t.weights(t.profile_of("p2") or "")[NH[0]].inputs
+    assert wi.raw == wi.raw and round(wi.memory, 3) == round(8 / 27, 3)
+    # the other prefix (leaf 3) never saw a penalty
+    t.set_prefix("p3", to_leaf(L3))
+    assert w(t, "p3") == [255] * 4
+    # one band of wobble is inside the dead zone: nothing more is learned from it
+    set_l2(t, 0, 2)
+    set_l2(t, 0, 3)
+    assert w(t, "p2")[0] == round(8 / 27 * 255)
+    # a spine 1 clearly worse than what is held (band 0 against 3: 1/5) goes further down
+    set_l2(t, 0, 0)
+    set_l2(t, 0, 0)
+    set_l2(t, 0, 3)
+    assert w(t, "p2")[0] == round(1 / 5 * 255)
+
+
+def test_memory_is_released_by_headroom_and_fully_when_idle() -> None:
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    set_l2(t, 0, 4)
+    set_l2(t, 0, 3)  # two steps below the others: the memory reaches the ratio 5/27
+    held = w(t, "p2")[0]
+    assert held == round(5 / 27 * 255)
+    for band in (6, 5, 4, 3):
+        for s in (1, 2, 3):
+            set_l2(t, s, band)
+    assert w(t, "p2")[0] == held
+    # headroom (band >= 6) on the remote link: additive increase, not a jump (the others,
+    # now three bands behind spine 1, take a penalty of their own: only ratios count)
+    set_l2(t, 0, 6)
+    ws = t.weights(t.profile_of("p2") or "")
+    m = ws[NH[0]].inputs.memory / ws[NH[1]].inputs.memory
+    assert abs(m - (5 / 27 + 0.25) / 0.5) < 1e-9
+    assert w(t, "p2")[0] == 255  # spine 1 is now the best next hop
+    # the hotspot has gone and spine 1's downlink is idle: released at once
+    set_l2(t, 0, 7)
+    assert w(t, "p2") == [255, 47, 47, 47]  # stateless: the others are busy (5/27)
+    assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.memory == 1.0
+    for s in (1, 2, 3):
+        set_l2(t, s, 7)
+    assert w(t, "p2") == [255] * 4
+    assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.memory == 1.0
+
+
+def test_memory_off_is_stateless_and_dlb_holds_nothing() -> None:
+    t0 = table(memory=False)
+    all_remote(t0)
+    t0.set_prefix("p2", to_leaf(L2))
+    set_l2(t0, 0, 3)
+    for s in range(4):
+        set_l2(t0, s, 2)
+    assert w(t0, "p2") == [255] * 4
+    t = table()
+    all_remote(t)
+    t.set_prefix("p2", to_leaf(L2))
+    set_l2(t, 0, 3)
+    set_l2(t, 0, 2)
+    for s in (1, 2, 3):
+        set_l2(t, s, 6)
+    assert w(t, "p2")[0] == round(3 / 27 * 255)  # held: stateless would be 3/18
+    # spine 1's heartbeats expire: DLB fallback, the penalty is dropped with the GLB source
+    t.set_remote(S[0], None)
+    assert src(t, "p2")[0] == "dlb" and w(t, "p2") == [255, 170, 170, 170]  # local 7 vs 6
+    assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.memory == 1.0
+    set_l2(t, 0, 6)
+    assert w(t, "p2") == [255] * 4
+    # turning the memory off releases every held penalty (a config change is not a step)
+    set_l2(t, 0, 2)
+    set_l2(t, 0, 1)
+    for s in (1, 2, 3):
+        set_l2(t, s, 4)
+    assert w(t, "p2")[0] == round(2 / 18 * 255)  # held from band 1 vs 6; stateless 2/8
+    t.set_params(PathTableParams(memory=False))
+    assert w(t, "p2") == [round(2 / 8 * 255), 255, 255, 255]  # the stateless weights
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 7), st.booleans()), max_size=40))
+@settings(max_examples=150, deadline=None)
+def test_memory_is_deterministic_bounded_and_forgets_when_idle(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    runs = []
+    for _ in range(2):
+        t = table()
+        all_remote(t)
+        t.set_prefix("p2", to_leaf(L2))
+        seen = []
+        for s, band, down in steps:
+            t.set_remote(
+                S[s], [RemoteLink(L2, 1, 0 if down else band, down, G), RemoteLink(L3, 2, 7)]
+            )
+            ws = t.weights(t.profile_of("p2") or "")
+            vals = [ws[nh].value for nh in NH]
+            assert any(vals)  # never all zero
+            for nh in NH:
+                x = ws[nh]
+                assert (x.value == 0) == (x.inputs.raw <= 0 and not x.inputs.guard)
+                assert 0 <= x.value <= 255 and 0 < x.inputs.memory <= 1.0
+            if not all(x.inputs.guard for x in ws.values()):
+                assert max(vals) == 255
+            seen.append(vals)
+        runs.append(seen)
+        for s in range(4):  # the whole downstream goes idle: nothing is held any more
+            set_l2(t, s, 7)
+        assert w(t, "p2") == [255] * 4
+    assert runs[0] == runs[1]
