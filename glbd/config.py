@@ -379,6 +379,9 @@ class PathQualitySection(_Model):
     max_weight: Annotated[int, Field(ge=1, le=65535)] = 255
     #: split by usable capacity x quality (WCMP), not just by quality
     capacity_aware: bool = True
+    #: weights with memory: hold a next hop's penalty for a clearly worse downstream link until
+    #: that link shows headroom (docs/heartbeat.md §7); false = weights from the current bands only
+    weight_memory: bool = True
 
     @field_validator("weight_table")
     @classmethod

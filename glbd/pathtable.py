@@ -713,6 +713,7 @@ class PathTable:
             "weight_table": list(self._p.weight_table),
             "max_weight": self._p.max_weight,
             "capacity_aware": self._p.capacity_aware,
+            "weight_memory": self._p.memory,
             "recomputes": self.recomputes,
             "local": {
                 k: {"band": v.band, "down": v.down, "capacity_mbps": v.capacity_mbps}

@@ -144,21 +144,22 @@ class Node:
             stale_s=f.stale_timer_s,
         )
 
-    def build_table(self) -> PathTable:
-
+    def table_params(self) -> PathTableParams:
         role = Role(self.cfg.role)
         if not self.cfg.heartbeat.enabled and role.load_balancer:
             role = Role.HELPER if role is Role.BOTH else role
         pq = self.cfg.path_quality
-        return PathTable(
-            PathTableParams(
-                role=role,
-                combine=pq.combine,
-                weight_table=tuple(pq.weight_table),
-                max_weight=pq.max_weight,
-                capacity_aware=pq.capacity_aware,
-            )
+        return PathTableParams(
+            role=role,
+            combine=pq.combine,
+            weight_table=tuple(pq.weight_table),
+            max_weight=pq.max_weight,
+            capacity_aware=pq.capacity_aware,
+            memory=pq.weight_memory,
         )
+
+    def build_table(self) -> PathTable:
+        return PathTable(self.table_params())
 
     @property
     def _sample_interval_s(self) -> float:
@@ -369,6 +370,19 @@ class Node:
             self.schedule_fib_sync()
 
     async def reconfigure_quality(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
+        if self.table is not None and {"path_quality", "heartbeat"} & set(ch["sections"]):
+            # weight function or role (heartbeats on/off) changed: every profile is recomputed
+            # from the inputs it has, and only the groups whose weights moved are rewritten
+            params = self.table_params()
+            if params != self.table.params:
+                self._changed(self.table.set_params(params))
+                log.info(
+                    "reload_path_quality",
+                    role=params.role.value,
+                    combine=params.combine,
+                    capacity_aware=params.capacity_aware,
+                    weight_memory=params.memory,
+                )
         if self.monitor is not None:
             if "link_quality" in ch["sections"]:
                 self.monitor.set_params(self.linkmon_params())

@@ -257,6 +257,11 @@ def test_path_quality_table_must_be_eight_monotone_values() -> None:
     d["path_quality"] = {"weight_table": [1, 1, 2, 2, 3, 3, 4, 4], "combine": "mean"}
     c = config.parse(d)
     assert c.path_quality.combine == "mean" and c.path_quality.weight_table[-1] == 4
+    assert c.path_quality.weight_memory is True  # the default
+    d["path_quality"] = {"weight_memory": False}
+    assert config.parse(d).path_quality.weight_memory is False
+    d["path_quality"] = {"weight_memory": "sometimes"}
+    assert "path_quality.weight_memory" in dict(_problems(d))
 
 
 def test_neighbor_passive_modes() -> None:
