@@ -781,7 +781,7 @@ class Node:
         return {
             "profiles": rows,
             "fib": summary,
-            "last_sync": self.last_fib_sync,
+            "last_sync": self.last_fib_sync or None,  # null until the first sync
             "counters": fib.get("counters", {}),
         }
 

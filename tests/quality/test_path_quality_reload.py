@@ -71,3 +71,13 @@ async def test_path_quality_reload_applies_weight_memory_and_combine(tmp_path: P
     await node.reconfigure_fib(old, ch)
     await node.reconfigure_quality(old, ch)
     assert t.params.memory and w(t, "p2") == [255] * 4
+
+
+async def test_profiles_last_sync_is_null_before_the_first_fib_sync(tmp_path: Path) -> None:
+    """``glbctl profiles --json`` keeps its shape: ``last_sync`` is an object once a sync ran,
+    null before (it was an empty object, which the contract test saw as four missing keys)."""
+    node = Node(Daemon("glbd.toml", _cfg(tmp_path)))
+    node.table = node.build_table()
+    assert node.fib_snapshot()["last_sync"] is None
+    node.last_fib_sync = {"at": 1.0, "ms": 2.0, "mode": "full", "result": "ok"}
+    assert node.fib_snapshot()["last_sync"]["mode"] == "full"
