@@ -110,6 +110,11 @@ class Node:
         self._fib_task: asyncio.Task[None] | None = None
         self._fib_full = True  # the first sync, and after errors or config changes
         self._fib_keys: set[str] = set()  # profile keys the FIB has groups for
+        # profile keys the last full sync left out (no member it could program), routes too
+        self._fib_left_out: set[str] = set()
+        # new/removed profiles as one incremental FibProgrammer.update (True) or a full apply
+        # (False, see _fib_sync_loop); tests/test_wiring_fib_sync.py runs both
+        self.fib_incremental_profiles = False
         self._fib_changes = _ChangeSet()  # what the next FIB sync has to bring over
         self._nets: dict[str, Any] = {}  # table prefix -> network object
         self._bgp_ready_at: float | None = None
@@ -669,10 +674,18 @@ class Node:
             try:
                 # new or removed profiles: a full apply. FibProgrammer.update can do them
                 # incrementally, but with it leaf2 of the e2e fabric kept unequal kernel weights
-                # after a BFD down/up (10:40 UTC, not understood yet): correctness first
-                if self._fib_full or ch.removed or any(k not in self._fib_keys for k in ch.updated):
+                # after a BFD down/up (10:40 UTC). Not reproduced since (12:10-12:35 UTC: e2e 5x,
+                # also under CPU load, and 90 rounds of cuts/drops/stalls all passed with the
+                # incremental path); the one divergence found (a left-out profile coming back
+                # without its routes) is fixed below and tests/test_wiring_fib_sync.py guards
+                # it. Until the e2e failure is understood: correctness first
+                if self._fib_full or (
+                    not self.fib_incremental_profiles
+                    and (ch.removed or any(k not in self._fib_keys for k in ch.updated))
+                ):
                     mode = "full"
                     desired = self.desired()
+                    self._fib_left_out = set(self.table.profiles()) - desired.groups.keys()
                     result = await self.fib.apply(desired)
                     self._fib_keys = set(desired.groups)
                     self._fib_full = False
@@ -694,9 +707,13 @@ class Node:
         assert self.fib is not None and self.table is not None
         res = self._resilient()
         specs: dict[str, GroupSpec] = {}
+        self._fib_left_out -= ch.removed
         for key in sorted(ch.updated):
             spec = self._group_spec(key, res)
-            if spec is None:  # nothing usable left: let the full path decide
+            # nothing usable left, or usable again after a full sync left the profile out
+            # together with its routes (those prefixes did not move, so ch.prefixes does not
+            # name them): let the full path decide
+            if spec is None or key in self._fib_left_out:
                 self._fib_full = True
                 self._fib_dirty = True
                 return None

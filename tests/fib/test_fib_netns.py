@@ -315,3 +315,49 @@ async def test_stale_objects_kept_then_removed_after_restart(rig: Rig) -> None:
         assert "198.18.10.6" not in gws
     finally:
         await f2.stop()
+
+
+@pytest.mark.parametrize("carrier", [False, True], ids=["bfd", "bfd+carrier"])
+async def test_bfd_down_up_as_incremental_updates_ends_equal(
+    rig: Rig, fib: FibProgrammer, carrier: bool
+) -> None:
+    """What the daemon does on leaf2 of the e2e fabric when spine1 goes away and comes back,
+    with new/removed profiles as incremental ``update`` steps (resilient groups, as there):
+    failover, the prefixes move to a one-next-hop profile (the old one removed), the link
+    comes back, restore, the prefixes move back to a two-next-hop profile under the old key
+    (which takes the other group's id by route vote). The kernel must end with equal weights
+    and agree with glbd's cache."""
+    res = Resilient(buckets=128, idle_timer_s=1.0, unbalanced_timer_s=5.0)
+    both = GroupSpec({member(1): 255, member(2): 255}, res)
+    await fib.apply(Desired(groups={"ab": both}, routes={PFX_A: "ab", PFX_B: "ab"}))
+    first = route_nhid(rig, "203.0.113.0/24")
+    assert first is not None
+    if carrier:
+        rig.peer_link(1, up=False)  # the kernel silently drops member 1 from the group
+    assert await fib.remove_nexthop("198.18.10.2", "r-p1") == 1
+    await fib.update(
+        groups={"b": GroupSpec({member(2): 255}, res)},
+        remove_groups=["ab"],
+        add={PFX_A: "b", PFX_B: "b"},
+    )
+    nhid = route_nhid(rig, "203.0.113.0/24")
+    assert nhid is not None and group_weights(rig, nhid) == {"198.18.10.6": 255}
+    if carrier:
+        rig.peer_link(1, up=True)
+    await fib.restore_nexthop("198.18.10.2", "r-p1")
+    await fib.update(groups={"ab": both}, remove_groups=["b"], add={PFX_A: "ab", PFX_B: "ab"})
+
+    def equal() -> bool:
+        a, b = route_nhid(rig, "203.0.113.0/24"), route_nhid(rig, "198.51.100.0/24")
+        return (
+            a is not None
+            and a == b
+            and group_weights(rig, a) == {"198.18.10.2": 255, "198.18.10.6": 255}
+        )
+
+    await eventually(equal)
+    assert len([nh for nh in rig.nexthops() if "group" in nh]) == 1
+    snap = fib.snapshot()
+    assert set(snap["groups"]) == {"ab"} and snap["groups"]["ab"]["diff"] is False
+    assert not any(r["diff"] for r in snap["routes"].values())
+    assert (await fib.reconcile(full=True)).ops == 0  # the cache agreed with the kernel
