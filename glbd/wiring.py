@@ -584,12 +584,16 @@ class Node:
             if self.fib is not None:
                 self.loop.create_task(self.fib.restore_nexthop(peer, ev.interface))
             if self.bgp is not None:
-                self.bgp.peer_bfd_up(peer)
+                # through the ready queue like the Down below: a Down and the Up right after it
+                # (a flap read from the engine in one go) must reach the RIB in that order, or
+                # the Up is a no-op, the late Down marks the peer BFD-down for good, and its
+                # paths never come back
+                self.loop.call_soon(self.bgp.peer_bfd_up, peer)
         elif ev.failure:
             if self.bgp is not None:
                 self.loop.call_soon(self.bgp.peer_bfd_down, peer)
         elif ev.reason == "neighbor_admin_down" and self.bgp is not None:
-            self.bgp.peer_bfd_admin_down(peer)
+            self.loop.call_soon(self.bgp.peer_bfd_admin_down, peer)
 
     # ---- FIB sync -------------------------------------------------------------------------
 

@@ -201,3 +201,39 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(tmp_path: Pa
         await asyncio.sleep(0)
     assert calls == ["fib 172.16.11.2 l1-s1", "rib 172.16.11.2"]
     assert node.counters["fib_fast_failovers"] == 1
+
+
+async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) -> None:
+    """A Down and the Up right after it, handled in one loop iteration (the engine's pipe
+    delivered both): the RIB must see Down then Up. With the Up applied at once and the Down
+    deferred, the late Down left the peer BFD-down for good and its paths out of selection
+    (the e2e fabric lost a spine for a prefix under load)."""
+    from bfd.engine import BfdEvent
+    from bfd.packet import Diag, State
+    from glbd.wiring import Node
+    from tests.bgp.test_rib import LEAVES, rib, upd
+
+    f = _write_cfg(tmp_path)
+    node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
+    r = rib()
+    r.on_update(upd(1, "10.1.1.0/24"), 1.0)
+    peer = LEAVES[1].address
+
+    class Bgp:
+        def peer_bfd_down(self, p: Any) -> None:
+            r.peer_bfd_down(p, 2.0)
+
+        def peer_bfd_up(self, p: Any) -> None:
+            r.peer_bfd_up(p, 2.0)
+
+    node.bgp = Bgp()  # type: ignore[assignment]
+    down = BfdEvent("s1-l1", str(peer), State.UP, State.DOWN, Diag.CONTROL_DETECTION_TIME_EXPIRED,
+                    "detection_timeout", True, True, 0, 1, 0.0)  # fmt: skip
+    up = BfdEvent("s1-l1", str(peer), State.DOWN, State.UP, Diag.NONE,
+                  "neighbor_signal", False, False, 0, 1, 0.0)  # fmt: skip
+    node.on_bfd(down)
+    node.on_bfd(up)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert r.peers[peer].bfd_down is False
+    assert r.peers[peer].counters["bfd_down"] == 1
