@@ -114,6 +114,9 @@ _HOUSEKEEPING_S = 1.0
 _LAG_BUCKET_S = 0.0001  # 0.1 ms
 _LAG_BUCKETS = 1001  # the last one is ">= 100 ms"
 _U32 = struct.Struct("!I")
+#: a kernel receive stamp older than this (seconds) is not trusted (a wall clock step, or an
+#: engine stalled that long, which then counts from the read as before)
+RX_STAMP_MAX_AGE = 0.05
 
 
 class EngineError(RuntimeError):
@@ -325,10 +328,16 @@ class _Loop:
         err = recv_batch(rx.sock, buf)
         if err is not None:
             rx.drop(err)
-        for data, host, ttl in buf:
+        wall = time.time()
+        for data, host, ttl, ts in buf:
             rx.packets += 1
+            # RFC 5880 6.8.4: detection counts from reception. The kernel's arrival stamp (wall
+            # clock) moved onto the monotonic clock; only a plausible age is used, so a wall
+            # clock step can never push a deadline later or far earlier
+            age = wall - ts
+            t = now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
             try:
-                self._rx_one(rx, data, host, ttl, now)
+                self._rx_one(rx, data, host, ttl, t)
             except Exception:  # a bug must not end the engine
                 log.exception("bfd: internal error on a packet from %s", host)
                 rx.drop("internal_error")

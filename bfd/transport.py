@@ -14,6 +14,7 @@ name of a socket-level error, if one happened.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import random
@@ -42,12 +43,17 @@ _SO_BINDTODEVICE = getattr(socket, "SO_BINDTODEVICE", 25)
 _IP_TTL = socket.IP_TTL
 _IPV6_HOPLIMIT = socket.IPV6_HOPLIMIT
 _IPPROTO_IP = socket.IPPROTO_IP
+_SOL_SOCKET = socket.SOL_SOCKET
 _IPPROTO_IPV6 = socket.IPPROTO_IPV6
-_CMSG_SPACE = socket.CMSG_SPACE(4) * 2
+#: kernel receive timestamps (struct timespec, CLOCK_REALTIME) as SCM_TIMESTAMPNS ancillary data
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@ll")
+_CMSG_SPACE = socket.CMSG_SPACE(4) * 2 + socket.CMSG_SPACE(_TIMESPEC.size)
 _INT = struct.Struct("=i")
 
-#: (payload, source address without scope, hop limit or -1 if absent)
-Datagram = tuple[bytes, str, int]
+#: (payload, source address without scope, hop limit or -1 if absent, kernel arrival time in
+#: CLOCK_REALTIME seconds or 0.0 if absent)
+Datagram = tuple[bytes, str, int, float]
 
 
 def _bind_device(sock: socket.socket, ifname: str) -> None:
@@ -61,6 +67,9 @@ def open_rx_socket(ifname: str, family: int, rcvbuf: int = 1 << 20) -> socket.so
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         _bind_device(sock, ifname)
+        # the detection timer starts when the packet arrived, not when the engine read it
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.setsockopt(_IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
@@ -171,13 +180,17 @@ def recv_batch(sock: socket.socket, out: list[Datagram], limit: int = 256) -> st
         except OSError as exc:
             return f"recv_{errno.errorcode.get(exc.errno or 0, 'error').lower()}"
         ttl = -1
+        ts = 0.0
         for level, kind, value in anc:
             if (level == _IPPROTO_IP and kind == _IP_TTL) or (
                 level == _IPPROTO_IPV6 and kind == _IPV6_HOPLIMIT
             ):
                 ttl = _INT.unpack(value[:4])[0] if len(value) >= 4 else value[0]
+            elif level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(value)
+                ts = sec + nsec * 1e-9
         host: str = addr[0]
         if "%" in host:
             host = host.split("%", 1)[0]
-        append((data, host, ttl))
+        append((data, host, ttl, ts))
     return None

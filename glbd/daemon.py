@@ -373,6 +373,10 @@ def default_components(d: Daemon) -> list[Component]:
     return build_components(d)
 
 
+#: ``sys.setswitchinterval`` for the daemon (see ``main``)
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def main(config_path: str, log_level: str | None = None, log_format: str | None = None) -> int:
     try:
         cfg = cfgmod.load(config_path)
@@ -389,6 +393,11 @@ def main(config_path: str, log_level: str | None = None, log_format: str | None 
         return 3
     # import every part before the loop runs: imports on the loop would stall it at start-up
     from glbd import wiring  # noqa: F401
+
+    # the BFD engine's events arrive on a reader thread; while the loop runs Python code that
+    # thread waits for the GIL up to the switch interval (default 5 ms) before it can hand an
+    # event over, which is the whole failover budget (detection + 5 ms)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
     try:
         return asyncio.run(Daemon(config_path, cfg).run())

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import os
 import shutil
@@ -569,16 +570,24 @@ class Node:
         if ev.new is not State.UP and ev.failure and self.fib is not None:
             self.counters["fib_fast_failovers"] += 1
             self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
-        log.info(
-            "bfd_state",
-            peer=ev.peer,
-            interface=ev.interface,
-            old=ev.old.name,
-            new=ev.new.name,
-            reason=ev.reason,
-            failure=ev.failure,
-            # engine decision -> here (pipe, reader thread, event loop): the daemon's share
-            event_age_ms=round((time.monotonic() - ev.at) * 1e3, 2),
+        # the record is written from the ready queue, after the failover task's first step has
+        # handed its netlink messages to the kernel (rendering a JSON line costs ~0.2 ms)
+        self.loop.call_soon(
+            functools.partial(
+                log.info,
+                "bfd_state",
+                peer=ev.peer,
+                interface=ev.interface,
+                old=ev.old.name,
+                new=ev.new.name,
+                reason=ev.reason,
+                failure=ev.failure,
+                # engine decision -> here (pipe, reader thread, event loop): the daemon's share
+                event_age_ms=round((time.monotonic() - ev.at) * 1e3, 2),
+                # last accepted packet -> the engine's decision (a timeout: the detection time
+                # plus the engine's own lateness)
+                since_rx_ms=None if ev.last_rx is None else round((ev.at - ev.last_rx) * 1e3, 2),
+            )
         )
         if ev.new is State.UP:
             if self.fib is not None:

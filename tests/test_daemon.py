@@ -171,11 +171,15 @@ async def test_component_failing_to_start_is_one_line_and_stops_the_others(
     assert "glbd: bfd failed to start: engine did not answer" in err and "Traceback" not in err
 
 
-async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(tmp_path: Path) -> None:
-    """BFD Down: the fast FIB failover is started before the RIB recomputes the peer's
-    prefixes (which at scale is the whole table), and the RIB still follows."""
+async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BFD Down: the fast FIB failover is started before the log record is rendered and
+    before the RIB recomputes the peer's prefixes (which at scale is the whole table), and
+    the RIB still follows."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
+    from glbd import wiring
     from glbd.wiring import Node
 
     f = _write_cfg(tmp_path)
@@ -192,6 +196,11 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(tmp_path: Pa
         def peer_bfd_down(self, peer: Any) -> None:
             calls.append(f"rib {peer}")
 
+    class Log:
+        def info(self, event: str, **kw: Any) -> None:
+            calls.append(f"log {event} {kw.get('new')}")
+
+    monkeypatch.setattr(wiring, "log", Log())
     node.fib, node.bgp = Fib(), Bgp()  # type: ignore[assignment]
     ev = BfdEvent("l1-s1", "172.16.11.2", State.UP, State.DOWN, Diag.CONTROL_DETECTION_TIME_EXPIRED,
                   "detection_timeout", True, True, 0, 1, 0.0)  # fmt: skip
@@ -199,7 +208,7 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(tmp_path: Pa
     assert calls == []  # nothing heavy inside the callback
     for _ in range(3):
         await asyncio.sleep(0)
-    assert calls == ["fib 172.16.11.2 l1-s1", "rib 172.16.11.2"]
+    assert calls == ["fib 172.16.11.2 l1-s1", "log bfd_state DOWN", "rib 172.16.11.2"]
     assert node.counters["fib_fast_failovers"] == 1
 
 
