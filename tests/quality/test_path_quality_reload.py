@@ -10,23 +10,11 @@ from glbd import config as cfgmod
 from glbd.daemon import Daemon
 from glbd.wiring import Node
 from tests.quality.test_pathtable import L2, L3, all_remote, set_l2, to_leaf, w
+from tests.test_daemon import _write_cfg
 
 
 def _cfg(tmp: Path, extra: str = "") -> cfgmod.Config:
-    f = tmp / "glbd.toml"
-    f.write_text(f"""
-router_id = "198.18.255.1"
-local_as = 65001
-role = "load-balancer"
-[[neighbors]]
-address = "198.18.1.0"
-remote_as = 65100
-interface = "leaf1-sw1"
-[control]
-socket = "{tmp / "ctl.sock"}"
-{extra}
-""")
-    return cfgmod.load(f)
+    return cfgmod.load(_write_cfg(tmp, extra))
 
 
 async def test_path_quality_reload_applies_weight_memory_and_combine(tmp_path: Path) -> None:
