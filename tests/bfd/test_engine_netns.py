@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import queue
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -229,3 +230,65 @@ def test_ipv6_link_local_peers(netns_lab: Lab) -> None:
     la, lb = _link_local(a.ns, "a-b"), _link_local(b.ns, "b-a")
     _up(a, b, lb, la)
     assert a.session(lb)["state"] == "up" and a.session(lb)["socket_error"] == ""
+
+
+def _del_nexthop(nid: int) -> bytes:
+    """RTM_DELNEXTHOP id ``nid`` with NLM_F_REQUEST|NLM_F_ACK, seq = id (by hand: bfd tests do
+    not use glbd's netlink codec)."""
+    body = bytes(8) + struct.pack("=HHI", 8, 1, nid)  # struct nhmsg; NHA_ID
+    return struct.pack("=IHHII", 16 + len(body), 105, 0x05, nid, 0) + body
+
+
+def _nexthops(ns: Netns) -> dict[int, dict[str, Any]]:
+    return {n["id"]: n for n in json.loads(ns.ip("-j", "nexthop", "show").stdout or "[]")}
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_armed_failover_reaches_the_kernel_before_the_event(netns_lab: Lab, mode: str) -> None:
+    """A session with armed RTM_DELNEXTHOP requests: on its failure the engine deletes the
+    nexthops itself (the kernel drops them from their groups, an emptied group goes with its
+    route) and only then emits the event, marked failover_sent; the answers are counted, a
+    refusal is named. A non-failure Down (AdminDown) sends nothing."""
+    a, b = _pair(netns_lab, mode=mode)
+    _up(a, b, B4, A4)
+    for args in (
+        ("nexthop", "add", "id", "901", "via", B4, "dev", "a-b"),
+        ("nexthop", "add", "id", "903", "via", B4, "dev", "a-b"),
+        ("nexthop", "add", "id", "902", "group", "901"),
+        ("nexthop", "add", "id", "904", "group", "901,3/903,1"),
+        ("route", "add", "10.77.1.0/24", "nhid", "902"),
+        ("route", "add", "10.77.2.0/24", "nhid", "904"),
+    ):
+        a.ns.ip(*args)
+    # armed: 901 (exists) and 999 (does not: the kernel refuses it, ENOENT)
+    assert a.engine.set_failover("a-b", B4, _del_nexthop(901) + _del_nexthop(999)) == 2
+    # an AdminDown from the peer is not a failure: nothing is sent
+    b.engine.admin_down("b-a", A4)
+    ev = a.wait(B4, State.DOWN)
+    assert not ev.failure and not ev.failover_sent
+    assert 901 in _nexthops(a.ns)
+    b.engine.admin_up("b-a", A4)
+    a.wait(B4, State.UP)
+    _nft_drop(a.ns)
+    ev = a.wait(B4, State.DOWN, timeout=3.0)
+    # the event was emitted after the send: the kernel already has the result
+    nhs = _nexthops(a.ns)
+    assert ev.failure and ev.failover_sent
+    assert 901 not in nhs and 902 not in nhs
+    assert [g["id"] for g in nhs[904]["group"]] == [903]
+    routes = a.ns.ip("route", "show").stdout
+    assert "10.77.1.0/24" not in routes and "10.77.2.0/24 nhid 904" in routes
+    deadline = time.monotonic() + 2
+    while (fo := a.snap()["engine"]["failover"])["refused"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (fo["sent"], fo["acks_ok"], fo["refused"], fo["send_errors"]) == (1, 1, 1, 0)
+    assert "seq 999" in fo["last_error"] and "ENOENT" in fo["last_error"]
+    assert a.session(B4)["failovers"] == 1
+    # disarmed: the next failure sends nothing
+    _nft_clear(a.ns)
+    a.wait(B4, State.UP, timeout=5.0)
+    assert a.engine.set_failover("a-b", B4, b"") == 0
+    _nft_drop(a.ns)
+    ev = a.wait(B4, State.DOWN, timeout=3.0)
+    assert ev.failure and not ev.failover_sent
+    assert a.snap()["engine"]["failover"]["sent"] == 1
