@@ -182,6 +182,9 @@ class BfdSection(_Model):
     rt_priority: Annotated[int, Field(ge=0, le=99)] = 10
     #: engine-wide: "process" (own interpreter, isolated from glbd's loop) or "thread"
     mode: Literal["process", "thread"] = "process"
+    #: engine-wide: the BFD engine itself deletes a failed peer's nexthops in the kernel
+    #: (pre-armed RTM_DELNEXTHOP, bfd/failover.py) instead of waiting for glbd's event loop
+    kernel_failover: bool = True
 
 
 class BfdOverride(_Model):

@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from bfd.engine import BfdEngine, BfdEvent, SessionConfig
+from bfd.engine import BfdEngine, BfdEvent, EngineError, SessionConfig
 from bfd.packet import AuthType, State
 from bfd.session import AuthConfig, SessionParams
 from glbd import config as cfgmod
 from glbd.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
+from glbd.fib.kernel import failover_wire
 from glbd.fib.model import Desired, GroupSpec, Member, Resilient
 from glbd.fib.programmer import FibProgrammer
 from glbd.linkmon import LinkMonitor, LinkMonParams, MonitorRunner, QualityChanged, StatsReader
@@ -101,6 +102,9 @@ class Node:
             "fib_syncs": 0,
             "fib_sync_errors": 0,
             "fib_fast_failovers": 0,
+            "bfd_engine_failovers": 0,
+            "bfd_failover_arms": 0,
+            "bfd_failover_arm_errors": 0,
             "bfd_events": 0,
             "bgp_events": 0,
             "remote_updates": 0,
@@ -130,6 +134,11 @@ class Node:
         self.bgp: BgpSpeaker | None = None
         self._stats: StatsReader | None = None
         self._exabgp_dir: Path | None = None
+        # the BFD engine's armed kernel failover, per session (interface, peer): what the FIB
+        # wants armed and what the engine has (see _push_failover)
+        self._fo_want: dict[tuple[str, str], bytes] = {}
+        self._fo_armed: dict[tuple[str, str], bytes] = {}
+        self._fo_task: asyncio.Task[None] | None = None
 
     # ---- construction -------------------------------------------------------------------
 
@@ -286,6 +295,7 @@ class Node:
 
     async def start_fib(self) -> None:
         self.fib = self.build_fib()
+        self.fib.on_failover_map = self._failover_map_changed
         await self.fib.start(adopt=True)
 
     async def stop_fib(self) -> None:
@@ -334,10 +344,60 @@ class Node:
         await asyncio.to_thread(self.bfd.start)
         for s in sessions:
             await asyncio.to_thread(self.bfd.add_session, s)
+        self._fo_armed.clear()
+        self._schedule_failover_push()
 
     async def stop_bfd(self) -> None:
+        if self._fo_task is not None:
+            self._fo_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._fo_task
         if self.bfd is not None:
             await asyncio.to_thread(self.bfd.stop)
+
+    # ---- kernel failover armed in the BFD engine --------------------------------------------
+
+    def _failover_map_changed(self, fm: dict[tuple[IPAddress, str], tuple[int, ...]]) -> None:
+        """The FIB's member nexthop ids changed: re-arm the engine's failover requests (one
+        RTM_DELNEXTHOP per id) for the sessions whose ids changed."""
+        self._fo_want = {(ifname, str(gw)): failover_wire(ids) for (gw, ifname), ids in fm.items()}
+        self._schedule_failover_push()
+
+    def _schedule_failover_push(self) -> None:
+        if self.bfd is None:
+            return
+        if self._fo_task is None or self._fo_task.done():
+            self._fo_task = self.loop.create_task(self._push_failover())
+
+    async def _push_failover(self) -> None:
+        """Bring the engine's armed requests to ``_fo_want`` (or disarm all when
+        ``bfd.kernel_failover`` is off), one control call per session that differs. Repeats
+        until nothing changed meanwhile; a session the engine does not know is skipped."""
+        while self.bfd is not None and self.bfd.running:
+            enabled = self.cfg.bfd.kernel_failover
+            sessions = {
+                (s.interface, str(ipaddress.ip_address(s.peer))) for s in self.bfd_sessions()
+            }
+            todo = {
+                k: (self._fo_want.get(k, b"") if enabled else b"")
+                for k in sessions
+                if self._fo_armed.get(k, b"") != (self._fo_want.get(k, b"") if enabled else b"")
+            }
+            self._fo_armed = {k: v for k, v in self._fo_armed.items() if k in sessions}
+            if not todo:
+                return
+            for (ifname, peer), data in sorted(todo.items()):
+                try:
+                    await asyncio.to_thread(self.bfd.set_failover, ifname, peer, data)
+                except EngineError as e:
+                    self.counters["bfd_failover_arm_errors"] += 1
+                    log.warning(
+                        "bfd_failover_arm_failed", peer=peer, interface=ifname, error=str(e)
+                    )
+                    self._fo_armed[(ifname, peer)] = data  # do not retry in a loop
+                    continue
+                self.counters["bfd_failover_arms"] += 1
+                self._fo_armed[(ifname, peer)] = data
 
     async def start_bgp(self) -> None:
 
@@ -440,6 +500,9 @@ class Node:
                 await asyncio.to_thread(self.bfd.update_session, sess)  # Poll/Final if timers moved
             else:
                 await asyncio.to_thread(self.bfd.add_session, sess)
+        # an update that changed the source address re-creates the session, unarmed: re-arm all
+        self._fo_armed.clear()
+        self._schedule_failover_push()
 
     async def reconfigure_bgp(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
         if self.bgp is None:
@@ -569,7 +632,13 @@ class Node:
         peer = ipaddress.ip_address(ev.peer)
         if ev.new is not State.UP and ev.failure and self.fib is not None:
             self.counters["fib_fast_failovers"] += 1
-            self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
+            if ev.failover_sent:
+                # the engine already deleted the peer's member nexthops (bfd.failover): mirror
+                # that and keep the member out until BFD is Up again
+                self.counters["bfd_engine_failovers"] += 1
+                self.fib.failed_over(peer, ev.interface)
+            else:
+                self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
         # the record is written from the ready queue, after the failover task's first step has
         # handed its netlink messages to the kernel (rendering a JSON line costs ~0.2 ms)
         self.loop.call_soon(
@@ -582,6 +651,7 @@ class Node:
                 new=ev.new.name,
                 reason=ev.reason,
                 failure=ev.failure,
+                failover_sent=ev.failover_sent,
                 # engine decision -> here (pipe, reader thread, event loop): the daemon's share
                 event_age_ms=round((time.monotonic() - ev.at) * 1e3, 2),
                 # last accepted packet -> the engine's decision (a timeout: the detection time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import signal
 import subprocess
@@ -210,6 +211,87 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(
         await asyncio.sleep(0)
     assert calls == ["fib 172.16.11.2 l1-s1", "log bfd_state DOWN", "rib 172.16.11.2"]
     assert node.counters["fib_fast_failovers"] == 1
+
+
+async def test_bfd_failover_done_by_the_engine_is_mirrored_at_once(tmp_path: Path) -> None:
+    """An event whose failover the engine already sent to the kernel: the FIB only mirrors it,
+    synchronously inside the callback (no task that a busy loop could delay), and does not
+    send its own group replaces; the RIB follows as before."""
+    from bfd.engine import BfdEvent
+    from bfd.packet import Diag, State
+    from glbd.wiring import Node
+
+    f = _write_cfg(tmp_path)
+    node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
+    calls: list[str] = []
+
+    class Fib:
+        def failed_over(self, peer: Any, ifname: str) -> int:
+            calls.append(f"mirror {peer} {ifname}")
+            return 1
+
+        async def remove_nexthop(self, peer: Any, ifname: str) -> int:
+            calls.append("remove_nexthop")
+            return 1
+
+    class Bgp:
+        def peer_bfd_down(self, peer: Any) -> None:
+            calls.append(f"rib {peer}")
+
+    node.fib, node.bgp = Fib(), Bgp()  # type: ignore[assignment]
+    ev = BfdEvent("l1-s1", "172.16.11.2", State.UP, State.DOWN, Diag.CONTROL_DETECTION_TIME_EXPIRED,
+                  "detection_timeout", True, True, 0, 1, 0.0, None, True)  # fmt: skip
+    node.on_bfd(ev)
+    assert calls == ["mirror 172.16.11.2 l1-s1"]
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert calls == ["mirror 172.16.11.2 l1-s1", "rib 172.16.11.2"]
+    assert node.counters["bfd_engine_failovers"] == node.counters["fib_fast_failovers"] == 1
+
+
+async def test_failover_requests_are_armed_per_session_and_follow_the_config(
+    tmp_path: Path,
+) -> None:
+    """The FIB's failover map becomes one RTM_DELNEXTHOP batch per BFD session in the engine;
+    a next hop without a session is not armed, an unchanged one is not re-sent, and with
+    ``bfd.kernel_failover = false`` every session is disarmed."""
+    from bfd.engine import SessionConfig
+    from glbd.fib.kernel import failover_wire
+    from glbd.wiring import Node
+
+    f = _write_cfg(tmp_path)
+    node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
+    armed: list[tuple[str, str, bytes]] = []
+
+    class Engine:
+        running = True
+
+        def set_failover(self, ifname: str, peer: str, data: bytes) -> int:
+            armed.append((ifname, peer, data))
+            return len(data) // 32
+
+    sessions = [SessionConfig(peer="198.18.1.0", interface="leaf1-sw1")]
+    node.bfd_sessions = lambda: sessions  # type: ignore[method-assign]
+    node.bfd = Engine()  # type: ignore[assignment]
+    gw, other = ipaddress.ip_address("198.18.1.0"), ipaddress.ip_address("198.18.2.0")
+    node._failover_map_changed({(gw, "leaf1-sw1"): (7, 9), (other, "leaf1-sw2"): (8,)})
+    assert node._fo_task is not None
+    await node._fo_task
+    assert armed == [("leaf1-sw1", "198.18.1.0", failover_wire([7, 9]))]
+    node._failover_map_changed({(gw, "leaf1-sw1"): (7, 9)})  # only the other one changed
+    await node._fo_task
+    assert len(armed) == 1
+    node._failover_map_changed({})  # the member is gone: disarm
+    await node._fo_task
+    assert armed[-1] == ("leaf1-sw1", "198.18.1.0", b"")
+    node._failover_map_changed({(gw, "leaf1-sw1"): (7,)})
+    await node._fo_task
+    assert armed[-1] == ("leaf1-sw1", "198.18.1.0", failover_wire([7]))
+    node.cfg = cfgmod.load(_write_cfg(tmp_path, "[bfd]\nkernel_failover = false\n"))
+    node._schedule_failover_push()
+    await node._fo_task
+    assert armed[-1] == ("leaf1-sw1", "198.18.1.0", b"")
+    assert node.counters["bfd_failover_arms"] == 4
 
 
 async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) -> None:

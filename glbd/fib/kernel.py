@@ -37,6 +37,7 @@ __all__ = [
     "COMPAT_MODE_SYSCTL",
     "ROUTE_WANT",
     "encode_group",
+    "failover_wire",
     "get_compat_mode",
     "observe",
     "op_message",
@@ -187,6 +188,24 @@ def op_wire(op: Op, *, protocol: int, table: int, weight_16bit: bool) -> bytes:
             fam, pfx.prefixlen, 0, 0, table if table < 256 else 0, protocol, scope, rtype, 0,
         ) + body
     return op_message(op, protocol=protocol, table=table, weight_16bit=weight_16bit).encode()
+
+
+def failover_wire(ids: Iterable[int]) -> bytes:
+    """The requests the BFD engine sends when a peer fails (``bfd.failover``): one
+    ``RTM_DELNEXTHOP`` per nexthop id, with ``NLM_F_ACK`` and the id as the sequence number so
+    that a refusal names the id. Deleting a member nexthop makes the kernel drop it from every
+    group at once (keeping the other members' weights) and delete a group it empties, with that
+    group's routes: the same end state as glbd's own failover, in one datagram."""
+    return b"".join(
+        Message(
+            c.RTM_DELNEXTHOP,
+            c.NLM_F_REQUEST | c.NLM_F_ACK,
+            seq=i,
+            header=NhMsg(),
+            attrs=(Attr.u32(c.NHA_ID, i),),
+        ).encode()
+        for i in sorted(set(ids))
+    )
 
 
 # --- dumps -> model --------------------------------------------------------------------------

@@ -7,6 +7,8 @@ Life cycle::
     await fib.apply(Desired(groups=..., routes=...))   # plan + apply (idempotent)
     await fib.remove_nexthop("198.18.10.2")            # fast failover, one message per group
     await fib.restore_nexthop("198.18.10.2")           # let it back in (next reconcile)
+    fib.on_failover_map = arm                  # nexthop ids per (gateway, ifname), on change
+    fib.failed_over("198.18.10.2", "eth1")     # the BFD engine deleted them: mirror, hold out
     fib.snapshot()                       # desired vs installed, for glbctl routes/profiles
     await fib.stop(keep=True)            # default: leave the FIB as it is for the next start
 
@@ -20,6 +22,18 @@ costs one nexthop dump; link up re-creates the members, groups and routes.
 
 After an adopting start, glbd-owned objects that the first desired state no longer contains are
 kept for ``stale_s`` (like BGP graceful restart), then removed.
+
+Failover done by someone else (the BFD engine, :mod:`bfd.failover`): the engine holds, per BFD
+session, ``RTM_DELNEXTHOP`` requests for the peer's member nexthops (:meth:`failover_map`,
+reported through ``on_failover_map`` whenever the ids change) and sends them the instant the
+session fails. The kernel drops the deleted member from every group. glbd learns it twice: from
+the kernel's ``RTM_DELNEXTHOP`` event and from the BFD event. Whichever comes first, the cache
+mirrors the deletion and the member is held out, so that no write in between re-creates it:
+
+* the BFD event (:meth:`failed_over`) excludes the member until :meth:`restore_nexthop`;
+* a deletion of a wanted, usable member that glbd did not plan holds it out for
+  ``foreign_delete_hold_s`` only (0.5 s); if no failover claims it by then, the next reconcile
+  re-creates it (an operator's ``ip nexthop del`` is repaired).
 """
 
 from __future__ import annotations
@@ -104,6 +118,10 @@ class _Stats:
     ops: int = 0
     op_errors: int = 0
     failovers: int = 0
+    #: failovers the BFD engine had already done in the kernel (glbd only mirrored them)
+    engine_failovers: int = 0
+    #: glbd-owned member nexthops deleted by someone else while wanted
+    foreign_deletes: int = 0
     link_events: int = 0
     nexthop_events: int = 0
     overruns: int = 0
@@ -153,6 +171,14 @@ class FibProgrammer:
         self._desired: Desired | None = None
         self._ids = IdMap()
         self._excluded: set[Member] = set()
+        #: members of ``_excluded`` only until this time (deleted by someone else, unclaimed)
+        self._held_until: dict[Member, float] = {}
+        self.foreign_delete_hold_s = 0.5
+        #: called with :meth:`failover_map` whenever it changes (the BFD engine's armed ids)
+        self.on_failover_map: (
+            Callable[[dict[tuple[IPAddress, str], tuple[int, ...]]], None] | None
+        ) = None
+        self._failover_map: dict[tuple[IPAddress, str], tuple[int, ...]] = {}
         self._notes: dict[str, str] = {}
         self._planned_routes: object = None  # the desired.routes mapping last planned in full
         self._realizable: dict[str, int] = {}
@@ -361,14 +387,75 @@ class FibProgrammer:
         self._wake.set()  # a normal reconcile follows (re-scaling, cleanup)
         return len(ops)
 
+    def failed_over(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
+        """The kernel side of a failover was done by someone else (the BFD engine deleted the
+        member nexthops of ``gateway`` on ``ifname``, see :meth:`failover_map`): mirror the
+        deletion in the cache and exclude the member until :meth:`restore_nexthop`, exactly as
+        :meth:`remove_nexthop` would. Synchronous; returns the number of nexthops mirrored (0
+        when the kernel event was already seen). A deletion the kernel refused is found by the
+        reconcile this wakes, which then takes the excluded member out of its groups."""
+        gw = ipaddress.ip_address(gateway)
+        targets = {
+            m
+            for m in self._known_members()
+            if m.gateway == gw and (ifname is None or m.ifname == ifname)
+        }
+        self._excluded |= targets
+        for m in targets:
+            self._held_until.pop(m, None)  # claimed: excluded until restored
+        self.stats.failovers += 1
+        self.stats.engine_failovers += 1
+        ids = {self._ids.members[m] for m in targets if m in self._ids.members}
+        mirrored = 0
+        for i in sorted(ids):
+            if i in self._obs.nexthops:
+                self._account(NhDel(i))
+                mirrored += 1
+        self._report_failover_map()
+        self._wake.set()
+        return mirrored
+
+    def failover_map(self) -> dict[tuple[IPAddress, str], tuple[int, ...]]:
+        """(gateway, ifname) -> the ids of glbd's member nexthops to that next hop that the
+        kernel has: what deleting takes the next hop out of every group."""
+        out: dict[tuple[IPAddress, str], list[int]] = {}
+        have = self._obs.nexthops
+        for m, i in self._ids.members.items():
+            if i in have:
+                out.setdefault((m.gateway, m.ifname), []).append(i)
+        return {k: tuple(sorted(v)) for k, v in out.items()}
+
+    def _report_failover_map(self) -> None:
+        if self.on_failover_map is None:
+            return
+        fm = self.failover_map()
+        if fm != self._failover_map:
+            self._failover_map = fm
+            try:
+                self.on_failover_map(fm)
+            except Exception:  # a consumer's bug must not break the FIB
+                log.exception("fib_failover_map_callback_failed")
+
+    def _expire_held(self) -> None:
+        if not self._held_until:
+            return
+        now = self._clock()
+        for m, t in list(self._held_until.items()):
+            if t <= now:
+                del self._held_until[m]
+                self._excluded.discard(m)
+
     async def restore_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> None:
-        """Undo :meth:`remove_nexthop`; the member comes back with the next reconcile."""
+        """Undo :meth:`remove_nexthop` / :meth:`failed_over`; the member comes back with the
+        next reconcile."""
         gw = ipaddress.ip_address(gateway)
         self._excluded = {
             m
             for m in self._excluded
             if not (m.gateway == gw and (ifname is None or m.ifname == ifname))
         }
+        for m in [m for m in self._held_until if m not in self._excluded]:
+            del self._held_until[m]
         async with self._lock:
             await self._sync()
 
@@ -461,6 +548,8 @@ class FibProgrammer:
                 "ops": self.stats.ops,
                 "op_errors": self.stats.op_errors,
                 "failovers": self.stats.failovers,
+                "engine_failovers": self.stats.engine_failovers,
+                "foreign_deletes": self.stats.foreign_deletes,
                 "link_events": self.stats.link_events,
                 "nexthop_events": self.stats.nexthop_events,
                 "overruns": self.stats.overruns,
@@ -474,6 +563,8 @@ class FibProgrammer:
         for m, w in spec.weights.items():
             if w <= 0:
                 out[m.label] = "weight_zero"
+            elif m in self._held_until:
+                out[m.label] = "deleted_elsewhere"
             elif m in self._excluded:
                 out[m.label] = "removed"
             else:
@@ -512,6 +603,7 @@ class FibProgrammer:
         if d is None:
             return ApplyResult(0)
         t0 = time.perf_counter()
+        self._expire_held()
         self._ids = assign_ids(d, self._obs, self._ids, self.id_ranges)
         params = self._params()
         full = self._routes_dirty or d.routes is not self._planned_routes
@@ -569,6 +661,7 @@ class FibProgrammer:
             self._need_full = True
             self._wake.set()
             log.warning("fib_op_errors", count=len(errors), first=errors[0])
+        self._report_failover_map()
         return errors
 
     def _strip_excluded(self, ops: Sequence[Op]) -> list[Op]:
@@ -731,7 +824,32 @@ class FibProgrammer:
                 if a is not None and t == c.RTM_NEWNEXTHOP:
                     self._obs.foreign_ids.add(a.as_u32())
             elif t == c.RTM_DELNEXTHOP:
+                self._nexthop_deleted(msg)
                 self._wake.set()  # ours deleted (by us or by someone): check
+
+    def _nexthop_deleted(self, msg: Message) -> None:
+        """One of ours is gone from the kernel: mirror it at once. A wanted member on a usable
+        link that glbd did not delete itself (its plan deletes only members it no longer
+        needs) is held out for ``foreign_delete_hold_s``: most likely the BFD engine's failover,
+        whose event may still be on its way; a write planned meanwhile must not re-create it."""
+        a = msg.attr(c.NHA_ID)
+        if a is None:
+            return
+        nid = a.as_u32()
+        if nid in self._obs.nexthops:
+            self._account(NhDel(nid))
+        member = next((m for m, i in self._ids.members.items() if i == nid), None)
+        if member is None or member in self._excluded:
+            self._report_failover_map()
+            return
+        lk = self._obs.links.get(member.ifname)
+        d = self._desired
+        wanted = d is not None and any(g.weights.get(member, 0) > 0 for g in d.groups.values())
+        if wanted and lk is not None and lk.usable:
+            self.stats.foreign_deletes += 1
+            self._excluded.add(member)
+            self._held_until[member] = self._clock() + self.foreign_delete_hold_s
+        self._report_failover_map()
 
     def _link_lost(self, ifindex: int) -> None:
         """Mirror the kernel's silent flush in the cache: members on the link disappear,
@@ -752,6 +870,8 @@ class FibProgrammer:
             timeout = self.reconcile_interval_s
             if stale_pending:
                 timeout = min(timeout, max(0.0, self._stale_until - self._clock()))
+            if self._held_until:  # a held-out member comes back when its hold ends
+                timeout = min(timeout, max(0.0, min(self._held_until.values()) - self._clock()))
             # a plain timer instead of asyncio.wait_for (3.11's wait_for can swallow a cancel)
             timed_out = False
 

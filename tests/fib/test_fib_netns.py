@@ -361,3 +361,52 @@ async def test_bfd_down_up_as_incremental_updates_ends_equal(
     assert set(snap["groups"]) == {"ab"} and snap["groups"]["ab"]["diff"] is False
     assert not any(r["diff"] for r in snap["routes"].values())
     assert (await fib.reconcile(full=True)).ops == 0  # the cache agreed with the kernel
+
+
+async def test_failover_done_by_the_bfd_engine_is_mirrored_and_held(
+    rig: Rig, fib: FibProgrammer
+) -> None:
+    """The BFD engine's failover (bfd.failover): glbd arms RTM_DELNEXTHOP for a next hop's
+    member ids (failover_map, reported on change); when someone sends them, the kernel drops the
+    member from every group and glbd mirrors it. Before the BFD event claims it, a write must
+    not re-create the member (held out); after the claim it stays out until restore_nexthop. An
+    unclaimed deletion (an operator's ``ip nexthop del``) is repaired after the hold."""
+    from glbd.fib.kernel import failover_wire
+
+    maps: list[dict[Any, tuple[int, ...]]] = []
+    fib.on_failover_map = maps.append
+    m1, m2, m3 = member(1), member(2), member(3)
+    groups = {"p": GroupSpec({m1: 2, m2: 1, m3: 1}), "solo": GroupSpec({m1: 1})}
+    await fib.apply(Desired(groups=groups, routes={PFX_A: "p", PFX_B: "solo"}))
+    fm = maps[-1]
+    gw1 = (m1.gateway, "r-p1")
+    assert set(fm) == {gw1, (m2.gateway, "r-p2"), (m3.gateway, "r-p3")}
+    (id1,) = fm[gw1]
+    nhid = route_nhid(rig, "203.0.113.0/24")
+    assert nhid is not None
+    # the engine's datagram, sent from another socket in the namespace
+    with rig.r.socket(16, 3, 0) as s:  # AF_NETLINK, SOCK_RAW, NETLINK_ROUTE
+        s.sendto(failover_wire(fm[gw1]), (0, 0))
+    assert group_weights(rig, nhid) == {"198.18.10.6": 1, "198.18.10.10": 1}
+    assert route_nhid(rig, "198.51.100.0/24") is None  # its only member went, with the group
+    await eventually(lambda: fib.stats.foreign_deletes == 1)
+    assert fib.snapshot()["groups"]["p"]["excluded"] == {m1.label: "deleted_elsewhere"}
+    assert gw1 not in maps[-1]  # disarmed: nothing left to delete
+    # a weight change before the BFD event arrives must not bring member 1 back
+    await fib.set_weights("p", {m1: 5, m2: 1, m3: 3})
+    assert group_weights(rig, nhid) == {"198.18.10.6": 1, "198.18.10.10": 3}
+    assert fib.failed_over(m1.gateway, "r-p1") == 0  # the kernel event was first
+    assert fib.snapshot()["groups"]["p"]["excluded"] == {m1.label: "removed"}
+    await asyncio.sleep(fib.foreign_delete_hold_s + 0.3)  # claimed: no longer time-limited
+    assert "198.18.10.2" not in group_weights(rig, nhid)
+    assert fib.stats.engine_failovers == 1
+    await fib.restore_nexthop(m1.gateway, "r-p1")
+    assert group_weights(rig, nhid) == {"198.18.10.2": 5, "198.18.10.6": 1, "198.18.10.10": 3}
+    assert route_nhid(rig, "198.51.100.0/24") is not None
+    assert maps[-1][gw1] == (id1,)  # same id, armed again
+    # unclaimed: an operator deletes member 2; held briefly, then re-created by the reconcile
+    (id2,) = maps[-1][(m2.gateway, "r-p2")]
+    rig.r.ip("nexthop", "del", "id", str(id2))
+    await eventually(lambda: fib.stats.foreign_deletes == 2)
+    await eventually(lambda: group_weights(rig, nhid).get("198.18.10.6") == 1, timeout=4.0)
+    assert fib.snapshot()["groups"]["p"]["excluded"] == {}
