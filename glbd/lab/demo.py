@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -65,10 +66,15 @@ class Timeline:
 
 class NexthopWatcher:
     """Records, with wall-clock time, every RTM_NEWNEXTHOP for a nexthop group and every
-    RTM_NEWROUTE/RTM_DELROUTE (IPv4) in one namespace."""
+    RTM_NEWROUTE/RTM_DELROUTE (IPv4) in one namespace.
 
-    def __init__(self, netns: str) -> None:
+    Netlink messages carry no kernel timestamp, so the time is taken when the watcher's thread
+    handles the message. ``rt_priority`` runs that thread SCHED_FIFO (root only), so that on a
+    loaded machine the instrument is not what waits for a CPU."""
+
+    def __init__(self, netns: str, rt_priority: int | None = None) -> None:
         self.netns = netns
+        self.rt_priority = rt_priority
         self.events: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []
         self.routes: list[tuple[float, str, int | None, bool]] = []  # t, prefix, nhid, deleted
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -88,6 +94,9 @@ class NexthopWatcher:
         self._thread.join(5)
 
     def _run(self) -> None:
+        if self.rt_priority and os.geteuid() == 0:
+            # pid 0 = the calling thread (Linux schedules threads, not processes)
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority))
         asyncio.run(self._main())
 
     async def _main(self) -> None:
