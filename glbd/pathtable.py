@@ -310,12 +310,18 @@ class _Profile:
     summary: list[tuple[int, str]] = field(default_factory=list)
     #: the controller's memory per next hop in ``items`` order (1.0 = nothing held)
     mem: list[float] = field(default_factory=list)
+    #: per next hop in ``items`` order: (the inputs it was computed from, its row), so that a
+    #: recompute after one remote link changed rebuilds one row, not 64 (see _compute)
+    rows: list[tuple[tuple[Any, ...], tuple[str, WeightInputs]] | None] = field(
+        default_factory=list
+    )
 
     def __post_init__(self) -> None:
         self.items = [
             (nh, None if nnh is None else tuple(sorted(nnh))) for nh, nnh in self.nhs.items()
         ]
         self.mem = [1.0] * len(self.items)
+        self.rows = [None] * len(self.items)
 
 
 def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
@@ -370,6 +376,8 @@ class PathTable:
 
     def set_params(self, params: PathTableParams) -> Changes:
         self._p = params
+        for prof in self._profiles.values():  # every row depends on the parameters
+            prof.rows = [None] * len(prof.items)
         if not params.role.load_balancer:
             self._remote.clear()
             self._agg.clear()
@@ -434,6 +442,12 @@ class PathTable:
             else:
                 agg_map[k] = agg
             affected |= self._by_remote.get(k, set())
+        if old is None or links is None:
+            # the helper appeared or expired: every profile through it changes its remote
+            # status (no_heartbeat <-> nnh_not_reported), even for NNHs it does not report
+            for (bid, _nnh), keys in self._by_remote.items():
+                if bid == spine_id:
+                    affected |= keys
         return self._recompute(affected)
 
     def set_prefix(
@@ -612,6 +626,8 @@ class PathTable:
         local = self._local
         remote_of = self._remote_of
         consume = p.role.load_balancer
+        agg = self._agg
+        remote = self._remote
         locs = [local.get(nh.ifname) if nh.ifname is not None else None for nh, _ in prof.items]
         # local capacity per helper, for sharing its downstream capacity among parallel NHs
         spine_cap: dict[int, float] = {}
@@ -619,9 +635,30 @@ class PathTable:
             if loc is not None and not loc.down:
                 spine_cap[nh.bgp_id] = spine_cap.get(nh.bgp_id, 0.0) + loc.capacity_mbps
         rows: list[tuple[str, WeightInputs]] = []
+        cache = prof.rows
         top = 0.0
-        for (nh, nnh), loc in zip(prof.items, locs, strict=True):
-            status, rq, rcap, rdown = remote_of(nh.bgp_id, nnh, consume)
+        for i, ((nh, nnh), loc) in enumerate(zip(prof.items, locs, strict=True)):
+            # A row is a pure function of these inputs (and of the parameters, which clear
+            # the cache): the local link, the helper's capacity share, whether the helper's
+            # heartbeats are known and the aggregates of the NNHs. _Agg and LocalLink are
+            # immutable and replaced on change, so unchanged inputs compare equal cheaply.
+            bid = nh.bgp_id
+            if nnh is not None and len(nnh) == 1:
+                rkey: Any = agg.get((bid, nnh[0]))
+            elif nnh:
+                rkey = tuple([agg.get((bid, x)) for x in nnh])
+            else:
+                rkey = None
+            sig = (loc, spine_cap.get(bid), bid in remote, rkey)
+            hit = cache[i]
+            if hit is not None and hit[0] == sig:
+                row = hit[1]
+                rows.append(row)
+                raw = row[1].raw
+                if raw > top:
+                    top = raw
+                continue
+            status, rq, rcap, rdown = remote_of(bid, nnh, consume)
             if loc is None:
                 lband = lcap = None
                 ldown = False
@@ -655,12 +692,11 @@ class PathTable:
             raw = 0.0 if (ldown or rdown) else cap * _interp(table, q)
             if raw > top:
                 top = raw
-            rows.append(
-                (
-                    source,
-                    WeightInputs(lband, ldown, lcap, rq, rdown, rcap, status, nnh, q, cap, raw),
-                )
-            )
+            wi = WeightInputs(lband, ldown, lcap, rq, rdown, rcap, status, nnh, q, cap, raw)
+            row = (source, wi)
+            rows.append(row)
+            cache[i] = (sig, row)
+        old = prof.weights
         new: dict[NextHop, Weight] = {}
         summary: list[tuple[int, str]] = []
         if top <= 0.0:
@@ -681,7 +717,13 @@ class PathTable:
             scale = p.max_weight / max(eff)
             for (nh, _), (source, wi), m, raw in zip(prof.items, rows, mem, eff, strict=True):
                 v = 0 if raw <= 0 else max(1, round(raw * scale))
-                new[nh] = Weight(v, source, wi if m >= 1.0 else wi._replace(memory=m))
+                if m >= 1.0:
+                    w = old.get(nh)  # unchanged: keep the object (no allocation)
+                    if w is None or w.value != v or w.inputs is not wi:
+                        w = Weight(v, source, wi)
+                else:
+                    w = Weight(v, source, wi._replace(memory=m))
+                new[nh] = w
                 summary.append((v, source))
         changed = summary != prof.summary
         prof.weights = new
