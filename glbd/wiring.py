@@ -375,8 +375,12 @@ class Node:
         until nothing changed meanwhile; a session the engine does not know is skipped."""
         while self.bfd is not None and self.bfd.running:
             enabled = self.cfg.bfd.kernel_failover
+            # from the config alone (bfd_sessions() also resolves source addresses, which can
+            # fail while an interface is down)
             sessions = {
-                (s.interface, str(ipaddress.ip_address(s.peer))) for s in self.bfd_sessions()
+                (n.interface, str(n.address))
+                for n in self.cfg.neighbors
+                if self.cfg.neighbor_bfd(n).enabled
             }
             todo = {
                 k: (self._fo_want.get(k, b"") if enabled else b"")

@@ -255,7 +255,6 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
     """The FIB's failover map becomes one RTM_DELNEXTHOP batch per BFD session in the engine;
     a next hop without a session is not armed, an unchanged one is not re-sent, and with
     ``bfd.kernel_failover = false`` every session is disarmed."""
-    from bfd.engine import SessionConfig
     from glbd.fib.kernel import failover_wire
     from glbd.wiring import Node
 
@@ -270,8 +269,6 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
             armed.append((ifname, peer, data))
             return len(data) // 32
 
-    sessions = [SessionConfig(peer="198.18.1.0", interface="leaf1-sw1")]
-    node.bfd_sessions = lambda: sessions  # type: ignore[method-assign]
     node.bfd = Engine()  # type: ignore[assignment]
     gw, other = ipaddress.ip_address("198.18.1.0"), ipaddress.ip_address("198.18.2.0")
     node._failover_map_changed({(gw, "leaf1-sw1"): (7, 9), (other, "leaf1-sw2"): (8,)})
