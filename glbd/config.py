@@ -358,6 +358,20 @@ class LinkQualitySection(_Model):
     #: interface name -> capacity in Mbit/s (veth and shaped links report no true speed)
     capacity_mbps: dict[str, Annotated[float, Field(gt=0)]] = {}
     default_capacity_mbps: Annotated[float, Field(gt=0)] = 10_000.0
+    #: tc classes ("major:minor", hex, as tc prints them) on the fabric interfaces whose
+    #: traffic no load balancer can steer (strict-priority classes above the steered one);
+    #: heartbeats then report capacity minus their rate (residual capacity). Each class needs
+    #: a leaf qdisc of its own (tc qdisc add ... parent 10:2 ...), whose counters are read
+    foreign_classes: list[str] = []
+
+    @field_validator("foreign_classes")
+    @classmethod
+    def _handles(cls, v: list[str]) -> list[str]:
+        from glbd.linkmon import parse_tc_handle
+
+        for h in v:
+            parse_tc_handle(h)
+        return v
 
     @model_validator(mode="after")
     def _ranges(self) -> Self:

@@ -105,6 +105,13 @@ class LinkMonParams:
     hysteresis_samples: int = 3
     default_capacity_mbps: float = 10_000.0
     capacity_mbps: Mapping[str, float] = field(default_factory=dict)
+    #: tc handles (``(major << 16) | minor``) of the egress classes whose traffic the load
+    #: balancers cannot steer (strict-priority classes above the steered one): the parent
+    #: handles of their leaf qdiscs. Their rate is taken off the capacity a heartbeat reports
+    #: (residual capacity, see :meth:`LinkMonitor.on_foreign`). Empty: capacity as configured.
+    foreign_classes: frozenset[int] = frozenset()
+    #: the foreign classes are read every this many samples
+    foreign_every: int = 5
 
     def __post_init__(self) -> None:
         if not 0 < self.ewma_alpha <= 1:
@@ -119,6 +126,8 @@ class LinkMonParams:
             raise ValueError("hysteresis_margin in [0, 1), hysteresis_samples >= 1")
         if self.default_capacity_mbps <= 0 or any(v <= 0 for v in self.capacity_mbps.values()):
             raise ValueError("capacities must be > 0")
+        if self.foreign_every < 1:
+            raise ValueError("foreign_every must be >= 1")
 
     def capacity_of(self, ifname: str) -> float:
         return self.capacity_mbps.get(ifname, self.default_capacity_mbps)
@@ -131,6 +140,35 @@ def score(value: float, lo: float, hi: float) -> float:
     if value >= hi:
         return 0.0
     return 8.0 * (hi - value) / (hi - lo)
+
+
+#: the residual capacity a heartbeat reports never falls below this share of the capacity (a
+#: link full of foreign traffic still carries some: strict priority is rarely 100 %)
+RESIDUAL_FLOOR = 0.05
+#: residual capacity is reported in steps of this share of the capacity, and moves only when
+#: the measured value is more than ``RESIDUAL_DEADBAND`` steps away from the reported one
+RESIDUAL_STEP = 0.05
+RESIDUAL_DEADBAND = 1.5
+#: time constant of the foreign classes' rate average, seconds: a steady stream that starts is
+#: reported at ~95 % of its rate within 0.3 s (the load EWMA's 40 ms would make the residual
+#: jump with every burst of a bursty class; the deadband below absorbs the rest)
+FOREIGN_TAU_S = 0.1
+
+
+def parse_tc_handle(text: str) -> int:
+    """A tc class handle as tc writes it, ``"10:2"`` (hex major:minor) -> ``0x00100002``."""
+    major, sep, minor = text.partition(":")
+    try:
+        if not sep or not major or not minor:
+            raise ValueError
+        hi, lo = int(major, 16), int(minor, 16)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a tc class handle (hex major:minor, e.g. 10:2)"
+        ) from None
+    if not (0 < hi <= 0xFFFF and 0 < lo <= 0xFFFF):
+        raise ValueError(f"{text!r}: major and minor must be 1..ffff")
+    return (hi << 16) | lo
 
 
 def _cap(mbps: float) -> int:
@@ -188,13 +226,17 @@ class LinkQuality:
     queue_bytes: float
     capacity_mbps: float
     score: float
+    #: capacity left to steerable traffic (capacity minus the foreign classes' rate, see
+    #: :meth:`LinkMonitor.on_foreign`); what heartbeats report as the link's capacity
+    residual_mbps: float | None = None
 
     def to_entry(self, far_end_id: int, link_id: int | None = None) -> wire.Entry:
         """The heartbeat entry for this link (``link_id`` defaults to the ifindex)."""
+        cap = self.capacity_mbps if self.residual_mbps is None else self.residual_mbps
         return wire.Entry(
             far_end_id,
             self.ifindex if link_id is None else link_id,
-            _cap(self.capacity_mbps),
+            _cap(cap),
             0 if self.down else self.band,
             wire.ENTRY_FLAG_DOWN if self.down else 0,
             _bp(self.load_pct),
@@ -210,6 +252,7 @@ class LinkQuality:
             "load_pct": round(self.load_pct, 2),
             "queue_bytes": round(self.queue_bytes),
             "capacity_mbps": self.capacity_mbps,
+            "residual_mbps": self.residual_mbps,
             "score": round(self.score, 3),
         }
 
@@ -230,6 +273,9 @@ class _Link:
         "capacity",
         "changes",
         "down",
+        "foreign",
+        "foreign_bytes",
+        "foreign_t",
         "ifindex",
         "kcap",
         "last_t",
@@ -237,6 +283,7 @@ class _Link:
         "load",
         "pending",
         "queue",
+        "residual",
         "score",
     )
 
@@ -253,6 +300,10 @@ class _Link:
         self.down = False
         self.pending = 0  # consecutive samples one band away, same direction (sign)
         self.changes = 0
+        self.foreign_bytes: int | None = None  # last foreign-class byte count
+        self.foreign_t = 0.0
+        self.foreign: float | None = None  # EWMA rate of the foreign classes, Mbit/s
+        self.residual: float | None = None  # reported residual capacity (None: capacity)
 
 
 class LinkMonitor:
@@ -278,6 +329,45 @@ class LinkMonitor:
         for name, ln in self._links.items():
             ln.capacity = params.capacity_of(name)
             ln.kcap = 8e-4 / ln.capacity
+            if not params.foreign_classes:
+                ln.foreign_bytes = ln.foreign = ln.residual = None
+
+    def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> bool:
+        """Byte counters of the foreign classes (summed per interface; an interface without
+        any counts 0) at ``now``: their rate (averaged with the time constant
+        :data:`FOREIGN_TAU_S`) is taken off each link's capacity. The result, floored at
+        :data:`RESIDUAL_FLOOR` of the capacity, moves in :data:`RESIDUAL_STEP` steps with a
+        :data:`RESIDUAL_DEADBAND`, so heartbeats change only on a real shift. Returns whether
+        a reported residual changed (the heartbeat entries carry it from the next
+        :meth:`entries`)."""
+        changed = False
+        for ln in self._links.values():
+            if ln.down or ln.ifindex == 0:
+                ln.foreign_bytes = None
+                continue
+            b = bytes_by_ifindex.get(ln.ifindex, 0)
+            last, dt = ln.foreign_bytes, now - ln.foreign_t
+            ln.foreign_bytes = b
+            ln.foreign_t = now
+            if last is None or b < last or dt <= 0:
+                continue  # first reading, or the qdisc was replaced: re-baseline
+            rate = (b - last) * 8e-6 / dt  # Mbit/s
+            prev = ln.foreign
+            alpha = 1.0 - math.exp(-dt / FOREIGN_TAU_S)
+            f = ln.foreign = rate if prev is None else prev + alpha * (rate - prev)
+            cap = ln.capacity
+            step = cap * RESIDUAL_STEP
+            measured = max(cap * RESIDUAL_FLOOR, cap - f)
+            cur = cap if ln.residual is None else ln.residual
+            if f < step / 2:  # (next to) nothing foreign: the full capacity, deadband or not
+                if ln.residual is not None:
+                    ln.residual = None
+                    changed = True
+            elif abs(measured - cur) > RESIDUAL_DEADBAND * step:
+                new = min(cap, max(cap * RESIDUAL_FLOOR, round(measured / step) * step))
+                ln.residual = None if new >= cap else new
+                changed = True
+        return changed
 
     def set_interfaces(self, ifnames: Iterable[str]) -> list[QualityChanged]:
         """The fabric interfaces to monitor. Removed ones report a final change."""
@@ -416,6 +506,7 @@ class LinkMonitor:
             ln.queue,
             ln.capacity,
             ln.score,
+            ln.residual,
         )
 
     def quality(self, ifname: str) -> LinkQuality | None:
@@ -441,7 +532,7 @@ class LinkMonitor:
             load = ln.load
             bp = round(load * 100) if load else 0
             qb = round(ln.queue)
-            cap = round(ln.capacity)
+            cap = round(ln.capacity if ln.residual is None else ln.residual)
             out.append(
                 entry(
                     fe,
@@ -488,11 +579,16 @@ _ATTR = struct.Struct("=HH")
 _IFINFO = struct.Struct("=BxHiII")  # ifinfomsg: family, type, index, flags, change
 _TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, info
 _U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
 # the two per-sample requests, packed in one call each (nlmsghdr + family header)
 _REQ_STATS = struct.Struct("=IHHIIBxxxII")  # + if_stats_msg: family, ifindex, filter_mask
 _REQ_QDISC = struct.Struct("=IHHIIBxxxiIII")  # + tcmsg
+_TCA_STATS2 = 7
+_TCA_STATS_BASIC = 1
 _DUMP = 0x301  # NLM_F_REQUEST | NLM_F_DUMP
 RTM_GETSTATS = 94
+RTM_NEWQDISC = 36
+RTM_GETQDISC = 38
 RTM_NEWSTATS = 92
 IFLA_STATS_LINK_64 = 1
 
@@ -506,6 +602,28 @@ def _attrs(data: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
             return
         yield typ & 0x3FFF, off + 4, off + ln
         off += (ln + 3) & ~3
+
+
+def foreign_bytes(rows: Iterable[tuple[int, bytes]], parents: frozenset[int]) -> dict[int, int]:
+    """From the messages of an RTM_GETQDISC dump (``(type, body)``): per ifindex, the bytes
+    sent by the qdiscs attached to one of the classes ``parents`` (TCA_STATS2 /
+    TCA_STATS_BASIC). Malformed messages are skipped."""
+    out: dict[int, int] = {}
+    for typ, body in rows:
+        if typ != RTM_NEWQDISC or len(body) < _TCMSG.size:
+            continue
+        _fam, ifindex, _handle, parent, _info = _TCMSG.unpack_from(body)
+        if parent not in parents:
+            continue
+        for t, a, a_end in _attrs(body, _TCMSG.size, len(body)):
+            if t != _TCA_STATS2:
+                continue
+            for t2, b, b_end in _attrs(body, a, a_end):
+                if t2 == _TCA_STATS_BASIC and b_end - b >= 8:
+                    out[ifindex] = out.get(ifindex, 0) + _U64.unpack_from(body, b)[0]
+                    break
+            break
+    return out
 
 
 @dataclass(slots=True)
@@ -843,6 +961,11 @@ class StatsReader:
                 return out
         return out
 
+    def drain(self) -> None:
+        """Drop the rest of an abandoned dump (see :meth:`_drain`)."""
+        if self._sock is not None:
+            self._drain()
+
     def _drain(self) -> None:
         """Read and drop whatever is queued (the kernel refills a running dump on each read)."""
         assert self._sock is not None
@@ -899,9 +1022,17 @@ class StatsReader:
             )
         return Columns(p.names, p.ups, p.get_tx(tx), p.get_bl((*backlog, 0)), p.ifindex)
 
-    async def finish(self, steps: Steps[Columns], *, started: bool = True) -> Columns:
-        """Run a :meth:`read_steps` generator to its end on the event loop (``started``: it
-        has already yielded once, i.e. it is waiting for the socket)."""
+    def foreign_steps(self, parents: frozenset[int]) -> Steps[dict[int, int]]:
+        """One RTM_GETQDISC dump read for :func:`foreign_bytes` (a generator like
+        :meth:`read_steps`; hand it to :meth:`finish` if it yields)."""
+        rows = yield from self._dump(RTM_GETQDISC, _TCMSG.pack(0, 0, 0, 0, 0))
+        self.dumps += 1
+        return foreign_bytes(rows, parents)
+
+    async def finish(self, steps: Steps[_T], *, started: bool = True) -> _T:
+        """Run a :meth:`read_steps` (or :meth:`foreign_steps`) generator to its end on the
+        event loop (``started``: it has already yielded once, i.e. it is waiting for the
+        socket)."""
         loop = asyncio.get_running_loop()
         if started:
             await self._readable(loop)
@@ -909,8 +1040,8 @@ class StatsReader:
             try:
                 next(steps)
             except StopIteration as stop:
-                cols: Columns = stop.value
-                return cols
+                result: _T = stop.value
+                return result
             await self._readable(loop)
 
     async def read(self, ifnames: Iterable[str] | None = None) -> list[LinkSample]:
@@ -1000,6 +1131,7 @@ class MonitorRunner:
         self.samples = 0
         self.overruns = 0
         self.waits = 0  # samples that had to wait for the socket (continued in a task)
+        self.foreign_skipped = 0  # foreign-class readings dropped (socket not ready at once)
 
     def start(self) -> None:
         if not self._running:
@@ -1063,7 +1195,27 @@ class MonitorRunner:
         mon = self.monitor
         changes = mon.on_columns(cols, loop.time())
         self.samples += 1
+        p = mon.params
+        if p.foreign_classes and self.samples % p.foreign_every == 0 and self._reader.can_step:
+            self._read_foreign(p.foreign_classes, loop)
         self._on_update(changes, mon)
+
+    def _read_foreign(self, parents: frozenset[int], loop: asyncio.AbstractEventLoop) -> None:
+        """The foreign classes' counters (one more qdisc dump), fed to the core before this
+        sample's update is handed on, so the heartbeat built from it carries the residual."""
+        try:
+            steps = self._reader.foreign_steps(parents)
+            try:
+                next(steps)
+            except StopIteration as done:
+                self.monitor.on_foreign(done.value, loop.time())
+                return
+            steps.close()  # not ready at once (rare): skip this reading, not the sample
+            self._reader.drain()
+            self.foreign_skipped += 1
+        except Exception as e:
+            self.errors += 1
+            log.warning("foreign class dump failed", error=str(e))
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._running:

@@ -48,7 +48,14 @@ from glbd.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerR
 from glbd.fib.kernel import failover_wire
 from glbd.fib.model import Desired, GroupSpec, Member, Resilient
 from glbd.fib.programmer import FibProgrammer
-from glbd.linkmon import LinkMonitor, LinkMonParams, MonitorRunner, QualityChanged, StatsReader
+from glbd.linkmon import (
+    LinkMonitor,
+    LinkMonParams,
+    MonitorRunner,
+    QualityChanged,
+    StatsReader,
+    parse_tc_handle,
+)
 from glbd.metrics import Sample
 from glbd.pathtable import Changes, PathTable, PathTableParams
 from glbd.rib import NeighborParams, NextHopsChanged, PeerDown, PeerUp, RibParams, Role
@@ -195,6 +202,7 @@ class Node:
             hysteresis_samples=q.hysteresis_samples,
             default_capacity_mbps=q.default_capacity_mbps,
             capacity_mbps=dict(q.capacity_mbps),
+            foreign_classes=frozenset(parse_tc_handle(h) for h in q.foreign_classes),
         )
 
     def heartbeat_key(self) -> Any:

@@ -49,6 +49,8 @@ class GlbdOptions:
     extra: Mapping[str, str] = field(default_factory=dict)
     #: extra keys of the generated [fib] table, e.g. {"resilient_idle_timer_s": "0.2"}
     fib: Mapping[str, str] = field(default_factory=dict)
+    #: ``link_quality.foreign_classes`` on the spines (helpers), e.g. ("10:2",)
+    foreign_classes: tuple[str, ...] = ()
 
 
 def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> str:
@@ -100,6 +102,9 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
         "[link_quality]",
         f"sample_interval_ms = {opts.sample_interval_ms}",
     ]
+    if opts.foreign_classes and n.role == "spine":
+        handles = ", ".join(f'"{h}"' for h in opts.foreign_classes)
+        lines.append(f"foreign_classes = [{handles}]")
     if opts.capacity_mbps:
         lines.append("[link_quality.capacity_mbps]")
         lines += [f'"{i}" = {opts.capacity_mbps}' for i in fabric_ifs]

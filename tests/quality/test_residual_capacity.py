@@ -1,0 +1,186 @@
+"""Residual capacity (``link_quality.foreign_classes``): the rate of strict-priority classes
+that no load balancer can steer is taken off the capacity a helper's heartbeats report. The
+core in virtual time, the config, and the qdisc reader against a real prio qdisc."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+
+import pytest
+
+from glbd import config as cfgmod
+from glbd.lab.netns import Lab
+from glbd.linkmon import (
+    LinkMonitor,
+    LinkMonParams,
+    LinkSample,
+    MonitorRunner,
+    QualityChanged,
+    StatsReader,
+    foreign_bytes,
+    parse_tc_handle,
+)
+
+CLS = parse_tc_handle("10:2")
+
+
+def _mon(cap: float = 10.0) -> LinkMonitor:
+    m = LinkMonitor(LinkMonParams(capacity_mbps={"eth1": cap}, foreign_classes=frozenset({CLS})))
+    m.set_interfaces(["eth1"])
+    m.on_samples([LinkSample("eth1", True, 0, 0, 7)], 0.0)
+    m.on_samples([LinkSample("eth1", True, 1000, 0, 7)], 0.01)
+    return m
+
+
+def _feed(m: LinkMonitor, mbps: float, t0: float, seconds: float, b0: int = 0) -> int:
+    """Foreign traffic at ``mbps`` every 50 ms from ``t0``; returns the last byte count."""
+    b = b0
+    steps = round(seconds / 0.05)
+    for i in range(steps + 1):
+        m.on_foreign({7: b}, t0 + i * 0.05)
+        b += int(mbps * 1e6 / 8 * 0.05)
+    return b
+
+
+def test_handles() -> None:
+    assert parse_tc_handle("10:2") == 0x00100002
+    assert parse_tc_handle("ffff:ffff") == 0xFFFFFFFF
+    for bad in ("10", "10:", ":2", "0:1", "10:0", "g:1", "10:10000"):
+        with pytest.raises(ValueError):
+            parse_tc_handle(bad)
+
+
+def test_residual_follows_the_foreign_rate_in_steps_with_a_deadband() -> None:
+    m = _mon()
+    entry = lambda: m.entries({"eth1": 42})[0]  # noqa: E731
+    assert entry().capacity_mbps == 10  # nothing measured yet: the configured capacity
+    b = _feed(m, 7.5, 0.0, 1.0)
+    q = m.quality("eth1")
+    assert q is not None and q.residual_mbps == pytest.approx(2.5)
+    assert entry().capacity_mbps == round(2.5)  # what the heartbeat carries (Mbit/s)
+    # a wobble within the deadband (1.5 steps of 5 %) does not move it
+    b = _feed(m, 7.0, 1.05, 1.0, b)
+    assert m.quality("eth1").residual_mbps == pytest.approx(2.5)  # type: ignore[union-attr]
+    # the background stops: back to the full capacity (None = as configured)
+    _feed(m, 0.0, 2.1, 1.0, b)
+    assert m.quality("eth1").residual_mbps is None  # type: ignore[union-attr]
+    assert entry().capacity_mbps == 10
+
+
+def test_floor_counter_reset_and_no_classes() -> None:
+    m = _mon()
+    b = _feed(m, 50.0, 0.0, 1.0)  # more than the link: floored at 5 %
+    assert m.quality("eth1").residual_mbps == pytest.approx(0.5)  # type: ignore[union-attr]
+    assert m.on_foreign({7: 0}, 1.1) is False  # qdisc replaced: counter reset, re-baseline
+    assert m.quality("eth1").residual_mbps == pytest.approx(0.5)  # type: ignore[union-attr]
+    m.set_params(LinkMonParams(capacity_mbps={"eth1": 10.0}))  # feature off: capacity again
+    assert m.quality("eth1").residual_mbps is None  # type: ignore[union-attr]
+    del b
+
+
+def test_foreign_bytes_picks_the_classes_and_skips_garbage() -> None:
+    import struct
+
+    def nla(t: int, data: bytes) -> bytes:
+        return struct.pack("=HH", 4 + len(data), t) + data + bytes(-len(data) % 4)
+
+    def qdisc(ifindex: int, parent: int, sent: int | None) -> bytes:
+        body = struct.pack("=BxxxiIII", 0, ifindex, 0, parent, 0) + nla(1, b"pfifo\0")  # KIND
+        if sent is not None:
+            body += nla(7, nla(1, struct.pack("=QI4x", sent, 1)))  # TCA_STATS2 { BASIC }
+        return body
+
+    rows = [
+        (36, qdisc(3, CLS, 1000)),
+        (36, qdisc(3, CLS, 500)),  # two qdiscs under that class: summed
+        (36, qdisc(3, parse_tc_handle("10:3"), 9999)),  # another class
+        (36, qdisc(4, CLS, None)),  # no stats
+        (36, b"\x00" * 7),  # short
+        (24, qdisc(5, CLS, 1)),  # not a qdisc message
+    ]
+    assert foreign_bytes(rows, frozenset({CLS})) == {3: 1500}
+
+
+def test_config_validates_handles(tmp_path: object) -> None:
+    from pathlib import Path
+
+    base = 'router_id = "198.18.255.1"\nlocal_as = 65001\nrole = "helper"\n'
+    p = Path(str(tmp_path)) / "g.toml"
+    p.write_text(base + '[link_quality]\nforeign_classes = ["10:2", "1:3"]\n')
+    assert cfgmod.load(p).link_quality.foreign_classes == ["10:2", "1:3"]
+    p.write_text(base + '[link_quality]\nforeign_classes = ["10"]\n')
+    with pytest.raises(cfgmod.ConfigError, match="foreign_classes"):
+        cfgmod.load(p)
+
+
+@pytest.mark.netns
+async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: Lab) -> None:
+    """tbf over three strict-priority HTB classes with a pfifo each (the fabric benchmark's
+    links); unmarked UDP lands in the default class 10:2, a socket with priority 10:3 in 10:3.
+    The reader sums only 10:2, and the monitor driven by MonitorRunner reports the residual in
+    its heartbeat entries."""
+    a, _b = netns_lab.pair("fo", "fi")
+    cmds = [
+        "qdisc replace dev fo-fi root handle 1: tbf rate 20mbit burst 32kb latency 100ms",
+        "qdisc replace dev fo-fi parent 1:1 handle 10: htb default 2",
+    ]
+    for i in (1, 2, 3):
+        cmds += [
+            f"class add dev fo-fi parent 10: classid 10:{i} htb rate 20mbit prio {i - 1} "
+            "quantum 1514",
+            f"qdisc add dev fo-fi parent 10:{i} handle {10 + i}: pfifo",
+        ]
+    a.run(["tc", "-batch", "-"], input="\n".join(cmds) + "\n")
+    reader = await StatsReader.open(netns=a.name)
+    mon = LinkMonitor(
+        LinkMonParams(
+            capacity_mbps={"fo-fi": 20.0}, foreign_classes=frozenset({CLS}), foreign_every=2
+        )
+    )
+    mon.set_interfaces(["fo-fi"])
+    updates: list[list[QualityChanged]] = []
+    runner = MonitorRunner(mon, reader, lambda ch, m: updates.append(ch))
+    try:
+        ifindex = json.loads(a.ip("-j", "link", "show", "fo-fi").stdout)[0]["ifindex"]
+        with a.socket(socket.AF_INET, socket.SOCK_DGRAM) as warm:  # resolve the neighbour
+            warm.sendto(b"w", ("198.18.0.2", 9))
+        await asyncio.sleep(0.3)
+        before = await reader.finish(reader.foreign_steps(frozenset({CLS})), started=False)
+        with (
+            a.socket(socket.AF_INET, socket.SOCK_DGRAM) as be,
+            a.socket(socket.AF_INET, socket.SOCK_DGRAM) as bulk,
+        ):
+            bulk.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, 0x00100003)  # class 10:3
+            for _ in range(50):
+                be.sendto(b"x" * 1000, ("198.18.0.2", 9))
+                bulk.sendto(b"y" * 1000, ("198.18.0.2", 9))
+        await asyncio.sleep(0.2)  # 100 kB through 20 Mbit/s: 40 ms (counted when sent)
+        after = await reader.finish(reader.foreign_steps(frozenset({CLS})), started=False)
+        sent = after.get(ifindex, 0) - before.get(ifindex, 0)
+        assert 50 * 1028 <= sent < 2 * 50 * 1028  # the best-effort datagrams only
+        # 15 Mbit/s of best effort for a second: residual 5 of 20 Mbit/s
+        runner.start()
+        with a.socket(socket.AF_INET, socket.SOCK_DGRAM) as be:
+            be.setblocking(False)
+            t_end = time.monotonic() + 1.5
+            sent_b = 0
+            t0 = time.monotonic()
+            while time.monotonic() < t_end:
+                due = (time.monotonic() - t0) * 15e6 / 8
+                while sent_b < due:
+                    try:
+                        be.sendto(b"z" * 1400, ("198.18.0.2", 9))
+                    except BlockingIOError:
+                        break
+                    sent_b += 1428
+                await asyncio.sleep(0.002)
+        q = mon.quality("fo-fi")
+        assert q is not None and q.residual_mbps is not None
+        assert 3.0 <= q.residual_mbps <= 7.0, q
+        assert mon.entries({"fo-fi": 42})[0].capacity_mbps == round(q.residual_mbps)
+    finally:
+        await runner.stop()
+        reader.close()
