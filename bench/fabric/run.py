@@ -83,11 +83,15 @@ FIB_OVERRIDES = {
 }
 CASES = ("none", "before", "during")
 BG_PORT = 5399
-#: the exchange's TCP sockets use TOS 0x08 (IPTOS_THROUGHPUT): routers forward it with
-#: priority TC_PRIO_BULK, pfifo_fast band 2, below the background (band 1, best effort) and the
-#: control traffic (band 0). So the background is *steady*: TCP cannot push it out of the tail
-#: of a shared queue, and the hot link's residual capacity is known (rate - background).
+#: the exchange's TCP sockets use TOS 0x08 (IPTOS_THROUGHPUT): routers put it in the lowest
+#: strict-priority class of every fabric link (10:3), below the background (best effort,
+#: class 10:2) and the control traffic (class 10:1). So the background is *steady*: TCP cannot
+#: push it out of the tail of a shared queue, and the hot link's residual capacity is known
+#: (rate - background).
 DATA_TOS = 0x08
+#: the class glbd's helpers count as not steerable (``link_quality.foreign_classes``): the
+#: background's; their heartbeats then report the residual capacity
+FOREIGN_CLASSES = ("10:2",)
 DATA_PORT = 5201
 
 
@@ -110,6 +114,8 @@ class Params:
     latency: str = "100ms"
     hash_policy: int = 3  # leaves' fib_multipath_hash_policy (3 = 5-tuple from the headers)
     cc: str = "cubic"  # TCP congestion control in the hosts (the machine's default may be bbr)
+    #: glbd's helpers report residual capacity (``foreign_classes``: the background's class)
+    residual: bool = True
 
     @property
     def pair_bytes(self) -> int:
@@ -279,6 +285,7 @@ class ControlPlane:
                 heartbeat=self.key != "dlb",
                 group_type="hash-threshold" if self.key == "glb-ht" else "resilient",
                 capacity_mbps=self.p.rate,
+                foreign_classes=FOREIGN_CLASSES if self.p.residual else (),
             )
             self.glbd = start_glbd_with(
                 fab, self.run_dir / self.key, opts, FIB_OVERRIDES.get(self.key, {})
@@ -385,26 +392,37 @@ class WeightWatch:
 # ------------------------------------------------------------------------------ one contender
 
 
-#: control traffic (BFD, glbd heartbeats, BGP) of the routers goes to pfifo_fast's band 0
-#: inside each link's tbf, like CS6 into a strict-priority queue on a real switch; data and the
-#: UDP background share band 1. Applies to every contender alike.
+#: control traffic (BFD, glbd heartbeats, BGP) of the routers goes to class 10:1 inside each
+#: link's tbf, like CS6 into a strict-priority queue on a real switch; the exchange (TOS 0x08)
+#: to 10:3, below the UDP background (unmarked: the default class 10:2). Applies to every
+#: contender alike.
 _NFT_CONTROL = """
 table inet glbbench {
   chain out { type filter hook output priority 0; policy accept;
-    udp dport { 3784, 4784, 6149 } meta priority set 0:7
-    udp sport { 3784, 4784, 6149 } meta priority set 0:7
-    tcp dport 179 meta priority set 0:7
-    tcp sport 179 meta priority set 0:7
+    udp dport { 3784, 4784, 6149 } meta priority set 10:1
+    udp sport { 3784, 4784, 6149 } meta priority set 10:1
+    tcp dport 179 meta priority set 10:1
+    tcp sport 179 meta priority set 10:1
+  }
+  chain post { type filter hook postrouting priority 0; policy accept;
+    ip dscp 0x02 meta priority set 10:3
   }
 }
 """
 
 
 def prepare(fab: Fabric, p: Params) -> None:
-    """Shape every fabric link end: tbf (rate, burst) with a pfifo_fast child (3 bands by
-    skb priority) whose queue (txqueuelen packets) holds ``latency`` at the link rate, as the
-    tbf's own queue would; control traffic marked priority 7 by nftables; L4 hashing on the
-    leaves."""
+    """Shape every fabric link end: tbf (rate, burst) over three strict-priority classes, each
+    with a pfifo queue (txqueuelen packets) that holds ``latency`` at the link rate, as the
+    tbf's own queue would: 10:1 control (BFD, heartbeats, BGP: nftables sets their priority),
+    10:2 best effort (the background; the default class), 10:3 the exchange (TOS 0x08, set by
+    nftables on every router). L4 hashing on the leaves.
+
+    The classes are an HTB (this kernel has no prio/ets qdisc) whose classes each may send at
+    the full rate: the tbf above is the only limit, so HTB always serves the lowest priority
+    number first (strict priority, as pfifo_fast's bands were before). Classes with leaf
+    qdiscs of their own have per-class byte counters, like a switch's per-queue counters, which
+    glbd's ``foreign_classes`` reads."""
     topo = fab.topo
     qlen = max(10, math.ceil(p.rate * 1e6 / 8 * _secs(p.latency) / 1514))
     for node in topo.names("spine") + topo.names("leaf"):
@@ -418,8 +436,14 @@ def prepare(fab: Fabric, p: Params) -> None:
             cmds += [
                 f"qdisc replace dev {ifname} root handle 1: tbf rate {p.rate:g}mbit "
                 f"burst {p.burst} latency {p.latency}",
-                f"qdisc replace dev {ifname} parent 1:1 handle 10: pfifo_fast",
+                f"qdisc replace dev {ifname} parent 1:1 handle 10: htb default 2",
             ]
+            for b in (1, 2, 3):
+                cmds += [
+                    f"class add dev {ifname} parent 10: classid 10:{b} htb rate {p.rate:g}mbit "
+                    f"prio {b - 1} quantum 1514",
+                    f"qdisc add dev {ifname} parent 10:{b} handle {10 + b}: pfifo limit {qlen}",
+                ]
         ns.run(["tc", "-batch", "-"], input="\n".join(cmds) + "\n")
         ns.run(["nft", "-f", "-"], input=_NFT_CONTROL)
         if topo.node(node).role == "leaf":
@@ -792,6 +816,10 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         "--only", default=",".join(CONTENDERS),
         help=f"contenders, comma-separated (also: {', '.join(EXTRA_CONTENDERS)})",
     )  # fmt: skip
+    ap.add_argument(
+        "--no-residual", action="store_true",
+        help="glbd's helpers report the configured capacity, not the residual (no foreign_classes)",
+    )  # fmt: skip
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
@@ -807,6 +835,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     p = Params(
         rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows=a.flows, runs=a.runs, cases=cases,
         settle=a.settle, hot_at=a.hot_at, cc=a.cc, hash_policy=a.hash_policy,
+        residual=not a.no_residual,
     )  # fmt: skip
     return p, only, a
 
@@ -816,6 +845,7 @@ def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
     d = json.loads(Path(path).read_text())
     prm = dict(d["params"])
     prm["cases"] = tuple(prm["cases"])
+    prm.setdefault("residual", False)  # files from before the option
     rows = []
     for r in d["results"]:
         r["weights"] = [(t, w) for t, w in r.get("weights", [])]
