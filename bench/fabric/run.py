@@ -116,6 +116,8 @@ class Params:
     cc: str = "cubic"  # TCP congestion control in the hosts (the machine's default may be bbr)
     #: glbd's helpers report residual capacity (``foreign_classes``: the background's class)
     residual: bool = True
+    #: the leaves' path table keeps weights with memory (``path_quality.weight_memory``)
+    memory: bool = True
 
     @property
     def pair_bytes(self) -> int:
@@ -286,6 +288,7 @@ class ControlPlane:
                 group_type="hash-threshold" if self.key == "glb-ht" else "resilient",
                 capacity_mbps=self.p.rate,
                 foreign_classes=FOREIGN_CLASSES if self.p.residual else (),
+                extra={} if self.p.memory else {"leaf": "[path_quality]\nweight_memory = false"},
             )
             self.glbd = start_glbd_with(
                 fab, self.run_dir / self.key, opts, FIB_OVERRIDES.get(self.key, {})
@@ -820,6 +823,10 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         "--no-residual", action="store_true",
         help="glbd's helpers report the configured capacity, not the residual (no foreign_classes)",
     )  # fmt: skip
+    ap.add_argument(
+        "--no-memory", action="store_true",
+        help="the leaves' weights without memory (path_quality.weight_memory = false)",
+    )  # fmt: skip
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
@@ -835,7 +842,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     p = Params(
         rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows=a.flows, runs=a.runs, cases=cases,
         settle=a.settle, hot_at=a.hot_at, cc=a.cc, hash_policy=a.hash_policy,
-        residual=not a.no_residual,
+        residual=not a.no_residual, memory=not a.no_memory,
     )  # fmt: skip
     return p, only, a
 
@@ -846,6 +853,7 @@ def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
     prm = dict(d["params"])
     prm["cases"] = tuple(prm["cases"])
     prm.setdefault("residual", False)  # files from before the option
+    prm.setdefault("memory", True)
     rows = []
     for r in d["results"]:
         r["weights"] = [(t, w) for t, w in r.get("weights", [])]
