@@ -67,7 +67,7 @@ from glbd.lab.topology import Fabric, Topology, leaf_spine
 
 CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "optimum")
 #: opt-in diagnostic contenders (``--only``), not part of the default run
-EXTRA_CONTENDERS = ("glb-res-fast",)
+EXTRA_CONTENDERS = ("glb-res-fast", "ecmp-res")
 LABELS = {
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
@@ -76,6 +76,7 @@ LABELS = {
     "glb-res": "glbd GLB resilient",
     "optimum": "offline optimum",
     "glb-res-fast": "glbd GLB resilient, 0.2 s timers",
+    "ecmp-res": "ECMP, static resilient groups",
 }
 #: [fib] settings of the diagnostic contenders (written into the generated glbd.toml)
 FIB_OVERRIDES = {
@@ -201,6 +202,30 @@ def install_static(
         fab.ns(leaf).ip_batch(cmds)
 
 
+def install_static_resilient(fab: Fabric) -> None:
+    """:func:`install_static` with equal weights, but each leaf's routes use one resilient
+    nexthop group per prefix (glbd's defaults: 128 buckets, idle 1 s, unbalanced 5 s) and no
+    control plane: what resilient hashing alone does to the exchange."""
+    topo = fab.topo
+    install_static(fab)
+    for leaf in topo.names("leaf"):
+        spines = topo.names("spine")
+        cmds = [
+            f"nexthop replace id {100 + i} via {fab.addr(s, leaf)} dev {fab.ifname(leaf, s)}"
+            for i, s in enumerate(spines)
+        ]
+        members = "/".join(str(100 + i) for i in range(len(spines)))
+        for k, other in enumerate(topo.names("leaf")):
+            if other == leaf:
+                continue
+            cmds += [
+                f"nexthop replace id {200 + k} group {members} type resilient buckets 128 "
+                "idle_timer 1 unbalanced_timer 5",
+                f"route replace {topo.node(other).prefix4} nhid {200 + k}",
+            ]
+        fab.ns(leaf).ip_batch(cmds)
+
+
 def _mp_route(fab: Fabric, leaf: str, pfx: str, w: dict[str, int]) -> str:
     parts = [f"route replace {pfx}"]
     for s in fab.topo.names("spine"):
@@ -270,6 +295,8 @@ class ControlPlane:
         routers = topo.names("leaf") + topo.names("spine")
         if self.key in ("ecmp", "optimum"):
             install_static(fab)
+        elif self.key == "ecmp-res":
+            install_static_resilient(fab)
         elif self.key == "frr":
             from glbd.lab.frr import start_fabric_frr
 
