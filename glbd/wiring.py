@@ -1082,6 +1082,13 @@ def _quality_samples(snap: dict[str, Any]) -> Iterable[Sample]:
         yield Sample(
             "glbd_link_queue_bytes", float(q.get("queue_bytes", 0)), lab, "EWMA qdisc backlog"
         )
+        res, cap = q.get("residual_mbps"), q.get("capacity_mbps", 0)
+        yield Sample(
+            "glbd_link_reported_capacity_mbps",
+            float(cap if res is None else res),
+            lab,
+            "capacity the heartbeats report: the residual when foreign_classes are set",
+        )
     for hb in snap.get("heartbeats", []):
         rx = hb.get("receiver") or {}
         yield Sample(

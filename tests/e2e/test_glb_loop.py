@@ -515,6 +515,7 @@ def test_metrics_endpoint_and_glbctl_watch(lab: tuple[Fabric, dict[str, GlbdNode
         f'glbd_bfd_up{{interface="spine1",peer="{s1}"}} 1',
         f'glbd_bgp_peer_up{{peer="{s2}"}} 1',
         'glbd_link_band{ifname="spine1"} 7',
+        'glbd_link_reported_capacity_mbps{ifname="spine1"} ',
         "glbd_loop_lag_seconds ",
         "# TYPE glbd_heartbeats_accepted_total counter",
     ):
