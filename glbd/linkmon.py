@@ -149,6 +149,10 @@ RESIDUAL_FLOOR = 0.05
 #: the measured value is more than ``RESIDUAL_DEADBAND`` steps away from the reported one
 RESIDUAL_STEP = 0.05
 RESIDUAL_DEADBAND = 1.5
+#: a smaller shift (inside the deadband) is reported once this many readings in a row round to
+#: the same other step, so the report converges on the true residual instead of stopping up to
+#: the deadband short of it
+RESIDUAL_CONFIRM = 3
 #: time constant of the foreign classes' rate average, seconds: a steady stream that starts is
 #: reported at ~95 % of its rate within 0.3 s (the load EWMA's 40 ms would make the residual
 #: jump with every burst of a bursty class; the deadband below absorbs the rest)
@@ -283,6 +287,7 @@ class _Link:
         "load",
         "pending",
         "queue",
+        "res_pending",
         "residual",
         "score",
     )
@@ -304,6 +309,7 @@ class _Link:
         self.foreign_t = 0.0
         self.foreign: float | None = None  # EWMA rate of the foreign classes, Mbit/s
         self.residual: float | None = None  # reported residual capacity (None: capacity)
+        self.res_pending = 0  # readings in a row that round to another step inside the deadband
 
 
 class LinkMonitor:
@@ -331,15 +337,16 @@ class LinkMonitor:
             ln.kcap = 8e-4 / ln.capacity
             if not params.foreign_classes:
                 ln.foreign_bytes = ln.foreign = ln.residual = None
+                ln.res_pending = 0
 
     def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> bool:
         """Byte counters of the foreign classes (summed per interface; an interface without
         any counts 0) at ``now``: their rate (averaged with the time constant
         :data:`FOREIGN_TAU_S`) is taken off each link's capacity. The result, floored at
-        :data:`RESIDUAL_FLOOR` of the capacity, moves in :data:`RESIDUAL_STEP` steps with a
-        :data:`RESIDUAL_DEADBAND`, so heartbeats change only on a real shift. Returns whether
-        a reported residual changed (the heartbeat entries carry it from the next
-        :meth:`entries`)."""
+        :data:`RESIDUAL_FLOOR` of the capacity, moves in :data:`RESIDUAL_STEP` steps: at once
+        past a :data:`RESIDUAL_DEADBAND`, after :data:`RESIDUAL_CONFIRM` readings in a row
+        inside it, so heartbeats change only on a real shift. Returns whether a reported
+        residual changed (the heartbeat entries carry it from the next :meth:`entries`)."""
         changed = False
         for ln in self._links.values():
             if ln.down or ln.ifindex == 0:
@@ -359,13 +366,21 @@ class LinkMonitor:
             step = cap * RESIDUAL_STEP
             measured = max(cap * RESIDUAL_FLOOR, cap - f)
             cur = cap if ln.residual is None else ln.residual
+            target = min(cap, max(cap * RESIDUAL_FLOOR, round(measured / step) * step))
             if f < step / 2:  # (next to) nothing foreign: the full capacity, deadband or not
-                if ln.residual is not None:
-                    ln.residual = None
-                    changed = True
+                target = cap
+                move = ln.residual is not None
             elif abs(measured - cur) > RESIDUAL_DEADBAND * step:
-                new = min(cap, max(cap * RESIDUAL_FLOOR, round(measured / step) * step))
-                ln.residual = None if new >= cap else new
+                move = True
+            elif abs(target - cur) > step / 2:
+                ln.res_pending += 1
+                move = ln.res_pending >= RESIDUAL_CONFIRM
+            else:
+                ln.res_pending = 0
+                move = False
+            if move:
+                ln.residual = None if target >= cap else target
+                ln.res_pending = 0
                 changed = True
         return changed
 

@@ -56,17 +56,34 @@ def test_handles() -> None:
 def test_residual_follows_the_foreign_rate_in_steps_with_a_deadband() -> None:
     m = _mon()
     entry = lambda: m.entries({"eth1": 42})[0]  # noqa: E731
-    assert entry().capacity_mbps == 10  # nothing measured yet: the configured capacity
-    b = _feed(m, 7.5, 0.0, 1.0)
-    q = m.quality("eth1")
-    assert q is not None and q.residual_mbps == pytest.approx(2.5)
+    residual = lambda: m.quality("eth1").residual_mbps  # type: ignore[union-attr]  # noqa: E731
+    b = _feed(m, 0.0, 0.0, 1.0)  # nothing foreign for a second: the configured capacity
+    assert residual() is None and entry().capacity_mbps == 10
+    # a steady 7.5 Mbit/s starts: big moves go out at once, then it converges on 2.5
+    seen = []
+    for i in range(1, 21):
+        b += int(7.5e6 / 8 * 0.05)
+        if m.on_foreign({7: b}, 1.0 + i * 0.05):
+            seen.append((i, residual()))
+    assert seen[0] == (1, pytest.approx(7.0))  # the first 50 ms reading
+    assert seen[-1][1] == pytest.approx(2.5) and seen[-1][0] <= 9  # within 0.45 s
+    assert [r for _, r in seen] == sorted([r for _, r in seen], reverse=True)  # monotone
     assert entry().capacity_mbps == round(2.5)  # what the heartbeat carries (Mbit/s)
-    # a wobble within the deadband (1.5 steps of 5 %) does not move it
-    b = _feed(m, 7.0, 1.05, 1.0, b)
-    assert m.quality("eth1").residual_mbps == pytest.approx(2.5)  # type: ignore[union-attr]
+    # a bursty class wobbling around 7.5 (7.0 / 8.0 per reading) does not move it
+    t = 2.0
+    for i in range(20):
+        b += int((7.0 if i % 2 else 8.0) * 1e6 / 8 * 0.05)
+        t += 0.05
+        assert m.on_foreign({7: b}, t) is False
+    # a single reading inside the deadband does not move it either, a steady shift does
+    b += int(7.0e6 / 8 * 0.05)
+    t += 0.05
+    assert m.on_foreign({7: b}, t) is False
+    b = _feed(m, 7.0, t + 0.05, 1.0, b)
+    assert residual() == pytest.approx(3.0)
     # the background stops: back to the full capacity (None = as configured)
-    _feed(m, 0.0, 2.1, 1.0, b)
-    assert m.quality("eth1").residual_mbps is None  # type: ignore[union-attr]
+    _feed(m, 0.0, t + 1.2, 1.0, b)
+    assert residual() is None
     assert entry().capacity_mbps == 10
 
 
