@@ -67,7 +67,7 @@ from glbd.lab.topology import Fabric, Topology, leaf_spine
 
 CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "optimum")
 #: opt-in diagnostic contenders (``--only``), not part of the default run
-EXTRA_CONTENDERS = ("glb-res-fast", "ecmp-res")
+EXTRA_CONTENDERS = ("glb-res-fast", "ecmp-res", "glb-res-frozen")
 LABELS = {
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
@@ -77,6 +77,7 @@ LABELS = {
     "optimum": "offline optimum",
     "glb-res-fast": "glbd GLB resilient, 0.2 s timers",
     "ecmp-res": "ECMP, static resilient groups",
+    "glb-res-frozen": "glbd resilient, weights frozen equal",
 }
 #: [fib] settings of the diagnostic contenders (written into the generated glbd.toml)
 FIB_OVERRIDES = {
@@ -279,6 +280,19 @@ def start_glbd_with(
     return nodes
 
 
+#: [path_quality] of the diagnostic contender whose leaves run everything but keep every weight
+#: equal (a constant weight table, no capacity term, no memory): glbd's CPU and packets
+#: without its weight changes
+FROZEN = "weight_table = [1, 1, 1, 1, 1, 1, 1, 1]\ncapacity_aware = false\nweight_memory = false"
+
+
+def leaf_extra(key: str, p: Params) -> dict[str, str]:
+    """Extra TOML of the leaves' glbd.toml for contender ``key``."""
+    if key == "glb-res-frozen":
+        return {"leaf": "[path_quality]\n" + FROZEN}
+    return {} if p.memory else {"leaf": "[path_quality]\nweight_memory = false"}
+
+
 class ControlPlane:
     """Starts and stops one contender's routing on a built fabric."""
 
@@ -315,7 +329,7 @@ class ControlPlane:
                 group_type="hash-threshold" if self.key == "glb-ht" else "resilient",
                 capacity_mbps=self.p.rate,
                 foreign_classes=FOREIGN_CLASSES if self.p.residual else (),
-                extra={} if self.p.memory else {"leaf": "[path_quality]\nweight_memory = false"},
+                extra=leaf_extra(self.key, self.p),
             )
             self.glbd = start_glbd_with(
                 fab, self.run_dir / self.key, opts, FIB_OVERRIDES.get(self.key, {})
