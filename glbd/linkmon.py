@@ -56,7 +56,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 import structlog
@@ -234,6 +234,13 @@ class LinkQuality:
     #: :meth:`LinkMonitor.on_foreign`); what heartbeats report as the link's capacity
     residual_mbps: float | None = None
 
+    def usable(self) -> LinkQuality:
+        """This quality with the residual as its capacity: what steerable traffic can use (the
+        local part of a load balancer's path table)."""
+        if self.residual_mbps is None:
+            return self
+        return replace(self, capacity_mbps=self.residual_mbps)
+
     def to_entry(self, far_end_id: int, link_id: int | None = None) -> wire.Entry:
         """The heartbeat entry for this link (``link_id`` defaults to the ifindex)."""
         cap = self.capacity_mbps if self.residual_mbps is None else self.residual_mbps
@@ -268,7 +275,9 @@ class QualityChanged:
     quality: LinkQuality
     old_band: int | None
     old_down: bool | None
-    reason: str  # "new" | "down" | "up" | "jump" | "margin" | "persisted" | "removed"
+    #: "new" | "down" | "up" | "jump" | "margin" | "persisted" | "removed", or "residual" (the
+    #: band and flag are the same, the residual capacity moved: :meth:`LinkMonitor.on_foreign`)
+    reason: str
 
 
 class _Link:
@@ -339,16 +348,17 @@ class LinkMonitor:
                 ln.foreign_bytes = ln.foreign = ln.residual = None
                 ln.res_pending = 0
 
-    def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> bool:
+    def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> list[QualityChanged]:
         """Byte counters of the foreign classes (summed per interface; an interface without
         any counts 0) at ``now``: their rate (averaged with the time constant
         :data:`FOREIGN_TAU_S`) is taken off each link's capacity. The result, floored at
         :data:`RESIDUAL_FLOOR` of the capacity, moves in :data:`RESIDUAL_STEP` steps: at once
         past a :data:`RESIDUAL_DEADBAND`, after :data:`RESIDUAL_CONFIRM` readings in a row
-        inside it, so heartbeats change only on a real shift. Returns whether a reported
-        residual changed (the heartbeat entries carry it from the next :meth:`entries`)."""
-        changed = False
-        for ln in self._links.values():
+        inside it, so heartbeats change only on a real shift. Returns a change (reason
+        ``"residual"``) per link whose reported residual moved; the heartbeat entries carry it
+        from the next :meth:`entries`."""
+        changed: list[QualityChanged] = []
+        for name, ln in self._links.items():
             if ln.down or ln.ifindex == 0:
                 ln.foreign_bytes = None
                 continue
@@ -381,7 +391,9 @@ class LinkMonitor:
             if move:
                 ln.residual = None if target >= cap else target
                 ln.res_pending = 0
-                changed = True
+                changed.append(
+                    QualityChanged(self._quality(name, ln), ln.band, ln.down, "residual")
+                )
         return changed
 
     def set_interfaces(self, ifnames: Iterable[str]) -> list[QualityChanged]:
@@ -1212,25 +1224,31 @@ class MonitorRunner:
         self.samples += 1
         p = mon.params
         if p.foreign_classes and self.samples % p.foreign_every == 0 and self._reader.can_step:
-            self._read_foreign(p.foreign_classes, loop)
+            more = self._read_foreign(p.foreign_classes, loop)
+            if more:
+                seen = {ch.quality.ifname for ch in changes}
+                changes = changes + [ch for ch in more if ch.quality.ifname not in seen]
         self._on_update(changes, mon)
 
-    def _read_foreign(self, parents: frozenset[int], loop: asyncio.AbstractEventLoop) -> None:
+    def _read_foreign(
+        self, parents: frozenset[int], loop: asyncio.AbstractEventLoop
+    ) -> list[QualityChanged]:
         """The foreign classes' counters (one more qdisc dump), fed to the core before this
-        sample's update is handed on, so the heartbeat built from it carries the residual."""
+        sample's update is handed on, so the heartbeat built from it carries the residual. Its
+        changes (reason "residual") join the sample's."""
         try:
             steps = self._reader.foreign_steps(parents)
             try:
                 next(steps)
             except StopIteration as done:
-                self.monitor.on_foreign(done.value, loop.time())
-                return
+                return self.monitor.on_foreign(done.value, loop.time())
             steps.close()  # not ready at once (rare): skip this reading, not the sample
             self._reader.drain()
             self.foreign_skipped += 1
         except Exception as e:
             self.errors += 1
             log.warning("foreign class dump failed", error=str(e))
+        return []
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._running:

@@ -594,6 +594,15 @@ class Node:
     def on_local(self, changes: list[QualityChanged], monitor: LinkMonitor) -> None:
         for ch in changes:
             q = ch.quality
+            if ch.reason == "residual":  # same band and flag: not a link_band record
+                log.info(
+                    "link_residual",
+                    ifname=q.ifname,
+                    residual_mbps=q.residual_mbps,
+                    capacity_mbps=q.capacity_mbps,
+                    band=q.band,
+                )
+                continue
             log.info(
                 "link_band",
                 ifname=q.ifname,
@@ -619,7 +628,8 @@ class Node:
         agg: Changes | None = None
         for ch in changes:
             ifn = ch.quality.ifname
-            c = self.table.set_local(ifn, monitor.quality(ifn))
+            lq = monitor.quality(ifn)
+            c = self.table.set_local(ifn, None if lq is None else lq.usable())
             agg = c if agg is None else agg | c
         if agg:
             self._changed(agg)

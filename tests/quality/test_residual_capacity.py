@@ -63,7 +63,10 @@ def test_residual_follows_the_foreign_rate_in_steps_with_a_deadband() -> None:
     seen = []
     for i in range(1, 21):
         b += int(7.5e6 / 8 * 0.05)
-        if m.on_foreign({7: b}, 1.0 + i * 0.05):
+        if ch := m.on_foreign({7: b}, 1.0 + i * 0.05):
+            assert [(c.reason, c.old_band, c.quality.residual_mbps) for c in ch] == [
+                ("residual", 7, residual())
+            ]
             seen.append((i, residual()))
     assert seen[0] == (1, pytest.approx(7.0))  # the first 50 ms reading
     assert seen[-1][1] == pytest.approx(2.5) and seen[-1][0] <= 9  # within 0.45 s
@@ -74,11 +77,11 @@ def test_residual_follows_the_foreign_rate_in_steps_with_a_deadband() -> None:
     for i in range(20):
         b += int((7.0 if i % 2 else 8.0) * 1e6 / 8 * 0.05)
         t += 0.05
-        assert m.on_foreign({7: b}, t) is False
+        assert m.on_foreign({7: b}, t) == []
     # a single reading inside the deadband does not move it either, a steady shift does
     b += int(7.0e6 / 8 * 0.05)
     t += 0.05
-    assert m.on_foreign({7: b}, t) is False
+    assert m.on_foreign({7: b}, t) == []
     b = _feed(m, 7.0, t + 0.05, 1.0, b)
     assert residual() == pytest.approx(3.0)
     # the background stops: back to the full capacity (None = as configured)
@@ -91,11 +94,38 @@ def test_floor_counter_reset_and_no_classes() -> None:
     m = _mon()
     b = _feed(m, 50.0, 0.0, 1.0)  # more than the link: floored at 5 %
     assert m.quality("eth1").residual_mbps == pytest.approx(0.5)  # type: ignore[union-attr]
-    assert m.on_foreign({7: 0}, 1.1) is False  # qdisc replaced: counter reset, re-baseline
+    assert m.on_foreign({7: 0}, 1.1) == []  # qdisc replaced: counter reset, re-baseline
     assert m.quality("eth1").residual_mbps == pytest.approx(0.5)  # type: ignore[union-attr]
     m.set_params(LinkMonParams(capacity_mbps={"eth1": 10.0}))  # feature off: capacity again
     assert m.quality("eth1").residual_mbps is None  # type: ignore[union-attr]
     del b
+
+
+def test_a_load_balancers_own_residual_feeds_its_local_capacity() -> None:
+    """Foreign traffic on a leaf's own uplink: the path table's local part uses the residual
+    (``LinkQuality.usable``, what the wiring hands to ``set_local``), so DLB weights follow."""
+    from glbd.pathtable import NextHop, PathTable, PathTableParams
+
+    mons = {}
+    t = PathTable(PathTableParams())
+    nhs = [NextHop(i + 1, f"198.18.{i}.0", f"eth{i + 1}") for i in range(2)]
+    for i, nh in enumerate(nhs):
+        m = LinkMonitor(
+            LinkMonParams(capacity_mbps={nh.ifname: 10.0}, foreign_classes=frozenset({CLS}))
+        )
+        m.set_interfaces([nh.ifname])
+        m.on_samples([LinkSample(nh.ifname, True, 0, 0, 7)], 0.0)
+        m.on_samples([LinkSample(nh.ifname, True, 1000, 0, 7)], 0.01)
+        _feed(m, 5.0 if i == 0 else 0.0, 0.0, 1.0)  # eth1 has 5 of 10 Mbit/s left
+        mons[nh.ifname] = m
+        q = m.quality(nh.ifname)
+        assert q is not None
+        t.set_local(nh.ifname, q.usable())
+    assert mons["eth1"].quality("eth1").usable().capacity_mbps == pytest.approx(5.0)  # type: ignore[union-attr]
+    assert mons["eth2"].quality("eth2").usable().capacity_mbps == 10.0  # type: ignore[union-attr]
+    t.set_prefix("p", {nh: None for nh in nhs})
+    ws = t.weights(t.profile_of("p") or "")
+    assert [ws[nh].value for nh in nhs] == [128, 255]
 
 
 def test_foreign_bytes_picks_the_classes_and_skips_garbage() -> None:
@@ -158,7 +188,7 @@ async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: L
         )
     )
     mon.set_interfaces(["fo-fi"])
-    updates: list[list[QualityChanged]] = []
+    updates: list[list[QualityChanged]] = []  # what the wiring's on_local gets
     runner = MonitorRunner(mon, reader, lambda ch, m: updates.append(ch))
     try:
         ifindex = json.loads(a.ip("-j", "link", "show", "fo-fi").stdout)[0]["ifindex"]
@@ -198,6 +228,8 @@ async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: L
         assert q is not None and q.residual_mbps is not None
         assert 3.0 <= q.residual_mbps <= 7.0, q
         assert mon.entries({"fo-fi": 42})[0].capacity_mbps == round(q.residual_mbps)
+        got = [c for u in updates for c in u if c.reason == "residual"]
+        assert got and got[-1].quality.residual_mbps == q.residual_mbps  # handed on
     finally:
         await runner.stop()
         reader.close()
