@@ -275,8 +275,9 @@ class QualityChanged:
     quality: LinkQuality
     old_band: int | None
     old_down: bool | None
-    #: "new" | "down" | "up" | "jump" | "margin" | "persisted" | "removed", or "residual" (the
-    #: band and flag are the same, the residual capacity moved: :meth:`LinkMonitor.on_foreign`)
+    #: "new" | "down" | "up" | "jump" | "margin" | "persisted" | "removed"; or, with the band
+    #: and flag unchanged, "residual" (:meth:`LinkMonitor.on_foreign`) or "capacity" (a reload
+    #: changed the usable capacity: :meth:`LinkMonitor.set_params`)
     reason: str
 
 
@@ -339,14 +340,25 @@ class LinkMonitor:
     def params(self) -> LinkMonParams:
         return self._p
 
-    def set_params(self, params: LinkMonParams) -> None:
+    def set_params(self, params: LinkMonParams) -> list[QualityChanged]:
+        """New parameters (a reload). Returns a change (reason ``"capacity"``) per link whose
+        usable capacity moved (its configured capacity, or a residual dropped because the
+        foreign classes are gone), so the heartbeats and the path table's local part follow."""
         self._p = params
+        out: list[QualityChanged] = []
         for name, ln in self._links.items():
+            before = ln.capacity if ln.residual is None else ln.residual
             ln.capacity = params.capacity_of(name)
             ln.kcap = 8e-4 / ln.capacity
             if not params.foreign_classes:
                 ln.foreign_bytes = ln.foreign = ln.residual = None
                 ln.res_pending = 0
+            elif ln.residual is not None and ln.residual >= ln.capacity:
+                ln.residual = None
+            after = ln.capacity if ln.residual is None else ln.residual
+            if after != before:
+                out.append(QualityChanged(self._quality(name, ln), ln.band, ln.down, "capacity"))
+        return out
 
     def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> list[QualityChanged]:
         """Byte counters of the foreign classes (summed per interface; an interface without

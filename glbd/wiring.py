@@ -463,7 +463,9 @@ class Node:
                 )
         if self.monitor is not None:
             if "link_quality" in ch["sections"]:
-                self.monitor.set_params(self.linkmon_params())
+                moved = self.monitor.set_params(self.linkmon_params())
+                if moved:
+                    self.on_local(moved, self.monitor)
             if self._neighbors_changed(ch):
                 self.monitor.set_interfaces(sorted({n.interface for n in new.neighbors}))
         ep = self.endpoint
@@ -594,13 +596,14 @@ class Node:
     def on_local(self, changes: list[QualityChanged], monitor: LinkMonitor) -> None:
         for ch in changes:
             q = ch.quality
-            if ch.reason == "residual":  # same band and flag: not a link_band record
+            if ch.reason in ("residual", "capacity"):  # same band and flag: not link_band
                 log.info(
-                    "link_residual",
+                    "link_capacity",
                     ifname=q.ifname,
                     residual_mbps=q.residual_mbps,
                     capacity_mbps=q.capacity_mbps,
                     band=q.band,
+                    reason=ch.reason,
                 )
                 continue
             log.info(

@@ -96,8 +96,18 @@ def test_floor_counter_reset_and_no_classes() -> None:
     assert m.quality("eth1").residual_mbps == pytest.approx(0.5)  # type: ignore[union-attr]
     assert m.on_foreign({7: 0}, 1.1) == []  # qdisc replaced: counter reset, re-baseline
     assert m.quality("eth1").residual_mbps == pytest.approx(0.5)  # type: ignore[union-attr]
-    m.set_params(LinkMonParams(capacity_mbps={"eth1": 10.0}))  # feature off: capacity again
+    # a reload that keeps the classes and the capacity moves nothing
+    same = LinkMonParams(capacity_mbps={"eth1": 10.0}, foreign_classes=frozenset({CLS}))
+    assert m.set_params(same) == []
+    # feature off: capacity again, reported as a change so heartbeats and the table follow
+    moved = m.set_params(LinkMonParams(capacity_mbps={"eth1": 10.0}))
+    assert [(c.reason, c.quality.residual_mbps, c.quality.capacity_mbps) for c in moved] == [
+        ("capacity", None, 10.0)
+    ]
     assert m.quality("eth1").residual_mbps is None  # type: ignore[union-attr]
+    # a new configured capacity is a change too
+    moved = m.set_params(LinkMonParams(capacity_mbps={"eth1": 20.0}))
+    assert [(c.reason, c.quality.capacity_mbps) for c in moved] == [("capacity", 20.0)]
     del b
 
 
