@@ -206,8 +206,11 @@ def decode_bfd(p: bytes) -> dict[str, Any]:
 
 
 def _start_tcpdump(ns: Netns, ifname: str, out: Path) -> subprocess.Popen[bytes]:
+    """tcpdump writing every packet as it arrives. ``--immediate-mode`` matters: without it
+    libpcap's TPACKET_V3 ring hands a block to tcpdump only when it is full or 1 s old, and a
+    SIGTERM within that second loses the block (the UPDATEs, when FRR converges fast)."""
     proc = ns.popen(
-        ["tcpdump", "-i", ifname, "-n", "-U", "-s", "0", "-w", str(out),
+        ["tcpdump", "-i", ifname, "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(out),
          "tcp port 179 or udp port 3784"],
         stderr=subprocess.PIPE,
     )  # fmt: skip
