@@ -63,6 +63,32 @@ def test_request_round_trip(i: int, cmd: str, args: dict[str, Any]) -> None:
     assert proto.decode_request(r.encode()) == r
 
 
+@pytest.mark.parametrize("line", [b"[" * 100000, b'{"a":' * 100000, b"[" * 100000 + b"]" * 100000])
+def test_deeply_nested_json_is_a_decode_error(line: bytes) -> None:
+    with pytest.raises(proto.DecodeError) as ei:
+        proto.decode_request(line + b"\n")
+    assert ei.value.reason == "too_deep"
+    with pytest.raises(proto.DecodeError):
+        proto.decode_response(line + b"\n")
+
+
+async def test_server_answers_deeply_nested_json_and_counts_it(tmp_path: Path) -> None:
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(path, {"status": lambda a: {"state": "running"}})
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=proto.MAX_LINE)
+        writer.write(b"[" * 100000 + b"\n" + proto.Request(1, "status").encode())
+        bad = proto.decode_response(await reader.readline())
+        good = proto.decode_response(await reader.readline())
+        writer.close()
+        assert (bad.ok, bad.error_reason) == (False, "too_deep")
+        assert good.result == {"state": "running"}
+        assert srv.counters["decode_errors"] == srv.counters["decode_error_too_deep"] == 1
+    finally:
+        await srv.stop()
+
+
 @given(st.binary(max_size=200))
 def test_fuzz_request_raises_only_decode_error(data: bytes) -> None:
     with contextlib.suppress(proto.DecodeError):

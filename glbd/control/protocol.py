@@ -98,6 +98,8 @@ def _obj(line: bytes) -> dict[str, Any]:
         d = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError:
         raise DecodeError("not_utf8") from None
+    except RecursionError:  # deeply nested arrays/objects exhaust the decoder's stack
+        raise DecodeError("too_deep", "JSON nested too deeply") from None
     except ValueError as e:
         raise DecodeError("bad_json", str(e)) from None
     if not isinstance(d, dict):

@@ -65,7 +65,7 @@ class ControlServer:
                 try:
                     line = await reader.readline()
                 except (ValueError, asyncio.LimitOverrunError):
-                    self.counters["decode_errors"] += 1
+                    self._count_decode_error("too_long")
                     writer.write(proto.Response.failure(0, "too_long", "line too long").encode())
                     break
                 if not line:
@@ -78,13 +78,23 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    def _count_decode_error(self, reason: str) -> None:
+        """The total plus one counter per reason (``decode_error_<reason>``), for glbctl."""
+        self.counters["decode_errors"] += 1
+        key = f"decode_error_{reason}"
+        self.counters[key] = self.counters.get(key, 0) + 1
+
     async def dispatch(self, line: bytes) -> bytes:
         """One request line in, one response line out; never raises."""
         try:
             req = proto.decode_request(line)
         except proto.DecodeError as e:
-            self.counters["decode_errors"] += 1
+            self._count_decode_error(e.reason)
             return proto.Response.failure(0, e.reason, e.detail).encode()
+        except Exception as e:  # a codec bug must answer this line, not end the connection
+            self._count_decode_error("bad_request")
+            log.warning("control_decode_failed", error=repr(e))
+            return proto.Response.failure(0, "bad_request", type(e).__name__).encode()
         self.counters["requests"] += 1
         handler = self.handlers.get(req.cmd)
         if handler is None:
