@@ -65,20 +65,43 @@ U32 = 0xFFFFFFFF
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
-    """One authentication key. ``key`` is the password (1-16 bytes) for simple password, or the
-    key (up to 16 bytes for MD5, 20 for SHA1)."""
+    """The session's authentication. ``key`` is the password (1-16 bytes) for simple password,
+    or the key (up to 16 bytes for MD5, 20 for SHA1); we transmit with ``key_id``/``key``.
+
+    ``accept`` holds further ``(key_id, key)`` pairs accepted on receive during a key rollover:
+    the Key ID in a received packet selects the key it is checked with (RFC 5880 §6.7.1)."""
 
     type: AuthType
     key_id: int
     key: bytes = field(repr=False)
+    accept: tuple[tuple[int, bytes], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.key_id <= 255:
-            raise ValueError("key_id must be 0-255")
         limit = 16 if self.type.digest_len in (0, 16) else 20
         lo = 1 if self.type == AuthType.SIMPLE_PASSWORD else 0
-        if not lo <= len(self.key) <= limit:
-            raise ValueError(f"{self.type.name} key must be {lo}-{limit} bytes")
+        seen: set[int] = set()
+        for key_id, key in ((self.key_id, self.key), *self.accept):
+            if not 0 <= key_id <= 255:
+                raise ValueError("key_id must be 0-255")
+            if key_id in seen:
+                raise ValueError(f"key_id {key_id} configured twice")
+            seen.add(key_id)
+            if not lo <= len(key) <= limit:
+                raise ValueError(f"{self.type.name} key must be {lo}-{limit} bytes")
+
+    @property
+    def key_ids(self) -> tuple[int, ...]:
+        """The transmit key id first, then the ones also accepted."""
+        return (self.key_id, *(k for k, _ in self.accept))
+
+    def key_for(self, key_id: int) -> bytes | None:
+        """The key a received packet with ``key_id`` is checked with (None: not configured)."""
+        if key_id == self.key_id:
+            return self.key
+        for k, key in self.accept:
+            if k == key_id:
+                return key
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +354,9 @@ class Session:
         """Apply new parameters; timer changes in Init/Up run a Poll Sequence (§6.8.3)."""
         old_auth = self.params.auth
         self.params = params
-        if params.auth != old_auth:
+        # a new sequence space only when authentication is turned on/off or changes type: a
+        # key rollover keeps it, so a reload opens no window for replayed packets
+        if (params.auth and params.auth.type) != (old_auth and old_auth.type):
             self.auth_seq_known = False
         new_tx, new_rx = self._advertised_for(self.state)
         changed = (new_tx, new_rx) != (self._adv_tx, self._adv_rx)
@@ -480,10 +505,11 @@ class Session:
             return "auth_missing"
         if a.type != cfg.type:
             return "auth_type_mismatch"
-        if a.key_id != cfg.key_id:
+        key = cfg.key_for(a.key_id)
+        if key is None:
             return "auth_key_id_mismatch"
         if cfg.type == AuthType.SIMPLE_PASSWORD:
-            return None if verify(pkt, cfg.key) else "auth_failed"
+            return None if verify(pkt, key) else "auth_failed"
         if (
             self.auth_seq_known
             and self._last_rx is not None
@@ -491,11 +517,12 @@ class Session:
         ):
             self.auth_seq_known = False  # §6.8.1
         if self.auth_seq_known:
-            lo = (self.rcv_auth_seq + (1 if cfg.type.meticulous else 0)) & U32
-            span = self.rcv_auth_seq + 3 * pkt.detect_mult - lo
-            if (a.sequence - lo) & U32 > span:
+            # §6.7.3/6.7.4 in the circular 32-bit space: the offset past RcvAuthSeq must lie
+            # in [0 (keyed) or 1 (meticulous), 3 * Detect Mult]
+            first = 1 if cfg.type.meticulous else 0
+            if not first <= (a.sequence - self.rcv_auth_seq) & U32 <= 3 * pkt.detect_mult:
                 return "auth_sequence"
-        if not verify(pkt, cfg.key):
+        if not verify(pkt, key):
             return "auth_failed"
         self.rcv_auth_seq = a.sequence
         self.auth_seq_known = True
@@ -526,6 +553,7 @@ class Session:
             "cpi": self.params.cpi,
             "remote_cpi": self.remote_cpi,
             "auth": self.params.auth.type.name.lower() if self.params.auth else None,
+            "auth_key_ids": list(self.params.auth.key_ids) if self.params.auth else [],
             "uptime_s": (now - self.up_since) if self.up_since is not None else None,
             "since_last_change_s": now - self.last_change,
             "flaps": self.flaps,

@@ -156,14 +156,39 @@ class _KeyFile(_Model):
         return self
 
 
+class BfdAuthKey(_KeyFile):
+    """A key accepted on receive during a key rollover; its length is checked by the parent."""
+
+    def _bounds(self) -> tuple[int, int, str]:
+        return 1, 20, "a BFD key"
+
+
 class BfdAuth(_KeyFile):
     """RFC 5880 §6.7 authentication. The key (password) is read from ``secret_file``:
-    1-16 bytes for simple and MD5, up to 20 for SHA1; trailing newlines are stripped."""
+    1-16 bytes for simple and MD5, up to 20 for SHA1; trailing newlines are stripped.
+    We transmit with ``key_id``; ``accept`` lists further keys (each with its own key id)
+    accepted on receive during a key rollover, the received Key ID selecting the key."""
 
     type: BfdAuthType
+    accept: tuple[BfdAuthKey, ...] = ()
 
     def _bounds(self) -> tuple[int, int, str]:
         return 1, 20 if "sha1" in self.type else 16, f"a {self.type} key"
+
+    @model_validator(mode="after")
+    def _check_accept(self) -> Self:
+        lo, hi, what = self._bounds()
+        ids = {self.key_id}
+        for k in self.accept:
+            if k.key_id in ids:
+                raise ValueError(f"key_id {k.key_id} is configured twice")
+            ids.add(k.key_id)
+            n = len(k.secret.reveal()) if k.secret is not None else 0
+            if not lo <= n <= hi:
+                raise ValueError(
+                    f"accept key_id {k.key_id}: {what} is {lo}-{hi} bytes, the file holds {n}"
+                )
+        return self
 
 
 class BfdSection(_Model):

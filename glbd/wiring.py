@@ -945,7 +945,8 @@ _BFD_AUTH = {
 def _bfd_auth(a: cfgmod.BfdAuth | None) -> AuthConfig | None:
     if a is None or a.secret is None:
         return None
-    return AuthConfig(_BFD_AUTH[a.type], a.key_id, a.secret.reveal())
+    accept = tuple((k.key_id, k.secret.reveal()) for k in a.accept if k.secret is not None)
+    return AuthConfig(_BFD_AUTH[a.type], a.key_id, a.secret.reveal(), accept)
 
 
 def _plain(v: Any) -> Any:

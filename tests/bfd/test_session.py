@@ -465,6 +465,123 @@ def test_sequence_window(atype: AuthType) -> None:
     assert s.drops == {"auth_sequence": 1, "auth_failed": 1}
 
 
+def _window(atype: AuthType, mult: int = 3) -> set[int]:
+    """RFC 5880 §6.7.3/6.7.4 written out: the offsets past the last sequence that are accepted."""
+    return set(range(1 if atype.meticulous else 0, 3 * mult + 1))
+
+
+@pytest.mark.parametrize("atype", KEYED)
+@pytest.mark.parametrize("last", [0, 1, 2**31, 2**32 - 10, 2**32 - 2, 2**32 - 1])
+def test_sequence_window_is_mod_2_32(atype: AuthType, last: int) -> None:
+    """§6.7.3/6.7.4: the window is [RcvAuthSeq (+1 meticulous), RcvAuthSeq + 3*DetectMult] in
+    a circular 32-bit space; every offset around it, and far away, is checked at the wrap."""
+    offsets = [*range(-3, 3 * 3 + 4), 2**31, 2**32 - 1, 2**32 - 9, 1000]
+    for off in offsets:
+        s = Session(1, replace(FAST, auth=AuthConfig(atype, 1, b"k")), random.Random(0), 0.0)
+        s.on_packet(_signed(atype, last), 0.0)
+        assert s.auth_seq_known and s.rcv_auth_seq == last
+        s.on_packet(_signed(atype, (last + off) % 2**32), 0.01)
+        accepted = s.packets_in == 2
+        assert accepted == (off % 2**32 in _window(atype)), (hex(last), off)
+        assert s.drops == ({} if accepted else {"auth_sequence": 1})
+
+
+@pytest.mark.parametrize("atype", KEYED)
+def test_replay_at_the_wrap_does_not_lock_out_the_peer(atype: AuthType) -> None:
+    """A captured packet replayed while the last sequence is 0xFFFFFFFF is discarded; it does
+    not move RcvAuthSeq back, so the genuine peer's next packets are still accepted."""
+    s = Session(1, replace(FAST, auth=AuthConfig(atype, 1, b"k")), random.Random(0), 0.0)
+    captured = _signed(atype, 2**32 - 1000)
+    s.on_packet(captured, 0.0)
+    for i, seq in enumerate(range(2**32 - 999, 2**32)):  # the genuine peer up to the wrap
+        s.on_packet(_signed(atype, seq), 0.001 * i)
+    assert s.rcv_auth_seq == 2**32 - 1 and s.drops == {}
+    s.on_packet(captured, 1.0)  # the attacker replays
+    assert s.drops == {"auth_sequence": 1} and s.rcv_auth_seq == 2**32 - 1
+    for seq in (0, 1, 2):  # the genuine peer goes on past the wrap
+        s.on_packet(_signed(atype, seq), 1.01 + seq * 0.01)
+    assert s.drops == {"auth_sequence": 1} and s.rcv_auth_seq == 2
+
+
+def _keyed(atype: AuthType, seq: int, key_id: int, key: bytes) -> ControlPacket:
+    p = ControlPacket(State.DOWN, my_discriminator=9, auth=packet.Auth(atype, key_id, seq))
+    return packet.sign(p, key)
+
+
+@pytest.mark.parametrize("atype", [AuthType.SIMPLE_PASSWORD, *KEYED])
+def test_key_rollover_accepts_both_keys_by_key_id(atype: AuthType) -> None:
+    """During a rollover a second key is accepted: the Key ID in the packet selects the key;
+    we transmit with the designated one only."""
+    cfg = AuthConfig(atype, 2, b"new", accept=((1, b"old"),))
+    s = Session(1, replace(FAST, auth=cfg), random.Random(0), 0.0)
+
+    def pkt(seq: int, key_id: int, key: bytes) -> ControlPacket:
+        if atype == AuthType.SIMPLE_PASSWORD:
+            return ControlPacket(
+                State.DOWN, my_discriminator=9, auth=packet.Auth(atype, key_id, password=key)
+            )
+        return _keyed(atype, seq, key_id, key)
+
+    first = s.on_packet(pkt(10, 1, b"old"), 0.0)
+    s.on_packet(pkt(11, 2, b"new"), 0.01)
+    assert s.packets_in == 2 and s.drops == {}
+    s.on_packet(pkt(12, 1, b"new"), 0.02)  # key id 1 selects the old key
+    s.on_packet(pkt(12, 3, b"new"), 0.03)  # a key id that is not configured
+    assert s.drops == {"auth_failed": 1, "auth_key_id_mismatch": 1}
+    [tx] = [e for e in first if isinstance(e, Transmit)]  # Down -> Init, answered at once
+    sent = packet.decode(tx.data)
+    assert sent.auth is not None and sent.auth.key_id == 2 and packet.verify(sent, b"new")
+
+
+def test_key_rollover_between_two_peers_without_a_flap() -> None:
+    """The rollover runbook: both sides accept the new key, then switch their transmit key one
+    at a time, then drop the old one. The session stays Up throughout, nothing is dropped."""
+    atype = AuthType.METICULOUS_KEYED_SHA1
+    old = AuthConfig(atype, 1, b"old")
+    both = AuthConfig(atype, 1, b"old", accept=((2, b"new"),))
+    switched = AuthConfig(atype, 2, b"new", accept=((1, b"old"),))
+    new = AuthConfig(atype, 2, b"new")
+    w = up_pair(pa=replace(FAST, auth=old), pb=replace(FAST, auth=old))
+    steps = [(both, old), (both, both), (switched, both), (switched, switched), (new, switched)]
+    for ca, cb in [*steps, (new, new)]:
+        w.handle("a", w.a.update(replace(FAST, auth=ca), w.now))
+        w.handle("b", w.sess("b").update(replace(FAST, auth=cb), w.now))
+        w.run(w.now + 1.0)
+        assert w.a.state == State.UP and w.sess("b").state == State.UP
+    assert w.a.drops == {} and w.sess("b").drops == {} and w.a.flaps == 0
+    assert w.sent["a"][-1][1].auth is not None and w.sent["a"][-1][1].auth.key_id == 2
+
+
+def test_adding_a_rollover_key_keeps_the_sequence_known() -> None:
+    """A reload that only adds or switches keys keeps bfd.AuthSeqKnown: otherwise every key
+    change would open a window in which a replayed packet is accepted."""
+    atype = AuthType.METICULOUS_KEYED_SHA1
+    s = Session(1, replace(FAST, auth=AuthConfig(atype, 1, b"k")), random.Random(0), 0.0)
+    captured = _signed(atype, 100)
+    s.on_packet(captured, 0.0)
+    s.on_packet(_signed(atype, 101), 0.01)
+    s.update(replace(FAST, auth=AuthConfig(atype, 2, b"n", accept=((1, b"k"),))), 0.02)
+    s.on_packet(captured, 0.03)
+    assert s.drops == {"auth_sequence": 1} and s.rcv_auth_seq == 101
+    s.update(replace(FAST, auth=AuthConfig(AuthType.METICULOUS_KEYED_MD5, 1, b"k")), 0.04)
+    assert not s.auth_seq_known  # another type: a new sequence space
+
+
+def test_rollover_config_validation_and_secrets_hidden() -> None:
+    t = AuthType.KEYED_SHA1
+    with pytest.raises(ValueError):
+        AuthConfig(t, 1, b"a", accept=((1, b"b"),))  # the designated key id twice
+    with pytest.raises(ValueError):
+        AuthConfig(t, 1, b"a", accept=((2, b"b"), (2, b"c")))
+    with pytest.raises(ValueError):
+        AuthConfig(AuthType.KEYED_MD5, 1, b"a", accept=((2, b"x" * 17),))
+    with pytest.raises(ValueError):
+        AuthConfig(t, 1, b"a", accept=((256, b"b"),))
+    cfg = AuthConfig(t, 1, b"a", accept=((2, b"hunter2"),))
+    assert "hunter2" not in repr(cfg) and cfg.key_for(2) == b"hunter2" and cfg.key_for(3) is None
+    assert cfg.key_ids == (1, 2)
+
+
 def test_auth_seq_known_resets_after_twice_detection_time() -> None:
     """§6.8.1: bfd.AuthSeqKnown := 0 after 2 x detection time without packets."""
     atype = AuthType.METICULOUS_KEYED_SHA1
