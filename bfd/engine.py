@@ -108,10 +108,12 @@ from .session import Effect, Session, SessionParams, StateChange, Transmit
 from .transport import Datagram, open_rx_socket, open_tx_socket, peer_sockaddr, recv_batch
 
 __all__ = [
+    "RX_STAMP_MAX_AGE",
     "BfdEngine",
     "BfdEvent",
     "EngineError",
     "SessionConfig",
+    "arrival_time",
 ]
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,19 @@ _U32 = struct.Struct("!I")
 #: a kernel receive stamp older than this (seconds) is not trusted (a wall clock step, or an
 #: engine stalled that long, which then counts from the read as before)
 RX_STAMP_MAX_AGE = 0.05
+
+
+def arrival_time(now: float, wall: float, stamp: float) -> float:
+    """When a packet read at ``now`` (monotonic) arrived, for RFC 5880 6.8.4 detection.
+
+    ``wall`` is the wall clock at the read and ``stamp`` the kernel's arrival stamp (wall clock,
+    0.0 if absent). Only an age in (0, RX_STAMP_MAX_AGE) is used, so a wall clock step never
+    pushes a deadline later or far earlier. Until the kernel's receive stamps are live (the
+    first timestamping socket on the machine enables them from a deferred work item) the stamp
+    is the read time: detection then counts from the read, never from before the arrival.
+    """
+    age = wall - stamp
+    return now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
 
 
 class EngineError(RuntimeError):
@@ -368,11 +383,7 @@ class _Loop:
         wall = time.time()
         for data, host, ttl, ts in buf:
             rx.packets += 1
-            # RFC 5880 6.8.4: detection counts from reception. The kernel's arrival stamp (wall
-            # clock) moved onto the monotonic clock; only a plausible age is used, so a wall
-            # clock step can never push a deadline later or far earlier
-            age = wall - ts
-            t = now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
+            t = arrival_time(now, wall, ts)
             try:
                 self._rx_one(rx, data, host, ttl, t)
             except Exception:  # a bug must not end the engine
