@@ -112,11 +112,49 @@ class Secret:
 
 
 def _read_secret(path: Path, lo: int, hi: int, what: str) -> Secret:
-    """Read a secret from ``path`` (trailing newlines stripped) and check its length."""
+    """Read a secret from ``path`` (trailing newlines stripped) and check its length.
+
+    Like OpenSSH with a private key: the file (a symlink's target) must be a regular file owned
+    by root or by us, neither readable by other users nor writable by group or others. A
+    group-readable file (0640 root:glbd) is accepted with a warning."""
+    import stat
+
+    import structlog
+
+    where = f"secret_file {str(path)!r}"
     try:
-        data = path.read_bytes().rstrip(b"\r\n")
+        # O_NONBLOCK: a FIFO planted in place of the key must not hang the loader
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        raise ValueError(f"secret_file {str(path)!r} unreadable: {e.strerror}") from None
+        raise ValueError(f"{where} unreadable: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)  # the opened file itself: no swap between check and read
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{where} is not a regular file")
+        if st.st_uid not in (0, os.geteuid()):
+            raise ValueError(
+                f"{where} is owned by uid {st.st_uid}, who can change the key: "
+                f"chown root and chmod 600 it"
+            )
+        mode = stat.S_IMODE(st.st_mode)
+        for bit, who in (
+            (0o004, "readable by other users"),
+            (0o002, "writable by other users"),
+            (0o020, "writable by its group"),
+        ):
+            if mode & bit:
+                raise ValueError(
+                    f"{where} is {who} (mode {mode:04o}): chmod 600 it "
+                    f"(0640 for a group that must read it)"
+                )
+        if mode & 0o040:
+            structlog.get_logger(__name__).warning(
+                "secret_file_group_readable", path=str(path), mode=f"{mode:04o}", gid=st.st_gid
+            )
+        try:
+            data = f.read().rstrip(b"\r\n")
+        except OSError as e:
+            raise ValueError(f"{where} unreadable: {e.strerror}") from None
     if not lo <= len(data) <= hi:
         raise ValueError(
             f"secret_file {str(path)!r}: {what} is {lo}-{hi} bytes, the file holds {len(data)}"
@@ -348,7 +386,11 @@ class HeartbeatSection(_Model):
     on_change: bool = True
     min_spacing_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
     hold_multiplier: Annotated[int, Field(ge=2, le=255)] = 3
+    #: one HMAC key (the simple case), or ``keys``: several at once for a rollover, every one
+    #: accepted, ``send_key_id`` (default: the only one) signs what this node sends
     auth: HeartbeatAuth | None = None
+    keys: list[HeartbeatAuth] = []
+    send_key_id: Annotated[int, Field(ge=0, le=255)] | None = None
 
     @field_validator("group")
     @classmethod
@@ -362,6 +404,41 @@ class HeartbeatSection(_Model):
         if self.min_spacing_ms > self.interval_ms:
             raise ValueError("min_spacing_ms must not exceed interval_ms")
         return self
+
+    @model_validator(mode="after")
+    def _key_ring(self) -> Self:
+        if self.auth is not None and self.keys:
+            raise ValueError("set heartbeat.auth (one key) or heartbeat.keys (several), not both")
+        ids = [k.key_id for k in self.all_keys()]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"heartbeat.keys: key_id {dup[0]} is listed twice")
+        if self.send_key_id is None and len(ids) > 1:
+            raise ValueError("heartbeat.send_key_id: name the key this node signs with")
+        if self.send_key_id is not None and self.send_key_id not in ids:
+            raise ValueError(f"heartbeat.send_key_id {self.send_key_id} is not a configured key")
+        return self
+
+    def all_keys(self) -> list[HeartbeatAuth]:
+        """Every accepted key (``auth`` or ``keys``)."""
+        return [self.auth] if self.auth is not None else list(self.keys)
+
+    def send_key(self) -> HeartbeatAuth | None:
+        """The key this node signs its heartbeats with (None: unsigned)."""
+        ks = self.all_keys()
+        if self.send_key_id is None:
+            return ks[0] if ks else None
+        return next(k for k in ks if k.key_id == self.send_key_id)
+
+    def warnings(self) -> list[str]:
+        """What ``glbd check-config`` warns about (valid, but a choice worth seeing)."""
+        if self.enabled and not self.all_keys():
+            return [
+                "heartbeat: no HMAC key (heartbeat.auth / heartbeat.keys): anyone on a fabric "
+                "link can forge or replay link qualities (docs/heartbeat.md, 'Without "
+                "authentication')"
+            ]
+        return []
 
 
 class LinkQualitySection(_Model):
@@ -535,6 +612,7 @@ class Config(_Model):
         data = self.model_dump(mode="json")
         for auth in (
             data.get("heartbeat", {}).get("auth"),
+            *data.get("heartbeat", {}).get("keys", []),
             data.get("bfd", {}).get("auth"),
             *(n.get("bfd", {}).get("auth") for n in data.get("neighbors", [])),
         ):

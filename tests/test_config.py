@@ -167,6 +167,7 @@ def test_secret_file_unreadable_and_never_logged(tmp_path: Path) -> None:
     assert key == "heartbeat.auth" and "unreadable" in reason
     secret = b"s3cr3t-s3cr3t-s3cr3t"
     (tmp_path / "k").write_bytes(secret + b"\n")
+    (tmp_path / "k").chmod(0o600)  # a key others can read is refused
     d["heartbeat"]["auth"]["secret_file"] = str(tmp_path / "k")
     c = config.parse(d)
     assert c.heartbeat.auth is not None and c.heartbeat.auth.secret is not None
@@ -177,6 +178,7 @@ def test_secret_file_unreadable_and_never_logged(tmp_path: Path) -> None:
 
 def test_short_secret_rejected(tmp_path: Path) -> None:
     (tmp_path / "k").write_bytes(b"short")
+    (tmp_path / "k").chmod(0o600)
     d = _leaf()
     d["heartbeat"]["auth"] = {"key_id": 1, "secret_file": str(tmp_path / "k")}
     ((_key, reason),) = _problems(d)
@@ -276,6 +278,7 @@ def test_neighbor_passive_modes() -> None:
 def test_bfd_auth_reads_key_checks_length_and_never_shows_it(tmp_path: Path) -> None:
     key = tmp_path / "bfd.key"
     key.write_bytes(b"0123456789abcdefghij\n")  # 20 bytes: fine for SHA1, too long for MD5
+    key.chmod(0o600)  # a key others can read is refused
     d = _leaf()
     d["bfd"] = {"auth": {"type": "keyed-md5", "key_id": 3, "secret_file": str(key)}}
     assert "1-16 bytes, the file holds 20" in dict(_problems(d))["bfd.auth"]
@@ -288,6 +291,7 @@ def test_bfd_auth_reads_key_checks_length_and_never_shows_it(tmp_path: Path) -> 
     # a per-neighbor override replaces the default key
     other = tmp_path / "n.key"
     other.write_text("pw")
+    other.chmod(0o600)
     d["neighbors"][1]["bfd"] = {"auth": {"type": "simple", "key_id": 1, "secret_file": str(other)}}
     c = config.parse(d)
     a = c.neighbor_bfd(c.neighbors[1]).auth
