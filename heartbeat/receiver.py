@@ -9,11 +9,25 @@ docs/heartbeat.md §3 and counts every drop by name; nothing raises out of it:
 4. ``wrong_source``     IP source is not the neighbour's address (when one is configured)
 5. ``wrong_sender``     sender node id is not the neighbour's BGP identifier
 6. ``auth_missing`` / ``auth_unknown_key`` / ``auth_bad_digest`` (only when keys are configured)
-7. ``stale_sequence``   sequence not newer (RFC 1982) than the last accepted on that interface
+7. ``interval_too_long`` advertised interval above ``max_interval_us`` (glbd's config maximum)
+8. ``stale_sequence``   sequence not newer (RFC 1982) than the sender's last accepted one
+   ``sequence_jump``    newer, but by more than the jump bound, and not (yet) confirmed
 
-Remote state is kept per sender node (parallel links to one spine deliver the same snapshot on
-several interfaces; the sequence is tracked per interface). A node's entries expire together at
-``last accepted + hold_multiplier x advertised interval``; expired means *unknown*.
+Sequence state is kept per sender node, like the remote snapshot and its expiry: parallel links
+to one spine deliver the same datagram on several interfaces, and the first copy is the one
+accepted (later copies count as ``parallel_copies``, not as drops). The last accepted sequence
+outlives expiry and BGP session restarts, so a captured datagram is never accepted again (a
+sender seeds its sequence from the clock, so a restarted sender is newer).
+
+A datagram outside the window ``(last, last + bound]`` is *suspect*: it starts or extends one
+candidate chain per node (consecutive suspects, each a small step past the previous one). A
+chain ahead of the reference is adopted at its second datagram (a restarted sender); a chain
+behind it only after ``recover_after`` datagrams while nothing has been accepted from the node
+for a hold time (a genuine sender locked out by a forged or corrupted high sequence). Replays
+of a live sender therefore never take over: its own datagrams keep the reference alive.
+
+A node's entries expire together at ``last accepted + hold_multiplier x advertised interval``;
+expired means *unknown*.
 
 Output effects are :class:`RemoteUpdate` — emitted only when the weight-relevant part of a
 node's snapshot (ids, capacity, band, down) changes, when it appears, and when it expires — so a
@@ -36,6 +50,16 @@ __all__ = ["Neighbor", "Receiver", "ReceiverParams", "RemoteUpdate"]
 log = logging.getLogger(__name__)
 
 REQUIRED_TTL = 255
+#: glbd's largest configurable heartbeat interval (``heartbeat.interval_ms`` <= 10,000)
+MAX_INTERVAL_US = 10_000_000
+#: the jump bound: a genuine sender's sequence advances at most one per millisecond (it follows
+#: the clock) plus one per datagram; the slack covers delay variation and on-change bursts
+JUMP_SLACK = 256
+JUMP_PER_S = 1250
+_SERIAL_MOD = 1 << 32
+_SERIAL_HALF = 1 << 31
+#: sequence references remembered for nodes that are no longer neighbours (oldest forgotten)
+MAX_REMEMBERED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +69,20 @@ class ReceiverParams:
     hold_multiplier: int = 3
     #: accepted keys by key id; empty = authentication not required (signed datagrams accepted)
     keys: Mapping[int, wire.HmacKey] = field(default_factory=dict)
+    #: longest advertised interval accepted; a longer one is dropped, not clamped: no glbd
+    #: sender advertises it, and it would stretch the hold time of whatever carried it
+    max_interval_us: int = MAX_INTERVAL_US
+    #: consecutive stale datagrams (with nothing accepted for a hold time) that resynchronise
+    #: a sender whose sequence is behind the receiver's reference
+    recover_after: int = 3
 
     def __post_init__(self) -> None:
         if self.hold_multiplier < 1:
             raise ValueError("hold_multiplier must be >= 1")
+        if not 0 < self.max_interval_us <= 0xFFFFFFFF:
+            raise ValueError("max_interval_us must be 1..2**32-1")
+        if self.recover_after < 2:
+            raise ValueError("recover_after must be >= 2")
         for kid, k in self.keys.items():
             if kid != k.key_id:
                 raise ValueError("keys must be indexed by their key_id")
@@ -86,6 +120,29 @@ class _IfState:
 
 
 @dataclass(slots=True)
+class _SeqState:
+    """A sender's sequence reference (kept across expiry and session restarts) and its one
+    candidate chain of suspect datagrams."""
+
+    last: int
+    last_rx: float
+    interval_us: int
+    cand: int | None = None
+    cand_len: int = 0
+    cand_rx: float = 0.0
+    cand_interval_us: int = 0
+
+
+def _ahead(a: int, b: int) -> int:
+    """How far ``a`` is past ``b`` in serial space (0..2**32-1)."""
+    return (a - b) % _SERIAL_MOD
+
+
+def _bound(elapsed_s: float) -> int:
+    return JUMP_SLACK + int(max(elapsed_s, 0.0) * JUMP_PER_S)
+
+
+@dataclass(slots=True)
 class _NodeState:
     node_id: int
     key: bytes
@@ -112,10 +169,14 @@ class Receiver:
         self._params = params or ReceiverParams()
         self._ifs: dict[str, _IfState] = {}
         self._nodes: dict[int, _NodeState] = {}
+        self._seqs: dict[int, _SeqState] = {}
         self._deadline_lb: float | None = None
         self.drops: Counter[str] = Counter()
         self.accepted = 0
-        self.sequence_resets = 0
+        #: suspect chains adopted: ahead of the reference (restart), behind it (recovery)
+        self.sequence_jumps = 0
+        self.sequence_recoveries = 0
+        self.parallel_copies = 0
 
     # --- configuration -------------------------------------------------------------------
 
@@ -146,6 +207,10 @@ class Receiver:
         gone = [n for n in self._nodes if n not in live]
         for n in gone:
             del self._nodes[n]
+        if len(self._seqs) > MAX_REMEMBERED:  # ids a BGP neighbour no longer presents
+            old = sorted((s.last_rx, n) for n, s in self._seqs.items() if n not in live)
+            for _t, n in old[: len(self._seqs) - MAX_REMEMBERED]:
+                del self._seqs[n]
         return [RemoteUpdate(n, None, "neighbor_removed") for n in gone]
 
     # --- datagrams -----------------------------------------------------------------------
@@ -186,16 +251,34 @@ class Receiver:
             if not wire.verify(data, key):
                 drops["auth_bad_digest"] += 1
                 return []
-        node = self._nodes.get(nb.node_id)
-        if st.last_seq is not None and not wire.serial_gt(msg.sequence, st.last_seq):
-            if node is not None and now < node.expires:
-                drops["stale_sequence"] += 1
+        if msg.interval_us > self._params.max_interval_us:
+            drops["interval_too_long"] += 1
+            return []
+        seq = msg.sequence
+        sq = self._seqs.get(nb.node_id)
+        if sq is None:
+            sq = self._seqs[nb.node_id] = _SeqState(seq, now, msg.interval_us)
+        else:
+            d = _ahead(seq, sq.last)
+            if d == 0:
+                if st.last_seq != seq and nb.node_id in self._nodes:
+                    st.last_seq = seq  # the copy sent on a parallel link: that link is alive
+                    st.last_rx = now
+                    st.accepted += 1
+                    self.parallel_copies += 1
+                else:
+                    drops["stale_sequence"] += 1
                 return []
-            self.sequence_resets += 1  # the sender was silent for a hold time: accept afresh
-        st.last_seq = msg.sequence
+            if not (d < _SERIAL_HALF and d <= _bound(now - sq.last_rx)) and not self._adopt(
+                nb.node_id, sq, seq, msg.interval_us, d < _SERIAL_HALF, now
+            ):
+                return []
+            sq.last, sq.last_rx, sq.interval_us = seq, now, msg.interval_us
+        st.last_seq = seq
         st.last_rx = now
         st.accepted += 1
         self.accepted += 1
+        node = self._nodes.get(nb.node_id)
         expires = now + self._params.hold_multiplier * msg.interval_us / 1e6
         entries = msg.entries
         assert isinstance(entries, wire.Entries)
@@ -217,6 +300,50 @@ class Receiver:
         node.key = key_
         node.changes += 1
         return [RemoteUpdate(nb.node_id, entries, "changed")]
+
+    def _adopt(
+        self, node_id: int, sq: _SeqState, seq: int, interval_us: int, ahead: bool, now: float
+    ) -> bool:
+        """A suspect datagram: extend (or start) the node's candidate chain and say whether the
+        chain is now adopted as the new reference. Counts the drop when it is not."""
+        hold = self._params.hold_multiplier
+        live = sq.cand is not None and now - sq.cand_rx <= hold * sq.cand_interval_us / 1e6
+        if live and sq.cand is not None:
+            step = _ahead(seq, sq.cand)
+            if step == 0:  # the chain's datagram again (a parallel link's copy)
+                self.drops["sequence_jump" if ahead else "stale_sequence"] += 1
+                return False
+            if step < _SERIAL_HALF and step <= _bound(now - sq.cand_rx):
+                sq.cand_len += 1
+                sq.cand_interval_us = min(sq.cand_interval_us, interval_us)
+            elif step < _SERIAL_HALF:  # newer than the live chain: the newest stream wins
+                sq.cand_len, sq.cand_interval_us = 1, interval_us
+            else:  # older than a live chain: cannot disturb it (replays behind a live stream)
+                self.drops["sequence_jump" if ahead else "stale_sequence"] += 1
+                return False
+        else:
+            sq.cand_len, sq.cand_interval_us = 1, interval_us
+        sq.cand, sq.cand_rx = seq, now
+        if ahead:
+            if sq.cand_len >= 2:
+                self.sequence_jumps += 1
+                sq.cand = None
+                return True
+            self.drops["sequence_jump"] += 1
+            return False
+        quiet = hold * min(sq.interval_us, sq.cand_interval_us) / 1e6
+        if sq.cand_len >= self._params.recover_after and now - sq.last_rx >= quiet:
+            self.sequence_recoveries += 1
+            sq.cand = None
+            log.warning(
+                "heartbeat sequence of %s resynchronised to %d (was %d)",
+                wire.node_str(node_id),
+                seq,
+                sq.last,
+            )
+            return True
+        self.drops["stale_sequence"] += 1
+        return False
 
     # --- timers --------------------------------------------------------------------------
 
@@ -256,8 +383,11 @@ class Receiver:
             "authenticated": bool(self._params.keys),
             "key_ids": sorted(self._params.keys),
             "hold_multiplier": self._params.hold_multiplier,
+            "max_interval_ms": self._params.max_interval_us / 1000,
             "accepted": self.accepted,
-            "sequence_resets": self.sequence_resets,
+            "parallel_copies": self.parallel_copies,
+            "sequence_jumps": self.sequence_jumps,
+            "sequence_recoveries": self.sequence_recoveries,
             "drops": dict(sorted(self.drops.items())),
             "interfaces": [
                 {

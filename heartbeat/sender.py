@@ -8,8 +8,13 @@ Sends the current link snapshot out of every fabric interface that has a BGP nei
   window is sent when the window ends, coalesced with any later change;
 - on a newly added interface at the next send opportunity (also subject to the spacing).
 
-Every datagram gets the next sequence number (RFC 1982 add 1), so a sequence never repeats within
-a run. One datagram is encoded per send and the same bytes go out of every interface.
+Every datagram gets a newer sequence number (RFC 1982), so a sequence never repeats within a run.
+The sequence follows the clock: one per millisecond since the first send (seeded from the wall
+clock by :func:`initial_sequence`), or one more than the previous datagram if that is larger. So
+a restarted sender is newer than its previous run however long that run was (a sequence that
+only counted datagrams would lag the wall clock by ~24 days after 25 days at 50 datagrams/s and
+look older after a restart). One datagram is encoded per send and the same bytes go out of
+every interface.
 
 Usage (the asyncio layer): feed ``update(entries, now)`` whenever the link monitor has new
 qualities, call ``on_timer(now)`` at ``next_deadline()``, and transmit every returned
@@ -73,6 +78,9 @@ class Sender:
     def __init__(self, params: SenderParams, first_sequence: int) -> None:
         self._params = params
         self._seq = (first_sequence - 1) & 0xFFFFFFFF  # the first datagram carries first_sequence
+        # the sequence as an unbounded count, and the clock it follows (set at the first send)
+        self._count = first_sequence - 1
+        self._base: tuple[float, int] | None = None
         self._entries = wire.Entries()
         self._key = self._entries.key()
         self._ifnames: tuple[str, ...] = ()
@@ -138,7 +146,11 @@ class Sender:
     def _maybe_send(self, now: float) -> list[Transmit]:
         if self._next_at is None or now < self._next_at or not self._ifnames:
             return []
-        self._seq = wire.serial_add(self._seq, 1)
+        if self._base is None:
+            self._base = (now, self._count + 1)
+        t0, n0 = self._base
+        self._count = max(self._count + 1, n0 + int((now - t0) * 1000))
+        self._seq = self._count & 0xFFFFFFFF
         msg = wire.Heartbeat(
             self._params.node_id, self._seq, round(self._params.interval_s * 1e6), self._entries
         )

@@ -34,7 +34,16 @@ def test_sender_periodic_and_sequence() -> None:
         seqs.append(out[0].sequence)
         assert wire.decode(out[0].data).interval_us == 20_000
     assert abs(now - 0.1) < 1e-9
-    assert seqs == [0xFFFFFFFE, 0xFFFFFFFF, 0, 1, 2, 3]  # wraps, never repeats
+    # one per millisecond since the first send: wraps, never repeats
+    assert seqs == [(0xFFFFFFFE + 20 * i) & 0xFFFFFFFF for i in range(6)]
+
+
+def test_sender_sequence_is_at_least_one_per_datagram() -> None:
+    s = Sender(SenderParams(S1, interval_s=0.001, min_spacing_s=0.0001), first_sequence=7)
+    out = s.set_interfaces(["eth1"], now=0.0)
+    assert s.update(ents(3), now=0.0002)[0].sequence == 8  # faster than the clock: + 1
+    assert out[0].sequence == 7 and s.on_timer(0.0013)[0].sequence == 9
+    assert s.on_timer(0.5)[0].sequence == 7 + 500  # then the clock again
 
 
 def test_sender_on_change_respects_min_spacing() -> None:
@@ -144,7 +153,7 @@ def test_receiver_emits_only_weight_relevant_changes() -> None:
     assert r.to_dict(0.07)["senders"][0]["changes"] == 1
 
 
-def test_receiver_expiry_is_unknown_and_sequence_resets_after_hold() -> None:
+def test_receiver_expiry_is_unknown_and_sequence_survives_it() -> None:
     r = rx()
     feed(r, hb(100).encode(), 0.0)
     assert r.next_deadline() == 0.06  # 3 x 20 ms
@@ -154,9 +163,12 @@ def test_receiver_expiry_is_unknown_and_sequence_resets_after_hold() -> None:
     ups = r.on_timer(0.08)
     assert [(u.node_id, u.entries, u.reason) for u in ups] == [(S1, None, "expired")]
     assert r.remote(S1) is None and r.next_deadline() is None
-    # a restarted sender whose sequence went back is accepted after the hold time
-    ups = feed(r, hb(5).encode(), 0.1)
-    assert [u.reason for u in ups] == ["new"] and r.sequence_resets == 1
+    # an older sequence after expiry (a replay, or a sender whose clock went back) is dropped;
+    # a sender that keeps sending from there is resynchronised after recover_after datagrams
+    assert feed(r, hb(5).encode(), 0.1) == [] and r.drops["stale_sequence"] == 1
+    assert feed(r, hb(6).encode(), 0.12) == []
+    ups = feed(r, hb(7).encode(), 0.14)
+    assert [u.reason for u in ups] == ["new"] and r.sequence_recoveries == 1
 
 
 def test_receiver_hold_follows_advertised_interval() -> None:
