@@ -54,6 +54,8 @@ def check_config(path: str, quiet: bool = False) -> int:
         n = len(e.problems)
         print(f"{path}: {n} problem{'s' if n != 1 else ''}; config rejected", file=sys.stderr)
         return EXIT_CONFIG
+    for w in c.heartbeat.warnings():  # valid, but a choice the operator should see
+        print(f"{path}: warning: {w}", file=sys.stderr)
     if not quiet:
         print(
             f"{path}: ok (router_id {c.router_id}, AS {c.local_as}, role {c.role}, "

@@ -205,19 +205,12 @@ class Node:
             foreign_classes=frozenset(parse_tc_handle(h) for h in q.foreign_classes),
         )
 
-    def heartbeat_key(self) -> Any:
-
-        a = self.cfg.heartbeat.auth
-        if a is None or a.secret is None:
-            return None
-        return wire.HmacKey(a.key_id, a.secret.reveal())
-
     def build_endpoint(self) -> HeartbeatEndpoint | None:
 
         hb = self.cfg.heartbeat
         if not hb.enabled:
             return None
-        key = self.heartbeat_key()
+        key, accept = heartbeat_keys(hb)
         sender = receiver = None
         if self.cfg.is_helper:
             sender = Sender(
@@ -231,11 +224,7 @@ class Node:
                 initial_sequence(time.time()),
             )
         if self.cfg.is_load_balancer:
-            receiver = Receiver(
-                ReceiverParams(
-                    hold_multiplier=hb.hold_multiplier, keys={key.key_id: key} if key else {}
-                )
-            )
+            receiver = Receiver(ReceiverParams(hold_multiplier=hb.hold_multiplier, keys=accept))
         return HeartbeatEndpoint(
             self.loop,
             sender=sender,
@@ -471,7 +460,7 @@ class Node:
         ep = self.endpoint
         if ep is not None and "heartbeat" in ch["sections"]:
             hb = new.heartbeat
-            key = self.heartbeat_key()
+            key, accept = heartbeat_keys(hb)
             if ep.set_groups(str(hb.group), str(hb.group6), hb.port):
                 log.info("reload_heartbeat_groups", group=str(hb.group), group6=str(hb.group6))
             if ep.sender is not None:
@@ -487,9 +476,7 @@ class Node:
                 )
             if ep.receiver is not None:
                 ep.receiver.set_params(
-                    ReceiverParams(
-                        hold_multiplier=hb.hold_multiplier, keys={key.key_id: key} if key else {}
-                    )
+                    ReceiverParams(hold_multiplier=hb.hold_multiplier, keys=accept)
                 )
         if self._neighbors_changed(ch):
             self.peer_ids = {p: i for p, i in self.peer_ids.items() if p in self.iface_of}
@@ -942,6 +929,20 @@ _BFD_AUTH = {
 }
 
 
+def heartbeat_keys(
+    hb: cfgmod.HeartbeatSection,
+) -> tuple[wire.HmacKey | None, dict[int, wire.HmacKey]]:
+    """The key heartbeats are signed with and every key accepted, by key id (a rollover
+    configures two)."""
+    accept = {
+        k.key_id: wire.HmacKey(k.key_id, k.secret.reveal())
+        for k in hb.all_keys()
+        if k.secret is not None
+    }
+    send = hb.send_key()
+    return (None if send is None else accept.get(send.key_id)), accept
+
+
 def _bfd_auth(a: cfgmod.BfdAuth | None) -> AuthConfig | None:
     if a is None or a.secret is None:
         return None
@@ -1073,6 +1074,26 @@ def _bfd_samples(snap: dict[str, Any]) -> Iterable[Sample]:
                 "BFD packets dropped, by reason",
                 kind="counter",
             )
+    # drops before any session matched: their own metric, labelled by reason only, since there
+    # is no peer to attribute them to (the source address is the sender's to choose), and
+    # glbd_bfd_drops_total keeps one label set (peer, interface, reason)
+    counters = snap.get("counters") or {}
+    for reason, n in (counters.get("unmatched_drops") or {}).items():
+        yield Sample(
+            "glbd_bfd_unmatched_drops_total",
+            float(n),
+            {"reason": str(reason)},
+            "BFD packets dropped before any session matched them, by reason",
+            kind="counter",
+        )
+    if counters:
+        yield Sample(
+            "glbd_bfd_truncated_datagrams_total",
+            float(counters.get("truncated_datagrams", 0)),
+            help="BFD datagrams longer than a control packet can be (read up to 256 bytes, "
+            "processed)",
+            kind="counter",
+        )
     eng = snap.get("engine", {})
     if eng:
         yield Sample(
