@@ -2,9 +2,15 @@
 session. Plain non-blocking stdlib sockets; the engine owns the loop.
 
 * Receive: UDP, bound to the device (``SO_BINDTODEVICE``) and to port 3784 on the wildcard
-  address, ``SO_REUSEADDR`` so several interfaces share the port. The TTL / hop limit arrives as
-  ancillary data (``IP_RECVTTL`` = 12, which Python 3.11 lacks; ``IPV6_RECVHOPLIMIT``) and is
-  checked in user space: Linux's ``IP_MINTTL`` does not filter UDP (environment.md §5).
+  address. Sockets bound to different devices (and IPv4 vs. v6-only IPv6) never conflict, so
+  several interfaces share the port without ``SO_REUSEADDR``. Without it (or ``SO_REUSEPORT``,
+  whose group the kernel limits to one uid) no other local user can bind 3784 on an address
+  of ours and take our packets: that bind fails with EADDRINUSE. A user who binds the port
+  *before* glbd makes glbd's bind fail loudly (the session's ``socket_error``, retried).
+  Multihop (4784) and echo (3785) sockets, should they come, must follow the same rule. The
+  TTL / hop limit arrives as ancillary data (``IP_RECVTTL`` = 12, which Python 3.11 lacks;
+  ``IPV6_RECVHOPLIMIT``) and is checked in user space: Linux's ``IP_MINTTL`` does not filter
+  UDP (environment.md §5).
 * Transmit: UDP, bound to the device and to a source port in 49152-65535 that stays the same for
   the life of the session (§4), TTL / hop limit 255 (§5, GTSM).
 
@@ -25,6 +31,7 @@ __all__ = [
     "BFD_PORT",
     "IP_PKTINFO",
     "IP_RECVTTL",
+    "RX_BUFSIZE",
     "SRC_PORT_MAX",
     "SRC_PORT_MIN",
     "Datagram",
@@ -50,6 +57,7 @@ SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@ll")
 _CMSG_SPACE = socket.CMSG_SPACE(4) * 2 + socket.CMSG_SPACE(_TIMESPEC.size)
 _INT = struct.Struct("=i")
+_MSG_TRUNC = socket.MSG_TRUNC
 
 #: (payload, source address without scope, hop limit or -1 if absent, kernel arrival time in
 #: CLOCK_REALTIME seconds or 0.0 if absent)
@@ -64,7 +72,7 @@ def open_rx_socket(ifname: str, family: int, rcvbuf: int = 1 << 20) -> socket.so
     """The port-3784 receive socket for ``ifname`` (raises OSError, e.g. ENODEV)."""
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # no SO_REUSEADDR / SO_REUSEPORT: either would let another user share the port
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         _bind_device(sock, ifname)
         # the detection timer starts when the packet arrived, not when the engine read it
@@ -165,20 +173,37 @@ def peer_sockaddr(peer: str, ifname: str) -> tuple[str, int] | tuple[str, int, i
     return (str(ip), BFD_PORT)
 
 
-def recv_batch(sock: socket.socket, out: list[Datagram], limit: int = 256) -> str | None:
+#: bytes read per datagram: a control packet's Length is one byte, so every byte the §6.8.6
+#: checks and the digest look at is within the first 255
+RX_BUFSIZE = 256
+
+
+def recv_batch(
+    sock: socket.socket,
+    out: list[Datagram],
+    limit: int = 256,
+    counts: dict[str, int] | None = None,
+) -> str | None:
     """Read up to ``limit`` datagrams into ``out``; never raises. Returns the name of a socket
-    error that stopped the batch (``None`` when the socket was simply drained)."""
+    error that stopped the batch (``None`` when the socket was simply drained).
+
+    A datagram longer than :data:`RX_BUFSIZE` is cut to it (the kernel says so with
+    ``MSG_TRUNC``) and still handed on: only the bytes up to Length matter (RFC 5880 §6.8.6),
+    the rest is padding the codec ignores anyway. Each is counted in ``counts`` as
+    ``truncated_datagram``."""
     recvmsg = sock.recvmsg
     append = out.append
     for _ in range(limit):
         try:
-            data, anc, _flags, addr = recvmsg(256, _CMSG_SPACE)
+            data, anc, flags, addr = recvmsg(RX_BUFSIZE, _CMSG_SPACE)
         except BlockingIOError:
             return None
         except InterruptedError:
             continue
         except OSError as exc:
             return f"recv_{errno.errorcode.get(exc.errno or 0, 'error').lower()}"
+        if flags & _MSG_TRUNC and counts is not None:
+            counts["truncated_datagram"] = counts.get("truncated_datagram", 0) + 1
         ttl = -1
         ts = 0.0
         for level, kind, value in anc:
