@@ -223,18 +223,27 @@ def _norm_ip(addr: str) -> str:
 
 
 class _RxSock:
-    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock")
+    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock", "totals")
 
-    def __init__(self, sock: socket.socket, ifname: str, family: int) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        ifname: str,
+        family: int,
+        totals: dict[str, int] | None = None,
+    ) -> None:
         self.sock = sock
         self.ifname = ifname
         self.family = family
         self.packets = 0
         self.refs = 0
         self.drops: dict[str, int] = {}
+        #: the engine-wide counters of drops before any session, which outlive this socket
+        self.totals = totals if totals is not None else {}
 
     def drop(self, reason: str) -> None:
         self.drops[reason] = self.drops.get(reason, 0) + 1
+        self.totals[reason] = self.totals.get(reason, 0) + 1
 
 
 class _Entry:
@@ -316,6 +325,11 @@ class _Loop:
         self.lag_max = 0.0
         self.timers_fired = 0
         self.rx_packets = 0
+        #: drops before any session matched (version, length, discriminator, TTL, ...), by
+        #: reason, over every receive socket the engine ever had: no peer to attribute them to
+        self.unmatched_drops: dict[str, int] = {}
+        #: receive-side notes that are not drops (``truncated_datagram``: processed, counted)
+        self.rx_counts: dict[str, int] = {}
         self.iterations = 0
         self.started = clock()
         #: the rtnetlink socket for armed failovers, opened with the first armed session
@@ -377,7 +391,7 @@ class _Loop:
     def _read(self, rx: _RxSock, now: float) -> None:
         buf = self.buf
         buf.clear()
-        err = recv_batch(rx.sock, buf)
+        err = recv_batch(rx.sock, buf, counts=self.rx_counts)
         if err is not None:
             rx.drop(err)
         wall = time.time()
@@ -586,7 +600,8 @@ class _Loop:
                 rkey = (ifname, ent.family)
                 rx = self.rx_by_key.get(rkey)
                 if rx is None:
-                    rx = _RxSock(open_rx_socket(ifname, ent.family), ifname, ent.family)
+                    sock = open_rx_socket(ifname, ent.family)
+                    rx = _RxSock(sock, ifname, ent.family, self.unmatched_drops)
                     self.rx_by_key[rkey] = rx
                     self.rx_by_fd[rx.sock.fileno()] = rx
                     self.ep.register(rx.sock.fileno(), select.EPOLLIN)
@@ -727,6 +742,10 @@ class _Loop:
             d["failover_requests"] = ent.failover_requests
             d["failovers"] = ent.failovers
             sessions.append(d)
+        session_drops: dict[str, int] = {}
+        for d in sessions:
+            for reason, n in d["drops"].items():
+                session_drops[reason] = session_drops.get(reason, 0) + n
         sockets = [
             {
                 "interface": rx.ifname,
@@ -755,6 +774,13 @@ class _Loop:
             },
             "sockets": sockets,
             "sessions": sessions,
+            # what `glbctl counters` shows for BFD
+            "counters": {
+                "packets_in": self.rx_packets,
+                "unmatched_drops": dict(self.unmatched_drops),
+                "session_drops": session_drops,
+                "truncated_datagrams": self.rx_counts.get("truncated_datagram", 0),
+            },
         }
 
     def reset_lag(self) -> None:
@@ -958,7 +984,9 @@ class BfdEngine:
         self._call("admin", (interface, peer, False))
 
     def snapshot(self) -> dict[str, Any]:
-        """``{"engine": {...}, "sockets": [...], "sessions": [...]}``, JSON-safe."""
+        """``{"engine": {...}, "sockets": [...], "sessions": [...], "counters": {...}}``,
+        JSON-safe. ``counters`` has the engine-wide ``unmatched_drops`` (before any session,
+        by reason), the per-reason sum of the sessions' drops and ``truncated_datagrams``."""
         result: dict[str, Any] = self._call("snapshot", ())
         result["engine"]["mode"] = self.mode
         return result
