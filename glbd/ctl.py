@@ -14,6 +14,7 @@ code 1, never a traceback. ``decode`` exits 2 with the codec's named reason on b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -267,6 +268,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def heartbeat_auth(heartbeats: Any) -> str:
+    """One line for ``glbctl status``: are heartbeats authenticated (from ``heartbeats``)."""
+    if isinstance(heartbeats, dict):  # the quality component is not running
+        heartbeats = heartbeats.get("heartbeats")
+    if not heartbeats or not isinstance(heartbeats, list):
+        return "n/a (heartbeats disabled)"
+    a = heartbeats[0].get("auth") or {}
+    if not a.get("enabled"):
+        return "off: anyone on a fabric link can forge or replay link qualities"
+    parts = []
+    if a.get("sign_key_id") is not None:
+        parts.append(f"signs with key {a['sign_key_id']}")
+    if a.get("accept_key_ids"):
+        parts.append("accepts key " + ", ".join(str(k) for k in a["accept_key_ids"]))
+    return "on: " + "; ".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
@@ -282,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DaemonError as e:
         print(f"glbctl: {e}", file=sys.stderr)
         return EXIT_DAEMON
+    if args.cmd == "status" and isinstance(result, dict) and "heartbeat_auth" not in result:
+        # unauthenticated heartbeats are a choice an operator should see at a glance
+        with contextlib.suppress(DaemonError):
+            result["heartbeat_auth"] = heartbeat_auth(request(args.socket, "heartbeats"))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

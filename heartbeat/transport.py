@@ -474,9 +474,20 @@ class HeartbeatEndpoint:
             self._timer = self._loop.call_at(at, self._on_timer)
         self._timer_at = at
 
+    def auth(self) -> dict[str, Any]:
+        """Whether heartbeats are authenticated: the key id we sign with (sender) and the key
+        ids we accept (receiver; empty = unsigned heartbeats accepted)."""
+        sign = None
+        if self.sender is not None and self.sender.params.key is not None:
+            sign = self.sender.params.key.key_id
+        accept = sorted(self.receiver.params.keys) if self.receiver is not None else []
+        on = (self.sender is None or sign is not None) and (self.receiver is None or bool(accept))
+        return {"enabled": on, "sign_key_id": sign, "accept_key_ids": accept}
+
     def to_dict(self) -> dict[str, Any]:
         now = self._loop.time()
         return {
+            "auth": self.auth(),
             "group": self.transport.group,
             "group6": self.transport.group6,
             "port": self.transport.port,
