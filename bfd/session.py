@@ -553,7 +553,6 @@ class Session:
             "cpi": self.params.cpi,
             "remote_cpi": self.remote_cpi,
             "auth": self.params.auth.type.name.lower() if self.params.auth else None,
-            "auth_key_ids": list(self.params.auth.key_ids) if self.params.auth else [],
             "uptime_s": (now - self.up_since) if self.up_since is not None else None,
             "since_last_change_s": now - self.last_change,
             "flaps": self.flaps,

@@ -246,7 +246,8 @@ def _parser() -> argparse.ArgumentParser:
     helps = {
         "status": "daemon state, roles, versions, loop lag, last reload result",
         "neighbors": "BGP peers: BGP id, state, uptime, prefixes in/out",
-        "bfd": "BFD sessions: state, diag, discriminators, timers, flaps, drops",
+        "bfd": "BFD sessions: state, diag, discriminators, timers, flaps, drops "
+        "(drops before any session: counters)",
         "links": "local fabric links: load, queue, quality band",
         "heartbeats": "heartbeat senders/receivers: sequence, age, drops by reason",
         "quality": "next hop x next-next hop quality",
