@@ -35,7 +35,9 @@ in the digest field, hash the whole packet (``Length`` bytes), then store the ha
 (Your Discriminator 0 while State is Init or Up), ``auth_type_unknown``,
 ``auth_length_mismatch``, ``auth_without_a_bit`` (Length > 24 with A clear).
 
-Bytes after ``Length`` (UDP padding) are ignored, as the RFC allows.
+Bytes after ``Length`` (UDP padding) are ignored, as the RFC allows. (The transport reads at
+most 256 bytes of a datagram, which always holds all ``Length`` <= 255 bytes; a longer
+datagram is counted as ``truncated_datagram`` and decoded like any other.)
 """
 
 from __future__ import annotations
