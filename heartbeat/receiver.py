@@ -19,12 +19,13 @@ accepted (later copies count as ``parallel_copies``, not as drops). The last acc
 outlives expiry and BGP session restarts, so a captured datagram is never accepted again (a
 sender seeds its sequence from the clock, so a restarted sender is newer).
 
-A datagram outside the window ``(last, last + bound]`` is *suspect*: it starts or extends one
-candidate chain per node (consecutive suspects, each a small step past the previous one). A
-chain ahead of the reference is adopted at its second datagram (a restarted sender); a chain
-behind it only after ``recover_after`` datagrams while nothing has been accepted from the node
-for a hold time (a genuine sender locked out by a forged or corrupted high sequence). Replays
-of a live sender therefore never take over: its own datagrams keep the reference alive.
+A datagram outside the window ``(last, last + bound]`` is *suspect*: it starts or extends a
+candidate chain (consecutive suspects, each a small step past the previous one; a few chains per
+node, the least recently extended replaced). A chain ahead of the reference is adopted at its
+second datagram (a restarted sender); a chain behind it only after ``recover_after`` datagrams
+while nothing has been accepted from the node for a hold time (a genuine sender locked out by a
+forged or corrupted high sequence). Replays of a live sender therefore never take over: its own
+datagrams keep the reference alive.
 
 A node's entries expire together at ``last accepted + hold_multiplier x advertised interval``;
 expired means *unknown*.
@@ -60,6 +61,9 @@ _SERIAL_MOD = 1 << 32
 _SERIAL_HALF = 1 << 31
 #: sequence references remembered for nodes that are no longer neighbours (oldest forgotten)
 MAX_REMEMBERED = 4096
+#: candidate chains per sender; a new one replaces the least recently extended, so a genuine
+#: stream (extended every interval) survives anything slower than this many forgeries per interval
+MAX_CHAINS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,17 +124,25 @@ class _IfState:
 
 
 @dataclass(slots=True)
+class _Chain:
+    """Consecutive suspect datagrams: the last one's sequence, arrival and the chain's length
+    and shortest advertised interval."""
+
+    seq: int
+    rx: float
+    interval_us: int
+    length: int = 1
+
+
+@dataclass(slots=True)
 class _SeqState:
-    """A sender's sequence reference (kept across expiry and session restarts) and its one
-    candidate chain of suspect datagrams."""
+    """A sender's sequence reference (kept across expiry and session restarts) and the
+    candidate chains of suspect datagrams."""
 
     last: int
     last_rx: float
     interval_us: int
-    cand: int | None = None
-    cand_len: int = 0
-    cand_rx: float = 0.0
-    cand_interval_us: int = 0
+    chains: list[_Chain] = field(default_factory=list)
 
 
 def _ahead(a: int, b: int) -> int:
@@ -304,45 +316,47 @@ class Receiver:
     def _adopt(
         self, node_id: int, sq: _SeqState, seq: int, interval_us: int, ahead: bool, now: float
     ) -> bool:
-        """A suspect datagram: extend (or start) the node's candidate chain and say whether the
-        chain is now adopted as the new reference. Counts the drop when it is not."""
+        """A suspect datagram: extend (or start) a candidate chain of the node and say whether
+        that chain is now adopted as the new reference. Counts the drop when it is not."""
         hold = self._params.hold_multiplier
-        live = sq.cand is not None and now - sq.cand_rx <= hold * sq.cand_interval_us / 1e6
-        if live and sq.cand is not None:
-            step = _ahead(seq, sq.cand)
-            if step == 0:  # the chain's datagram again (a parallel link's copy)
-                self.drops["sequence_jump" if ahead else "stale_sequence"] += 1
+        drop = "sequence_jump" if ahead else "stale_sequence"
+        chains = [c for c in sq.chains if now - c.rx <= hold * c.interval_us / 1e6]
+        chain = None
+        for c in chains:
+            step = _ahead(seq, c.seq)
+            if step == 0:  # a chain's datagram again (a parallel link's copy, or a replay)
+                sq.chains = chains
+                self.drops[drop] += 1
                 return False
-            if step < _SERIAL_HALF and step <= _bound(now - sq.cand_rx):
-                sq.cand_len += 1
-                sq.cand_interval_us = min(sq.cand_interval_us, interval_us)
-            elif step < _SERIAL_HALF:  # newer than the live chain: the newest stream wins
-                sq.cand_len, sq.cand_interval_us = 1, interval_us
-            else:  # older than a live chain: cannot disturb it (replays behind a live stream)
-                self.drops["sequence_jump" if ahead else "stale_sequence"] += 1
-                return False
-        else:
-            sq.cand_len, sq.cand_interval_us = 1, interval_us
-        sq.cand, sq.cand_rx = seq, now
+            if step < _SERIAL_HALF and step <= _bound(now - c.rx):
+                chain = c
+                c.seq, c.rx, c.length = seq, now, c.length + 1
+                c.interval_us = min(c.interval_us, interval_us)
+                break
+        if chain is None:
+            if len(chains) >= MAX_CHAINS:
+                chains.remove(min(chains, key=lambda c: c.rx))
+            chain = _Chain(seq, now, interval_us)
+            chains.append(chain)
+        sq.chains = chains
         if ahead:
-            if sq.cand_len >= 2:
+            if chain.length >= 2:
                 self.sequence_jumps += 1
-                sq.cand = None
+                sq.chains = []
                 return True
-            self.drops["sequence_jump"] += 1
-            return False
-        quiet = hold * min(sq.interval_us, sq.cand_interval_us) / 1e6
-        if sq.cand_len >= self._params.recover_after and now - sq.last_rx >= quiet:
-            self.sequence_recoveries += 1
-            sq.cand = None
-            log.warning(
-                "heartbeat sequence of %s resynchronised to %d (was %d)",
-                wire.node_str(node_id),
-                seq,
-                sq.last,
-            )
-            return True
-        self.drops["stale_sequence"] += 1
+        else:
+            quiet = hold * min(sq.interval_us, chain.interval_us) / 1e6
+            if chain.length >= self._params.recover_after and now - sq.last_rx >= quiet:
+                self.sequence_recoveries += 1
+                sq.chains = []
+                log.warning(
+                    "heartbeat sequence of %s resynchronised to %d (was %d)",
+                    wire.node_str(node_id),
+                    seq,
+                    sq.last,
+                )
+                return True
+        self.drops[drop] += 1
         return False
 
     # --- timers --------------------------------------------------------------------------

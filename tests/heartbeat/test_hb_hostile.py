@@ -111,6 +111,25 @@ def test_forged_confirmed_jump_locks_out_the_genuine_sender_only_briefly() -> No
     assert r.sequence_jumps == 1 and r.sequence_recoveries == 1
 
 
+def test_a_trickle_of_forged_datagrams_cannot_block_the_recovery() -> None:
+    """After a forged pair took over, one forged datagram per genuine interval (each newer
+    than the genuine stream, none consecutive) must not keep the genuine sender out."""
+    r = rx()
+    g = Genuine(r, 100_000)
+    assert g.next()
+    x = g.seq + HALF - 100
+    for i in range(2):
+        feed(r, hb(x + i, interval_us=10_000_000, e=ents(0, 0)).encode(), g.now + 0.001 * (i + 1))
+    assert r.remote(S1) == ents(0, 0)
+    run = worst = 0
+    for k in range(1, 40):
+        forged = hb(g.seq + 5_000 * k, interval_us=10_000_000, e=ents(0, 0)).encode()
+        feed(r, forged, g.now + 0.005)
+        run = 0 if g.next() else run + 1
+        worst = max(worst, run)
+    assert worst <= BOUND and r.remote(S1) == ents()
+
+
 def test_bit_flipped_copies_never_lock_out_the_genuine_sender() -> None:
     """Only a flip of a low sequence bit (a jump inside the bound, which nothing tells from
     loss) may cost genuine datagrams, and at most BOUND of them; any other flip costs none."""
