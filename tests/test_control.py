@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from glbd import ctl
 from glbd.control import protocol as proto
+from glbd.control.paths import UnsafePathError
 from glbd.control.server import ControlServer
 
 
@@ -188,3 +190,69 @@ def test_render_tables(capsys: pytest.CaptureFixture[str]) -> None:
     )
     out = capsys.readouterr().out
     assert "198.18.1.0" in out and "count" in out and "(none)" in out
+
+
+# ---- the socket's directory against a local attacker -----------------------------------------
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+
+
+def _refused(path: Path, *words: str) -> None:
+    srv = ControlServer(path, {"status": lambda a: {}})
+    with pytest.raises(UnsafePathError) as ei:
+        asyncio.run(srv.start())
+    msg = str(ei.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+    assert not os.path.lexists(path)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o757])
+def test_socket_in_a_directory_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    d = tmp_path / "pub"
+    d.mkdir()
+    os.chmod(d, mode)
+    _refused(d / "glbd.sock", str(d), "writable")
+
+
+@needs_root
+def test_socket_in_a_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "theirs"
+    d.mkdir(mode=0o755)
+    os.chown(d, NOBODY, NOBODY)
+    _refused(d / "glbd.sock", str(d), "owned by uid 65534")
+
+
+@needs_root
+def test_socket_under_an_ancestor_another_user_owns_is_refused(tmp_path: Path) -> None:
+    """The owner of /x could rename /x/run away and put their own in its place."""
+    (tmp_path / "x" / "run").mkdir(parents=True)
+    os.chown(tmp_path / "x", NOBODY, NOBODY)
+    _refused(tmp_path / "x" / "run" / "glbd.sock", str(tmp_path / "x"), "owned by uid 65534")
+
+
+@needs_root
+def test_socket_dir_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    os.lchown(link, NOBODY, NOBODY)
+    _refused(link / "glbd.sock", str(link), "symlink owned by uid 65534")
+    assert list(real.iterdir()) == []
+
+
+async def test_socket_dir_under_a_sticky_tmp_and_made_by_us_is_fine(tmp_path: Path) -> None:
+    """/tmp-like (1777) higher up is fine: nobody else can rename what we own in it; a missing
+    directory is created, not group/other-writable."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    path = sticky / "glbd" / "run" / "glbd.sock"
+    srv = ControlServer(path, {"status": lambda a: {"state": "running"}})
+    await srv.start()
+    try:
+        assert stat.S_IMODE(os.stat(path.parent).st_mode) & 0o022 == 0
+        assert await asyncio.to_thread(ctl.request, str(path), "status") == {"state": "running"}
+    finally:
+        await srv.stop()

@@ -1,8 +1,11 @@
 """Asyncio Unix-socket server for the control protocol.
 
 The socket is created mode 0660, owner root, group ``glbd`` when that group exists, so members of
-``glbd`` may run glbctl without root. A handler's exception becomes an error response for that
-request only; a misbehaving client is disconnected; neither affects the daemon.
+``glbd`` may run glbctl without root. Its directory must be one only root (or glbd's user) can
+change, else :class:`glbd.control.paths.UnsafePathError` (missing directories are created 0750).
+
+A handler's exception becomes an error response for that request only; a misbehaving client is
+disconnected; neither affects the daemon.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import structlog
 
 from glbd.control import protocol as proto
+from glbd.control.paths import ensure_dir
 
 log = structlog.get_logger(__name__)
 
@@ -34,7 +38,9 @@ class ControlServer:
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # whoever can change the socket's directory can put a fake glbd in glbctl's way, or
+        # (ExaBGP's directory sits beside it) root's ExaBGP config: only root or us
+        ensure_dir(self.path.parent, "control socket directory")
         with contextlib.suppress(FileNotFoundError):
             if self.path.is_socket():
                 self.path.unlink()

@@ -44,6 +44,7 @@ from typing import Any
 
 import structlog
 
+from glbd.control.paths import private_dir, write_private
 from glbd.exabgp import api
 
 __all__ = ["ExabgpParams", "ExabgpSupervisor", "exabgp_env", "render_config"]
@@ -75,7 +76,9 @@ class ExabgpParams:
     neighbors: tuple[ExabgpNeighbor, ...]
     #: the ExaBGP executable (default: ``exabgp`` next to this Python, else on PATH)
     exabgp: tuple[str, ...] = ()
-    #: where config, socket and log live (default: a fresh temporary directory)
+    #: where config, socket and log live (default: a fresh temporary directory). Made 0700 at
+    #: start; if the name is taken by anything but our own 0700 directory, a fresh random
+    #: directory beside it is used instead (``ExabgpSupervisor.dir`` says which)
     runtime_dir: Path | None = None
     window: int = 64
     backoff_initial_s: float = 0.5
@@ -207,9 +210,6 @@ class ExabgpSupervisor:
         self._on_ready = on_ready
         self._own_dir = params.runtime_dir is None
         self.dir = params.runtime_dir or Path(tempfile.mkdtemp(prefix="glbd-exabgp-"))
-        self.socket_path = self.dir / "api.sock"
-        self.config_path = self.dir / "exabgp.conf"
-        self.log_path = self.dir / "exabgp.log"
         self.stats = _Stats()
         self._pending: OrderedDict[tuple[str, str, str], api.Command] = OrderedDict()
         self._inflight: deque[api.Command] = deque()
@@ -226,6 +226,18 @@ class ExabgpSupervisor:
         self.generation = 0
 
     # ---- public --------------------------------------------------------------------------
+
+    @property
+    def socket_path(self) -> Path:
+        return self.dir / "api.sock"
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "exabgp.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "exabgp.log"
 
     @property
     def pid(self) -> int | None:
@@ -246,7 +258,10 @@ class ExabgpSupervisor:
         self._wake.set()
 
     async def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if not self._own_dir:
+            # the config names the command ExaBGP runs as root: only a 0700 directory of ours
+            self.dir = private_dir(self.dir, "ExaBGP runtime directory")
+            self._own_dir = True
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         # limit = the longest API line (a 64 KB UPDATE of ~16k prefixes is ~1 MB of JSON);
@@ -257,7 +272,7 @@ class ExabgpSupervisor:
         )
         os.chmod(self.socket_path, 0o600)
         bridge = [sys.executable, "-m", "glbd.exabgp.bridge", str(self.socket_path)]
-        self.config_path.write_text(render_config(self.params, bridge))
+        write_private(self.config_path, render_config(self.params, bridge))
         await self._spawn()
         self._main = asyncio.create_task(self._run(), name="exabgp-supervisor")
         try:
@@ -271,7 +286,7 @@ class ExabgpSupervisor:
         unchanged neighbors stay (ExaBGP only replaces routes that came from its config)."""
         self.params = params
         bridge = [sys.executable, "-m", "glbd.exabgp.bridge", str(self.socket_path)]
-        self.config_path.write_text(render_config(params, bridge))
+        write_private(self.config_path, render_config(params, bridge))
         if self._proc is not None and self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(signal.SIGUSR1)
@@ -300,9 +315,7 @@ class ExabgpSupervisor:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
-        if self._own_dir:
+        if self._own_dir:  # never a directory start() refused or did not make private
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def snapshot(self) -> dict[str, Any]:
@@ -329,7 +342,13 @@ class ExabgpSupervisor:
         if self.netns is not None:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         env = exabgp_env(dict(os.environ), self.log_path, self.params.log_level)
-        out = open(self.dir / "exabgp.stdout", "ab")  # noqa: SIM115 - handed to the child
+        # never through a symlink at that name; handed to the child
+        fd = os.open(
+            self.dir / "exabgp.stdout",
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        out = os.fdopen(fd, "ab")
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv,

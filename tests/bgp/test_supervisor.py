@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import itertools
+import os
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from glbd.control.paths import UnsafePathError
 from glbd.exabgp import api
 from glbd.exabgp.supervisor import (
     ExabgpNeighbor,
@@ -168,3 +173,115 @@ async def test_reader_yields_to_the_loop_during_a_burst() -> None:
     # slice); without yielding, the other task would wait for all 6000
     between = [b - a for a, b in itertools.pairwise(turns)]
     assert len(turns) > 20 and max(between) < 200, (len(turns), max(between, default=None))
+
+
+# ---- the runtime directory against a local attacker ------------------------------------------
+# The daemon puts ExaBGP's directory at a predictable name next to the control socket; the file
+# in it names the command ExaBGP runs as root. Whatever sits at that name already, or a parent
+# others can write, must never be used.
+
+NOBODY = 65534
+
+
+def _fake_params(runtime_dir: Path) -> ExabgpParams:
+    return ExabgpParams(
+        "10.0.0.2",
+        65002,
+        (ExabgpNeighbor("192.0.2.1", "192.0.2.2", 65001),),
+        exabgp=(sys.executable, str(Path(__file__).with_name("fake_exabgp.py"))),
+        runtime_dir=runtime_dir,
+        stop_grace_s=2.0,
+    )
+
+
+def _sup(runtime_dir: Path) -> ExabgpSupervisor:
+    return ExabgpSupervisor(
+        _fake_params(runtime_dir),
+        netns=None,
+        on_line=lambda s: None,
+        on_lost=lambda: None,
+        on_ready=lambda: None,
+    )
+
+
+def _assert_private(d: Path) -> None:
+    st = os.lstat(d)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    assert stat.S_IMODE(st.st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+async def test_runtime_dir_made_by_someone_else_is_not_used(tmp_path: Path) -> None:
+    planted = tmp_path / "exabgp-4242"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)
+    os.chown(planted, NOBODY, NOBODY)
+    sup = _sup(planted)
+    try:
+        await sup.start()
+        assert sup.connected
+        assert sup.dir != planted and sup.dir.parent == tmp_path
+        _assert_private(sup.dir)
+        sup.reload(_fake_params(planted))
+    finally:
+        await sup.stop()
+    assert list(planted.iterdir()) == []  # nothing was written into the attacker's directory
+    assert not sup.dir.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+async def test_runtime_dir_symlink_is_not_followed(tmp_path: Path) -> None:
+    target = tmp_path / "attacker"
+    target.mkdir(mode=0o777)
+    os.chown(target, NOBODY, NOBODY)
+    link = tmp_path / "exabgp-4242"
+    link.symlink_to(target)
+    os.lchown(link, NOBODY, NOBODY)
+    sup = _sup(link)
+    try:
+        await sup.start()
+        assert sup.connected
+        assert sup.dir != link and not sup.dir.is_symlink()
+        _assert_private(sup.dir)
+        sup.reload(_fake_params(link))
+    finally:
+        await sup.stop()
+    assert list(target.iterdir()) == []
+    assert link.is_symlink()  # left alone: not ours
+
+
+async def test_stale_private_dir_of_ours_is_reused_and_files_are_replaced_not_followed(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "exabgp-4242"
+    d.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    (d / "exabgp.conf").symlink_to(victim)  # e.g. left by an older run: never written through
+    sup = _sup(d)
+    try:
+        await sup.start()
+        assert sup.connected and sup.dir == d
+        _assert_private(d)
+        assert not (d / "exabgp.conf").is_symlink()
+        assert stat.S_IMODE(os.lstat(d / "exabgp.conf").st_mode) == 0o600
+    finally:
+        await sup.stop()
+    assert victim.read_text() == "untouched\n"
+    assert not d.exists()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+async def test_runtime_dir_under_a_directory_others_can_write_is_refused(
+    tmp_path: Path, mode: int
+) -> None:
+    public = tmp_path / "public"
+    public.mkdir()
+    os.chmod(public, mode)
+    sup = _sup(public / "exabgp-4242")
+    with pytest.raises(UnsafePathError) as ei:
+        await sup.start()
+    msg = str(ei.value)
+    assert str(public) in msg and "writable" in msg and "\n" not in msg
+    assert list(public.iterdir()) == [] and sup.pid is None
+    await sup.stop()
