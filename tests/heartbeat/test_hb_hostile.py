@@ -207,6 +207,36 @@ def test_replays_never_displace_a_live_sender() -> None:
     assert r.sequence_recoveries == 0 and r.drops["stale_sequence"] == 20
 
 
+def test_replay_takeover_needs_suppression_and_ends_within_two_genuine_heartbeats() -> None:
+    """With HMAC, a chain of captured datagrams is adopted only while the genuine heartbeats
+    are suppressed for a hold time; the genuine sender wins back at its second datagram even
+    while the replays go on."""
+    r = rx(keys={KEY.key_id: KEY})
+    g = Genuine(r, 9_000_000, key=KEY)
+    old = [hb(g.seq + 20 * i + 20, e=ents(1, 1)).encode(KEY) for i in range(40)]
+    for _ in range(500):  # ten seconds of live heartbeats
+        assert g.next()
+    t = g.now
+    for i in range(10):  # genuine heartbeats suppressed, old ones replayed in their place
+        t += IV
+        feed(r, old[i], t)
+    assert r.remote(S1) == ents(1, 1) and r.sequence_recoveries == 1
+    g.now = t
+    lost = 0
+    for i in range(10, 20):  # the replays go on at the same rate; the genuine sender is back
+        feed(r, old[i], g.now + 0.001)
+        lost += not g.next()
+    assert lost == 1 and r.remote(S1) == ents() and r.sequence_jumps == 1
+
+
+def test_replay_right_after_the_receiver_starts_lasts_two_genuine_heartbeats() -> None:
+    r = rx(keys={KEY.key_id: KEY})
+    captured = hb(9_000_000, e=ents(1, 1)).encode(KEY)
+    assert [u.reason for u in feed(r, captured, 0.0)] == ["new"]  # nothing to compare with yet
+    g = Genuine(r, 9_000_000 + 180_000, key=KEY)
+    assert not g.next() and g.next() and r.remote(S1) == ents()
+
+
 def test_restarted_sender_after_expiry_is_accepted_within_two_datagrams() -> None:
     r = rx(keys={KEY.key_id: KEY})
     s = Sender(SenderParams(S1, key=KEY), initial_sequence(1_700_000_000.0))
