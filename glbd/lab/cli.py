@@ -3,8 +3,10 @@
   glbd-lab provision        build the FRR 10.x chroot once (cached; instant when done)
   glbd-lab up [--once|--detach] [--spines N --leaves N] [--frr all|spines|none]
                             build the fabric; by default stay in the foreground until Ctrl-C
-  glbd-lab status [TAG]     show running labs (from their state files in /run/glbd-lab)
-  glbd-lab down [TAG|--all] delete detached labs (only namespaces/processes they recorded)
+  glbd-lab status [TAG]     show running labs (from their state files in /run/glbd-lab,
+                            or $GLBD_LAB_STATE_DIR)
+  glbd-lab down [TAG|--all] delete detached labs: the namespaces they recorded and every process
+                            still inside them; --all takes only the labs the caller started
   glbd-lab demo [--spines glbd|frr]   the GLB loop end to end, with a timeline (README's job)
   glbd-lab congest|cut|restore A B    poke at a running lab (e.g. congest spine1 leaf2)
 
@@ -27,9 +29,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from glbd.lab.netns import LabError
+from glbd.lab.netns import LabError, stop_namespace_members
 
 STATE_DIR = Path("/run/glbd-lab")
+
+
+def state_dir() -> Path:
+    """Where labs are recorded: ``$GLBD_LAB_STATE_DIR`` (tests), else :data:`STATE_DIR`."""
+    return Path(os.environ.get("GLBD_LAB_STATE_DIR") or STATE_DIR)
+
+
+def caller_uid() -> int:
+    """Who runs this: the sudo user (labs need root, so people use sudo), else the login uid,
+    else the real uid. Recorded with each lab so ``down --all`` leaves other people's alone."""
+    sudo = os.environ.get("SUDO_UID", "")
+    if sudo.isdigit():
+        return int(sudo)
+    with contextlib.suppress(OSError, ValueError):
+        login = int(Path("/proc/self/loginuid").read_text())
+        if login != 0xFFFFFFFF:  # unset
+            return login
+    return os.getuid()
 
 
 # --------------------------------------------------------------------------- provision
@@ -103,7 +123,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if glbd_names:
             from glbd.lab.nodes import GlbdOptions, start_glbd
 
-            run_dir = STATE_DIR / fab.tag
+            run_dir = state_dir() / fab.tag
             glbd_nodes = start_glbd(
                 fab, run_dir, GlbdOptions(capacity_mbps=args.rate), names=glbd_names
             )
@@ -137,8 +157,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         if args.once:
             return 1 if bad else 0
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        state_file = STATE_DIR / f"{fab.tag}.json"
+        state_dir().mkdir(parents=True, exist_ok=True)
+        state_file = state_dir() / f"{fab.tag}.json"
         state: dict[str, Any] = {
             "tag": fab.tag,
             "topology": fab.topo.to_dict(),
@@ -149,6 +169,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 for n, g in glbd_nodes.items()
             },
             "owner_pid": os.getpid(),
+            "owner_uid": caller_uid(),
             "detached": bool(args.detach),
             "status": fab.status(),
         }
@@ -175,7 +196,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _states(tags: Sequence[str]) -> list[tuple[Path, dict[str, Any]]]:
-    files = sorted(STATE_DIR.glob("*.json")) if STATE_DIR.exists() else []
+    sd = state_dir()
+    files = sorted(sd.glob("*.json")) if sd.exists() else []
     out = []
     for f in files:
         if tags and f.stem not in tags:
@@ -228,6 +250,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         names = st.get("namespaces", [])
         present = sum(1 for n in names if n in existing)
         mode = "detached" if st.get("detached") else f"foreground pid {st.get('owner_pid')}"
+        mode += f", uid {st['owner_uid']}" if "owner_uid" in st else ""
         print(f"== lab {st['tag']} ({mode}): {present}/{len(names)} namespaces present")
         print(st.get("status", ""))
         for node, g in st.get("glbd", {}).items():
@@ -269,7 +292,7 @@ def _down_one(path: Path, st: dict[str, Any]) -> list[str]:
     deadline = time.monotonic() + 15
     while any(_pid_alive(p, "glbd") for p in gl) and time.monotonic() < deadline:
         time.sleep(0.05)
-    shutil.rmtree(STATE_DIR / str(st.get("tag")), ignore_errors=True)
+    shutil.rmtree(state_dir() / str(st.get("tag")), ignore_errors=True)
     pids = [pid for fr in st.get("frr", {}).values() for pid in fr["pids"].values()]
     pids = [p for p in pids if _pid_alive(p, "/usr/lib/frr/")]
     pids += [p for p in st.get("pids", []) if _pid_alive(p) and p not in pids]
@@ -286,6 +309,8 @@ def _down_one(path: Path, st: dict[str, Any]) -> list[str]:
     for fr in st.get("frr", {}).values():
         for d in fr.get("dirs", []):
             shutil.rmtree(d, ignore_errors=True)
+    # a daemon restarted by hand is in no record: deleting the namespace would leave it running
+    stop_namespace_members(st.get("namespaces", []))
     for name in st.get("namespaces", []):
         if os.path.exists(f"/run/netns/{name}"):
             res = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True)
@@ -300,13 +325,20 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not args.tags and not args.all:
         raise LabError("say which lab: glbd-lab down TAG (see glbd-lab status) or --all")
     states = _states(args.tags)
+    if not states:
+        print("glbd-lab: no lab is running")
+    if args.all and not args.tags:  # only the caller's: the machine may be shared
+        me = caller_uid()
+        for _, st in states:
+            if st.get("owner_uid") != me:
+                who = f"uid {st['owner_uid']}" if "owner_uid" in st else "no recorded owner"
+                print(f"glbd-lab: lab {st['tag']} left alone ({who}); name it to remove it")
+        states = [(p, st) for p, st in states if st.get("owner_uid") == me]
     errors: list[str] = []
     for path, st in states:
         errs = _down_one(path, st)
         errors += errs
         print(f"glbd-lab: lab {st['tag']} {'removed' if not errs else 'NOT fully removed'}")
-    if not states:
-        print("glbd-lab: no lab is running")
     if errors:
         raise LabError("; ".join(errors))
     return 0
@@ -488,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("down", help="tear down labs started with 'up' (by their recorded names)")
     sp.add_argument("tags", nargs="*", metavar="TAG")
-    sp.add_argument("--all", action="store_true", help="every lab listed by 'status'")
+    sp.add_argument("--all", action="store_true", help="every lab you started (see 'status')")
     sp.set_defaults(func=cmd_down)
 
     sp = sub.add_parser("demo", help="the GLB loop end to end: congest, cut, restore, timeline")

@@ -9,8 +9,10 @@ concurrent runs (two pytest sessions, a test next to ``glbd-lab up``) never clas
   root namespace and interface names only have to be unique inside their namespace. They are
   still checked against the kernel's 15-character limit (:func:`check_ifname`).
 
-Clean-up is by name: :meth:`Lab.close` stops the processes the lab started (by PID: SIGTERM, then
-SIGKILL), then runs ``ip netns del`` for exactly the namespaces it created, never any other. It
+Clean-up is by name: :meth:`Lab.close` stops the processes the lab started and then every other
+process still inside its namespaces (``ip netns pids``: e.g. a daemon restarted by hand; by PID:
+SIGTERM, then SIGKILL), then runs ``ip netns del`` for exactly the namespaces it created, never
+any other. It
 runs from ``with``/``finally``, from pytest fixture teardown, on SIGTERM/SIGHUP (turned into
 ``SystemExit`` so ``finally`` blocks run; Ctrl-C already raises ``KeyboardInterrupt``) and, as a
 last resort, from an ``atexit`` hook.
@@ -68,8 +70,10 @@ __all__ = [
     "Netns",
     "check_ifname",
     "list_lab_namespaces",
+    "namespace_pids",
     "new_tag",
     "require_netns",
+    "stop_namespace_members",
     "stop_pids",
 ]
 
@@ -488,6 +492,7 @@ class Lab:
         ns = self.namespaces.pop(node, None)
         if ns is not None:
             self.links = [ln for ln in self.links if ns not in (ln.a, ln.b)]
+            stop_namespace_members([ns.name])
             res = _run(["ip", "netns", "del", ns.name], check=False)
             if res.returncode != 0 and os.path.exists(f"/run/netns/{ns.name}"):
                 raise LabError(f"ip netns del {ns.name}: {_one_line(res.stderr)}")
@@ -528,6 +533,8 @@ class Lab:
                 errors.append(f"cleanup {getattr(fn, '__name__', fn)!s}: {exc}")
         _stop_pids(self._pids)
         self._pids.clear()
+        # deleting a namespace only unlinks its name: whatever still runs inside would go on
+        stop_namespace_members([ns.name for ns in self.namespaces.values()])
         for ns in reversed(list(self.namespaces.values())):
             res = _run(["ip", "netns", "del", ns.name], check=False)
             if res.returncode != 0 and os.path.exists(f"/run/netns/{ns.name}"):
@@ -581,3 +588,21 @@ def _stop_pids(procs: Sequence[subprocess.Popen[bytes] | int], grace: float = 3.
 def stop_pids(procs: Sequence[subprocess.Popen[bytes] | int], grace: float = 3.0) -> None:
     """Stop processes (Popen objects or PIDs) by PID: SIGTERM, wait ``grace`` s, SIGKILL."""
     _stop_pids(procs, grace)
+
+
+def namespace_pids(name: str) -> list[int]:
+    """PIDs of the processes inside namespace ``name`` (``ip netns pids``), never our own."""
+    if not os.path.exists(f"/run/netns/{name}"):
+        return []
+    res = _run(["ip", "netns", "pids", name], check=False)
+    pids = [int(w) for w in res.stdout.split() if w.isdigit()]
+    return [p for p in pids if p != os.getpid()]
+
+
+def stop_namespace_members(names: Sequence[str], grace: float = 3.0) -> list[int]:
+    """Stop every process inside the namespaces ``names`` (SIGTERM, ``grace`` s, SIGKILL; by
+    PID). Returns the PIDs found."""
+    pids = sorted({p for name in names for p in namespace_pids(name)})
+    if pids:
+        _stop_pids(pids, grace)
+    return pids
