@@ -51,6 +51,7 @@ __all__ = [
     "qdisc_dump",
     "qdisc_queue",
     "route_dump",
+    "route_event_filter",
     "stats_dump",
     "stats_tx_fields",
 ]
@@ -84,6 +85,33 @@ def route_dump(family: int = 0, *, table: int = 0, protocol: int = 0) -> Message
     attrs = (Attr.u32(c.RTA_TABLE, table),) if table else ()
     hdr = RtMsg(family=family, table=table if table < 256 else 0, protocol=protocol)
     return Message(c.RTM_GETROUTE, c.NLM_F_REQUEST | c.NLM_F_DUMP, header=hdr, attrs=attrs)
+
+
+# classic BPF opcodes (linux/filter.h)
+_BPF_LDB_ABS = 0x30  # BPF_LD | BPF_B | BPF_ABS
+_BPF_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_BPF_RET_K = 0x06  # BPF_RET | BPF_K
+_NLMSGHDR_LEN = 16
+_RTM_TABLE_OFF = _NLMSGHDR_LEN + 4  # rtmsg: family dst_len src_len tos table protocol ...
+_RTM_PROTOCOL_OFF = _NLMSGHDR_LEN + 5
+
+
+def route_event_filter(protocol: int, table: int) -> list[tuple[int, int, int, int]]:
+    """BPF program for a route-event socket (``NetlinkSocket.attach_filter``): keep only
+    notifications about routes of another protocol, in ``table`` when it fits rtm_table
+    (a table >= 256 shows as RT_TABLE_COMPAT there, so those are checked in Python). glbd's
+    own routes are dropped in the kernel: its own writes, and in nexthop_compat_mode 1 one
+    RTM_NEWROUTE per route for each group replace, would otherwise flood the socket."""
+    rtm_table = table if table < 256 else 252  # RT_TABLE_COMPAT
+    accept, drop = (_BPF_RET_K, 0, 0, 0xFFFFFFFF), (_BPF_RET_K, 0, 0, 0)
+    return [
+        (_BPF_LDB_ABS, 0, 0, _RTM_TABLE_OFF),
+        (_BPF_JEQ_K, 0, 3, rtm_table),  # other table: drop
+        (_BPF_LDB_ABS, 0, 0, _RTM_PROTOCOL_OFF),
+        (_BPF_JEQ_K, 1, 0, protocol),  # glbd's own: drop
+        accept,
+        drop,
+    ]
 
 
 def nexthop_dump(family: int = 0) -> Message:

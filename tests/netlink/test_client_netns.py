@@ -11,7 +11,7 @@ import pytest
 from glbd.lab.netns import Lab
 from glbd.netlink import const as c
 from glbd.netlink.client import NetlinkError, NetlinkSocket
-from glbd.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, TcMsg
+from glbd.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg, TcMsg
 from glbd.netlink.netns import in_netns, read_sysctl
 from glbd.netlink.rtnl import (
     LINK_WANT,
@@ -21,6 +21,7 @@ from glbd.netlink.rtnl import (
     nexthop_dump,
     qdisc_dump,
     qdisc_queue,
+    route_event_filter,
 )
 
 pytestmark = pytest.mark.netns
@@ -78,6 +79,50 @@ async def test_dumps_requests_batch_and_events(netns_lab: Lab) -> None:
         assert any(m.type == c.RTM_NEWLINK for m in events)
     finally:
         s.close()
+        ev.close()
+
+
+async def test_route_event_filter_drops_own_protocol_and_other_tables(netns_lab: Lab) -> None:
+    """The BPF program runs in the kernel: glbd's own routes (protocol 200) and routes of other
+    tables never reach the socket; another protocol's routes in the table do, adds and
+    deletes, IPv4 and IPv6."""
+    a, _b = netns_lab.pair(a_addr="198.18.0.1/30", b_addr="198.18.0.2/30")
+    a.ip("-6", "addr", "add", "2001:db8:f::1/64", "dev", "a-b", "nodad")
+    events: list[Message] = []
+    ev = await NetlinkSocket.open(
+        netns=a.name, groups=(c.RTNLGRP_IPV4_ROUTE, c.RTNLGRP_IPV6_ROUTE), on_event=events.append
+    )
+    ev.attach_filter(route_event_filter(200, 254))
+    try:
+        a.ip_batch([
+            "route add 203.0.113.0/24 via 198.18.0.2 proto 200",
+            "route add 203.0.113.0/25 via 198.18.0.2 proto 200 table 100",
+            "route add 198.51.100.0/24 via 198.18.0.2 proto static table 100",
+            "route add 198.51.100.0/24 via 198.18.0.2 proto static",
+            "route add 2001:db8:99::/48 via 2001:db8:f::2 proto static",
+            "route add 2001:db8:98::/48 via 2001:db8:f::2 proto 200",
+        ])  # fmt: skip
+        a.ip("route", "del", "198.51.100.0/24", "proto", "static")
+        a.ip("route", "add", "192.0.2.0/24", "via", "198.18.0.2", "proto", "boot")  # a marker
+
+        def seen() -> list[tuple[int, int, int]]:
+            return [
+                (m.type, m.header.protocol, m.header.table)
+                for m in events
+                if isinstance(m.header, RtMsg)
+            ]
+
+        for _ in range(250):  # notifications come in order: all are in once the marker is
+            if (c.RTM_NEWROUTE, c.RTPROT_BOOT, 254) in seen():
+                break
+            await asyncio.sleep(0.02)
+        assert seen() == [
+            (c.RTM_NEWROUTE, c.RTPROT_STATIC, 254),
+            (c.RTM_NEWROUTE, c.RTPROT_STATIC, 254),
+            (c.RTM_DELROUTE, c.RTPROT_STATIC, 254),
+            (c.RTM_NEWROUTE, c.RTPROT_BOOT, 254),
+        ]
+    finally:
         ev.close()
 
 
