@@ -53,7 +53,11 @@ __all__ = [
 COMPAT_MODE_SYSCTL = "net.ipv4.nexthop_compat_mode"
 _GRP = struct.Struct("=IBBH")
 _NLA_HDR = struct.Struct("=HH")
+# glbd replaces only an object of its own that it knows is there; everything else is
+# create-only, so an object that appeared unseen (another daemon's, an operator's) is refused
+# with EEXIST instead of overwritten
 _NEW = c.NLM_F_REQUEST | c.NLM_F_CREATE | c.NLM_F_REPLACE
+_CREATE = c.NLM_F_REQUEST | c.NLM_F_CREATE | c.NLM_F_EXCL
 
 
 def set_compat_mode(value: int, netns: str | None = None) -> None:
@@ -101,7 +105,7 @@ def op_message(op: Op, *, protocol: int, table: int, weight_16bit: bool) -> Mess
         m = op.member
         return Message(
             c.RTM_NEWNEXTHOP,
-            _NEW,
+            _NEW if op.replace else _CREATE,
             header=NhMsg(_family(m.gateway), 0, protocol, c.RTNH_F_ONLINK if m.onlink else 0),
             attrs=(
                 Attr.u32(c.NHA_ID, op.id),
@@ -141,7 +145,7 @@ def op_message(op: Op, *, protocol: int, table: int, weight_16bit: bool) -> Mess
             attrs.append(Attr.u32(c.RTA_PRIORITY, op.metric))
         return Message(
             c.RTM_NEWROUTE,
-            _NEW,
+            _NEW if op.replace else _CREATE,
             header=_route_header(op.prefix, table, protocol, False),
             attrs=tuple(attrs),
         )
@@ -177,7 +181,8 @@ def op_wire(op: Op, *, protocol: int, table: int, weight_16bit: bool) -> bytes:
         parts.append(_NLA_U32.pack(8, c.RTA_TABLE, table))
         if isinstance(op, RouteSet):
             parts.append(_NLA_U32.pack(8, c.RTA_NH_ID, op.nhid))
-            mtype, flags, scope, rtype = c.RTM_NEWROUTE, _NEW, c.RT_SCOPE_UNIVERSE, c.RTN_UNICAST
+            mtype, scope, rtype = c.RTM_NEWROUTE, c.RT_SCOPE_UNIVERSE, c.RTN_UNICAST
+            flags = _NEW if op.replace else _CREATE
         else:
             mtype, flags, scope, rtype = c.RTM_DELROUTE, c.NLM_F_REQUEST, 255, 0
         if op.metric:
@@ -397,8 +402,9 @@ def observe(
                 obs.foreign_routes.add(key)
     elif previous_routes is not None:
         obs.foreign_routes = previous_routes.foreign_routes
+        # an id now of another protocol was re-owned, not deleted: its routes are still there
         gone = (previous_routes.groups.keys() | previous_routes.nexthops.keys()) - (
-            obs.groups.keys() | obs.nexthops.keys()
+            obs.groups.keys() | obs.nexthops.keys() | obs.foreign_ids
         )
         if gone:
             obs.routes = {

@@ -3,7 +3,11 @@
 Rules it enforces:
 
 * Only objects with glbd's protocol number are ever changed or deleted (``Observed`` holds only
-  those); ids of foreign nexthops are never reused and foreign routes are never replaced.
+  those); ids of foreign nexthops are never reused and foreign routes are never replaced. A
+  write to an object glbd does not have in the kernel is a create-only write (``replace`` False:
+  NLM_F_EXCL), so one that appeared unseen makes the kernel refuse instead of overwrite.
+* After an adopting restart (the stale timer) only the adopted objects that glbd has not
+  re-learned since are kept (``keep_*``); anything re-learned and then withdrawn goes at once.
 * Weights change in place (``GroupSet`` = RTM_NEWNEXTHOP with NLM_F_REPLACE): never
   delete-then-add. A change the kernel cannot do in place (hash-threshold <-> resilient, other
   bucket count) gets a new group id: the routes move over with a route replace and the old group
@@ -28,6 +32,7 @@ import ipaddress
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -39,6 +44,7 @@ from glbd.fib.model import (
     Member,
     Observed,
     Resilient,
+    RouteKey,
 )
 
 __all__ = [
@@ -73,6 +79,7 @@ class NhSet:
     id: int
     member: Member
     ifindex: int
+    replace: bool = False  # glbd's own nexthop is there (else create-only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,7 @@ class RouteSet:
     prefix: IPNetwork
     metric: int
     nhid: int
+    replace: bool = False  # glbd's own route is there (else create-only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +134,12 @@ class PlanParams:
     metric: int = 0
     max_weight: int = WEIGHT_MAX_8BIT
     excluded: frozenset[Member] = frozenset()
-    allow_delete: bool = True  # False during the stale timer after an adopting restart
+    allow_delete: bool = True  # False: delete nothing that is not re-pointed
+    #: adopted objects not re-learned since an adopting restart, kept while the stale timer
+    #: runs (everything else not wanted is deleted)
+    keep_routes: AbstractSet[RouteKey] = frozenset()
+    keep_groups: AbstractSet[int] = frozenset()
+    keep_nexthops: AbstractSet[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,14 +348,15 @@ def plan(
         link = observed.links[m.ifname]
         nh = observed.nexthops.get(mid)
         if nh is None or (nh.gateway, nh.ifindex, nh.onlink) != (m.gateway, link.index, m.onlink):
-            ops.append(NhSet(mid, m, link.index))
+            ops.append(NhSet(mid, m, link.index, replace=nh is not None))
     # 2. routes
     wanted_gids = set(realizable.values())
     mapped = set(ids.groups.values())
     dying_groups = {
         gid
         for gid in observed.groups
-        if gid not in wanted_gids and (p.allow_delete or gid in mapped)
+        if gid not in wanted_gids
+        and (gid in mapped or (p.allow_delete and gid not in p.keep_groups))
     }
     # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
     v4_keys = {
@@ -379,7 +393,7 @@ def plan(
                 if foreign and rk in foreign:
                     notes[str(prefix)] = "foreign_route"
                 elif kr is None or kr.nhid != target:
-                    ops.append(RouteSet(prefix, metric, target))
+                    ops.append(RouteSet(prefix, metric, target, replace=kr is not None))
             elif kr is not None and kr.nhid not in dying_groups:
                 ops.append(RouteDel(prefix, metric))
         routes = False
@@ -393,7 +407,7 @@ def plan(
             continue
         kr = kroutes.get(rk)
         if kr is None or kr.nhid != target:
-            ops.append(RouteSet(prefix, rk[1], target))
+            ops.append(RouteSet(prefix, rk[1], target, replace=kr is not None))
     for rk, kr in kroutes.items() if routes else ():
         prefix, metric = rk
         desired_key = desired.routes.get(prefix)
@@ -405,14 +419,23 @@ def plan(
             continue
         if kr.nhid in dying_groups:
             continue  # deleting the group takes the route with it
-        if p.allow_delete or (desired_key is not None and desired_key in desired.groups):
+        if (p.allow_delete and rk not in p.keep_routes) or (
+            desired_key is not None and desired_key in desired.groups
+        ):
             ops.append(RouteDel(prefix, metric))
     # 3. deletions
     for gid in sorted(dying_groups):
         ops.append(GroupDel(gid))
     if p.allow_delete:
+        # members of groups that stay (held stale groups) stay with them
+        kept = {
+            mid
+            for gid, kg in observed.groups.items()
+            if gid not in dying_groups and gid not in wanted_gids
+            for mid, _w in kg.entries
+        }
         for nid in sorted(observed.nexthops):
-            if nid not in needed_members:
+            if nid not in needed_members and nid not in p.keep_nexthops and nid not in kept:
                 ops.append(NhDel(nid))
     ops.sort(key=lambda o: _ORDER[type(o)])
     return Plan(tuple(ops), notes, realizable)

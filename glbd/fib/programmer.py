@@ -20,8 +20,17 @@ a netlink overrun or a failed write) the run also dumps glbd's route table and r
 changed behind glbd's back. The kernel's silent flush on carrier loss/admin down therefore
 costs one nexthop dump; link up re-creates the members, groups and routes.
 
-After an adopting start, glbd-owned objects that the first desired state no longer contains are
-kept for ``stale_s`` (like BGP graceful restart), then removed.
+After an adopting start, glbd-owned objects that glbd has not re-learned (not in any desired
+state since the start) are kept for ``stale_s`` (like BGP graceful restart), then removed; one
+that was re-learned and then withdrawn goes with the next sync. :meth:`release_stale` ends the
+hold early (every peer sent End-of-RIB).
+
+Ownership: glbd replaces only objects of its own that it knows are in the kernel; any other
+write is create-only (NLM_F_EXCL). A route of another protocol on a prefix glbd wants is left
+alone (learned from the route events at once, or from the kernel's EEXIST), counted under
+``conflicts``, shown in ``foreign_routes``, and glbd installs its own when it goes away. A
+member nexthop id that another daemon takes over (same id, its protocol) leaves the failover
+map at once, so the BFD engine never deletes another daemon's nexthop.
 
 Failover done by someone else (the BFD engine, :mod:`bfd.failover`): the engine holds, per BFD
 session, ``RTM_DELNEXTHOP`` requests for the peer's member nexthops (:meth:`failover_map`,
@@ -44,6 +53,7 @@ import errno
 import ipaddress
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +67,7 @@ from glbd.fib.kernel import (
     observe,
     op_wire,
     parse_link,
+    parse_route,
     routes_from_rows,
     set_compat_mode,
 )
@@ -94,7 +105,7 @@ from glbd.fib.plan import (
 from glbd.netlink import const as c
 from glbd.netlink.client import NetlinkError, NetlinkSocket
 from glbd.netlink.codec import Attr, Message, NhMsg, RtMsg
-from glbd.netlink.rtnl import link_dump, nexthop_dump, route_dump
+from glbd.netlink.rtnl import link_dump, nexthop_dump, route_dump, route_event_filter
 
 __all__ = ["DEFAULT_PROTOCOL", "ApplyResult", "FibProgrammer"]
 
@@ -125,7 +136,31 @@ class _Stats:
     link_events: int = 0
     nexthop_events: int = 0
     overruns: int = 0
+    route_events: int = 0
+    #: objects glbd did not write because someone else's are there, by reason
+    conflicts: dict[str, int] = field(default_factory=dict)
     last_errors: list[str] = field(default_factory=list)
+
+    def conflict(self, reason: str, n: int = 1) -> None:
+        self.conflicts[reason] = self.conflicts.get(reason, 0) + n
+
+
+#: conflict reasons (stable names: counters, glbctl, metrics)
+EXISTS_ON_CREATE = "route_exists_on_create"  # the kernel refused a route create: EEXIST
+ROUTE_APPEARED = "foreign_route_appeared"  # a route event: another's route on a wanted prefix
+ROUTE_REPLACED = "glbd_route_replaced"  # another's route replaced one of glbd's routes
+FOREIGN_PRESENT = "foreign_route_present"  # a prefix glbd starts to want is someone else's
+NH_ID_TAKEN = "nexthop_id_taken"  # a member/group create refused: EEXIST (id in use)
+NH_REOWNED = "nexthop_reowned"  # one of glbd's nexthop ids now carries another protocol
+
+
+@dataclass(slots=True)
+class _StaleKeep:
+    """Adopted objects not re-learned since an adopting restart (kept by the stale timer)."""
+
+    routes: set[RouteKey]
+    groups: set[int]
+    nexthops: set[int]
 
 
 class FibProgrammer:
@@ -167,6 +202,10 @@ class FibProgrammer:
         self._weight_bits = weight_bits
         self._req: NetlinkSocket | None = None
         self._ev: NetlinkSocket | None = None
+        self._rev: NetlinkSocket | None = None  # route events (filtered: others' routes only)
+        #: route events seen while a route dump runs, replayed on its result
+        self._route_log: list[tuple[int, RouteKey]] | None = None
+        self._stale_keep: _StaleKeep | None = None
         self._obs = Observed()
         self._desired: Desired | None = None
         self._ids = IdMap()
@@ -206,11 +245,23 @@ class FibProgrammer:
             on_event=self._on_event,
             on_overrun=self._on_overrun,
         )
+        self._rev = await NetlinkSocket.open(
+            netns=self.netns,
+            groups=(c.RTNLGRP_IPV4_ROUTE, c.RTNLGRP_IPV6_ROUTE),
+            on_event=self._on_route_event,
+            on_overrun=self._on_overrun,
+        )
+        try:
+            self._rev.attach_filter(route_event_filter(self.protocol, self.table))
+        except OSError as e:  # unfiltered still works (the handler checks), at more cost
+            log.warning("fib_route_event_filter_failed", error=str(e))
         self._req = await NetlinkSocket.open(netns=self.netns)
         await self._refresh(full=True)
-        self._adopted = len(self._obs.nexthops) + len(self._obs.groups) + len(self._obs.routes)
+        o = self._obs
+        self._adopted = len(o.nexthops) + len(o.groups) + len(o.routes)
         if adopt and self._adopted:
             self._stale_until = self._clock() + self.stale_s
+            self._stale_keep = _StaleKeep(set(o.routes), set(o.groups), set(o.nexthops))
         if self._weight_bits is None:
             self._weight_bits = await self._detect_weight_bits()
         log.info(
@@ -242,10 +293,10 @@ class FibProgrammer:
                     ops += [NhDel(i) for i in sorted(o.nexthops)]
                     await self._execute(ops)
         finally:
-            for s in (self._ev, self._req):
+            for s in (self._ev, self._rev, self._req):
                 if s is not None:
                     s.close()
-            self._ev = self._req = None
+            self._ev = self._rev = self._req = None
 
     # -- the service API ----------------------------------------------------------------------
     async def apply(self, desired: Desired) -> ApplyResult:
@@ -319,6 +370,7 @@ class FibProgrammer:
             t0 = time.perf_counter()
             only = [*add, *gone]
             self._ids = assign_ids(self._desired, self._obs, self._ids, self.id_ranges)
+            self._relearn(add)
             pl = plan(self._desired, self._obs, self._ids, self._params(), only=only)
             realizable = dict(pl.realizable)
             if realizable != self._realizable:
@@ -338,6 +390,7 @@ class FibProgrammer:
                 for k, v in self._notes.items()
                 if k not in new_groups and k not in dropped and k not in named_s
             }
+            self._count_foreign(pl.notes)
             self._notes = {**kept, **pl.notes}
             errors = await self._execute(list(pl.ops))
             return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
@@ -417,11 +470,21 @@ class FibProgrammer:
 
     def failover_map(self) -> dict[tuple[IPAddress, str], tuple[int, ...]]:
         """(gateway, ifname) -> the ids of glbd's member nexthops to that next hop that the
-        kernel has: what deleting takes the next hop out of every group."""
+        kernel has: what deleting takes the next hop out of every group. Only ids that glbd
+        last saw in the kernel with its own protocol and that next hop's gateway and link
+        (the engine deletes by id, and the kernel does not check who owns it)."""
         out: dict[tuple[IPAddress, str], list[int]] = {}
         have = self._obs.nexthops
+        links = self._obs.links
         for m, i in self._ids.members.items():
-            if i in have:
+            nh = have.get(i)
+            lk = links.get(m.ifname)
+            if (
+                nh is not None
+                and lk is not None
+                and nh.protocol == self.protocol
+                and (nh.gateway, nh.ifindex, nh.onlink) == (m.gateway, lk.index, m.onlink)
+            ):
                 out.setdefault((m.gateway, m.ifname), []).append(i)
         return {k: tuple(sorted(v)) for k, v in out.items()}
 
@@ -477,8 +540,12 @@ class FibProgrammer:
         """Desired vs installed state (JSON-safe) for ``glbctl routes`` / ``glbctl profiles``.
 
         Top level: ``netns``, ``protocol``, ``table``, ``weight_bits``, ``compat_mode``,
-        ``stale_remaining_s``, ``excluded`` (failed-over members), ``groups``, ``routes``,
-        ``kernel`` (counts of glbd objects in the kernel), ``counters``, ``last_errors``.
+        ``stale_remaining_s``, ``stale_held`` (adopted objects the stale timer still keeps),
+        ``foreign_routes`` (wanted prefixes held by another protocol's route: prefix ->
+        ``group``, ``metric``), ``conflicts`` (writes glbd left out because the object is
+        someone else's, by reason), ``excluded`` (failed-over members), ``groups``,
+        ``routes``, ``kernel`` (counts of glbd objects in the kernel), ``counters``,
+        ``last_errors``.
         ``groups[key]``: ``nhid``, ``type``, ``desired`` (weights asked for, by member label),
         ``programmed`` (what glbd writes now: usable members only, scaled), ``installed``
         (kernel), ``excluded`` (member -> reason), ``routes`` (count), ``diff``
@@ -510,6 +577,13 @@ class FibProgrammer:
                 "diff": prog != inst,
                 "note": self._notes.get(key, ""),
             }
+        held = self._stale_kept()
+        # wanted prefixes that someone else's route holds (glbd leaves them alone)
+        foreign: dict[str, Any] = {}
+        for pfx, metric in sorted(o.foreign_routes, key=_rk):
+            fkey = d.routes.get(pfx)
+            if fkey is not None and metric == route_metric(pfx, self.metric):
+                foreign[str(pfx)] = {"group": fkey, "metric": metric}
         routes: dict[str, Any] = {}
         for prefix, key in sorted(d.routes.items(), key=lambda t: (t[0].version, t[0])):
             rk = (prefix, route_metric(prefix, self.metric))
@@ -533,6 +607,13 @@ class FibProgrammer:
             "weight_bits": self.weight_bits,
             "compat_mode": get_compat_mode(self.netns),
             "stale_remaining_s": max(0.0, self._stale_until - self._clock()),
+            "stale_held": {
+                "routes": len(held.routes) if held else 0,
+                "groups": len(held.groups) if held else 0,
+                "nexthops": len(held.nexthops) if held else 0,
+            },
+            "foreign_routes": foreign,
+            "conflicts": dict(sorted(self.stats.conflicts.items())),
             "excluded": sorted(m.label for m in self._excluded),
             "groups": groups,
             "routes": routes,
@@ -553,6 +634,7 @@ class FibProgrammer:
                 "link_events": self.stats.link_events,
                 "nexthop_events": self.stats.nexthop_events,
                 "overruns": self.stats.overruns,
+                "route_events": self.stats.route_events,
             },
             "last_errors": list(self.stats.last_errors),
         }
@@ -585,13 +667,55 @@ class FibProgrammer:
         return ms
 
     def _params(self) -> PlanParams:
+        h = self._stale_kept()
+        none: AbstractSet[Any] = frozenset()
         return PlanParams(
             protocol=self.protocol,
             metric=self.metric,
             max_weight=WEIGHT_MAX_16BIT if self._weight_bits == 16 else WEIGHT_MAX_8BIT,
             excluded=frozenset(self._excluded),
-            allow_delete=self._clock() >= self._stale_until,
+            keep_routes=h.routes if h else none,
+            keep_groups=h.groups if h else none,
+            keep_nexthops=h.nexthops if h else none,
         )
+
+    def _count_foreign(self, notes: Mapping[str, str]) -> None:
+        """Count a wanted prefix newly found held by someone else's route."""
+        old = self._notes
+        n = sum(1 for k, v in notes.items() if v == "foreign_route" and old.get(k) != v)
+        if n:
+            self.stats.conflict(FOREIGN_PRESENT, n)
+
+    def _stale_kept(self) -> _StaleKeep | None:
+        """What the stale timer still holds (None once it ran out or was released)."""
+        if self._stale_keep is not None and self._clock() >= self._stale_until:
+            self._stale_keep = None
+        return self._stale_keep
+
+    def _relearn(self, prefixes: Iterable[IPNetwork] | None) -> None:
+        """The desired state names these again: the stale timer no longer holds them.
+        ``prefixes`` None: the whole desired route mapping (a full sync)."""
+        h = self._stale_kept()
+        d = self._desired
+        if h is None or d is None:
+            return
+        h.groups.difference_update(self._ids.groups.values())
+        h.nexthops.difference_update(self._ids.members.values())
+        if prefixes is None:
+            routes = d.routes
+            h.routes.difference_update([rk for rk in h.routes if rk[0] in routes])
+        else:
+            h.routes.difference_update((pfx, route_metric(pfx, self.metric)) for pfx in prefixes)
+
+    def release_stale(self) -> None:
+        """End the stale hold now (every peer has sent End-of-RIB: whatever glbd has not
+        re-learned by then is gone); the next sync removes it."""
+        if self._stale_keep is None and self._stale_until <= self._clock():
+            return
+        self._stale_keep = None
+        self._stale_until = self._clock()
+        self._routes_dirty = True
+        self._wake.set()
 
     async def _sync(self) -> ApplyResult:
         """Plan against the cached kernel view and apply. Caller holds the lock.
@@ -605,12 +729,14 @@ class FibProgrammer:
         t0 = time.perf_counter()
         self._expire_held()
         self._ids = assign_ids(d, self._obs, self._ids, self.id_ranges)
-        params = self._params()
         full = self._routes_dirty or d.routes is not self._planned_routes
+        self._relearn(None if d.routes is not self._planned_routes else ())
+        params = self._params()
         pl = plan(d, self._obs, self._ids, params, routes=full)
         if not full and dict(pl.realizable) != self._realizable:
             full = True
             pl = plan(d, self._obs, self._ids, params, routes=True)
+        self._count_foreign(pl.notes)
         if full:
             self._notes = dict(pl.notes)
             self._planned_routes = d.routes
@@ -626,14 +752,68 @@ class FibProgrammer:
         if not ops:
             return []
         assert self._req is not None
-        w16 = self._weight_bits == 16
         ops = self._strip_excluded(ops)
+        # A create refused with EEXIST means the id is someone else's: nothing may then point
+        # at it (a group at a foreign member, a route at a foreign group). So when there are
+        # creates, members, groups and the rest go in separate batches, each filtered by what
+        # the one before could not create. Without creates (weights, failover): one batch.
+        nh = [op for op in ops if isinstance(op, NhSet)]
+        grp = [op for op in ops if isinstance(op, GroupSet)]
+        phases: list[list[Op]] = []
+        if any(not op.replace for op in nh) or any(op.create for op in grp):
+            rest: list[Op] = [op for op in ops if not isinstance(op, NhSet | GroupSet)]
+            split: tuple[list[Op], ...] = ([*nh], [*grp], rest)
+            phases = [p for p in split if p]
+        else:
+            phases = [list(ops)]
+        not_created: set[int] = set()
+        errors: list[str] = []
+        for phase in phases:
+            phase = self._without(phase, not_created)
+            if phase:
+                errors += await self._execute_batch(phase, not_created)
+        if errors:
+            self._routes_dirty = True
+            self.stats.op_errors += len(errors)
+            self.stats.last_errors = (self.stats.last_errors + errors)[-20:]
+            self._need_full = True
+            self._wake.set()
+            log.warning("fib_op_errors", count=len(errors), first=errors[0])
+        self._report_failover_map()
+        return errors
+
+    def _without(self, ops: list[Op], ids: set[int]) -> list[Op]:
+        """``ops`` minus what would point at an id that was not created: a group keeps its
+        other members (none left: not written), a route is left for the next plan."""
+        if not ids:
+            return ops
+        out: list[Op] = []
+        for op in ops:
+            if isinstance(op, GroupSet) and any(i in ids for i, _w in op.entries):
+                rest = tuple(e for e in op.entries if e[0] not in ids)
+                if not rest:
+                    if op.create:
+                        ids.add(op.id)
+                    continue
+                op = GroupSet(op.id, op.key, rest, op.resilient, op.create)
+            elif isinstance(op, RouteSet) and op.nhid in ids:
+                continue
+            out.append(op)
+        if len(out) != len(ops):
+            self._routes_dirty = True  # re-planned with other ids
+            self._wake.set()
+        return out
+
+    async def _execute_batch(self, ops: Sequence[Op], not_created: set[int]) -> list[str]:
+        assert self._req is not None
+        w16 = self._weight_bits == 16
         msgs: list[Message | bytes] = [
             op_wire(op, protocol=self.protocol, table=self.table, weight_16bit=w16) for op in ops
         ]
         failed = dict(await self._req.batch(msgs))
         self.stats.ops += len(ops)
         errors: list[str] = []
+        foreign: list[IPNetwork] = []
         for i, op in enumerate(ops):
             err = failed.get(i)
             if err is None:
@@ -645,6 +825,27 @@ class FibProgrammer:
             ):
                 self._account(op)  # already gone: the goal is reached
                 continue
+            created = (isinstance(op, NhSet) and not op.replace) or (
+                isinstance(op, GroupSet) and op.create
+            )
+            if created:
+                assert isinstance(op, NhSet | GroupSet)
+                not_created.add(op.id)
+            if err.errno == errno.EEXIST and isinstance(op, RouteSet) and not op.replace:
+                # someone else's route holds the prefix: leave it, wait for it to go
+                self._obs.foreign_routes.add((op.prefix, op.metric))
+                self._notes[str(op.prefix)] = "foreign_route"
+                self.stats.conflict(EXISTS_ON_CREATE)
+                foreign.append(op.prefix)
+                continue
+            if err.errno == errno.EEXIST and created:
+                assert isinstance(op, NhSet | GroupSet)
+                self._obs.foreign_ids.add(op.id)  # never reused; the next plan picks another
+                self.stats.conflict(NH_ID_TAKEN)
+                self._routes_dirty = True
+                self._wake.set()
+                log.warning("fib_nexthop_id_taken", id=op.id)
+                continue
             if (
                 isinstance(op, GroupSet)
                 and err.errno == errno.EINVAL
@@ -654,14 +855,8 @@ class FibProgrammer:
                 self._weight_bits = 8  # kernel without weight_high: scale into 1..255
                 self._wake.set()
             errors.append(f"{type(op).__name__} {_op_id(op)}: {err}")
-        if errors:
-            self._routes_dirty = True
-            self.stats.op_errors += len(errors)
-            self.stats.last_errors = (self.stats.last_errors + errors)[-20:]
-            self._need_full = True
-            self._wake.set()
-            log.warning("fib_op_errors", count=len(errors), first=errors[0])
-        self._report_failover_map()
+        if foreign:
+            log.warning("fib_foreign_routes", count=len(foreign), first=str(foreign[0]))
         return errors
 
     def _strip_excluded(self, ops: Sequence[Op]) -> list[Op]:
@@ -691,6 +886,8 @@ class FibProgrammer:
             o.routes[(op.prefix, op.metric)] = KRoute(
                 op.prefix, self.table, self.protocol, op.metric, op.nhid
             )
+            if o.foreign_routes:
+                o.foreign_routes.discard((op.prefix, op.metric))
         elif isinstance(op, RouteDel):
             o.routes.pop((op.prefix, op.metric), None)
         elif isinstance(op, GroupDel):
@@ -721,10 +918,15 @@ class FibProgrammer:
         )
         if full:
             rows = []
-            for fam in (2, 10):  # AF_INET, AF_INET6
-                rows += await self._req.dump_select(
-                    route_dump(fam, table=self.table), RtMsg, ROUTE_WANT
-                )
+            self._route_log = []
+            try:
+                for fam in (2, 10):  # AF_INET, AF_INET6
+                    rows += await self._req.dump_select(
+                        route_dump(fam, table=self.table), RtMsg, ROUTE_WANT
+                    )
+            except BaseException:
+                self._route_log = None
+                raise
             # in slices, yielding to the loop: a 100k-route audit must not stall other tasks
             memo: RowMemo = {}
             routes: dict[RouteKey, KRoute] = {}
@@ -738,6 +940,14 @@ class FibProgrammer:
                 foreign |= f
                 await asyncio.sleep(0)
             self._row_memo = memo
+            # route events that came during the dump are newer than (or equal to) what it saw
+            log_, self._route_log = self._route_log or [], None
+            for t, key in log_:
+                if t == c.RTM_NEWROUTE:
+                    foreign.add(key)
+                    routes.pop(key, None)
+                else:
+                    foreign.discard(key)
             obs.routes, obs.foreign_routes = routes, foreign
             if routes != self._obs.routes or foreign != self._obs.foreign_routes:
                 self._routes_dirty = True
@@ -749,6 +959,7 @@ class FibProgrammer:
             self._weight_bits = 16
         self._obs = obs
         self.stats.reconciles += 1
+        self._report_failover_map()  # the dump may show an id gone or re-owned
 
     async def _detect_weight_bits(self) -> int:
         """16-bit group weights (kernel >= 6.12, weight_high) or 8-bit. Known from an
@@ -822,10 +1033,68 @@ class FibProgrammer:
             if h.protocol != self.protocol:
                 a = msg.attr(c.NHA_ID)
                 if a is not None and t == c.RTM_NEWNEXTHOP:
-                    self._obs.foreign_ids.add(a.as_u32())
+                    nid = a.as_u32()
+                    self._obs.foreign_ids.add(nid)
+                    if nid in self._obs.nexthops or nid in self._obs.groups:
+                        self._reowned(nid)
             elif t == c.RTM_DELNEXTHOP:
                 self._nexthop_deleted(msg)
                 self._wake.set()  # ours deleted (by us or by someone): check
+
+    def _reowned(self, nid: int) -> None:
+        """Someone replaced one of glbd's nexthop ids with an object of its own protocol (the
+        kernel does not check the owner). It is no longer glbd's: out of the cache and the
+        failover map at once (the BFD engine must never delete it), and the next sync moves
+        glbd's member or group to another id and re-points its groups and routes."""
+        o = self._obs
+        # glbd's routes on a re-owned group are still glbd's: the next sync re-points them
+        o.nexthops.pop(nid, None)
+        o.groups.pop(nid, None)
+        self.stats.conflict(NH_REOWNED)
+        self._routes_dirty = True
+        log.warning("fib_nexthop_reowned", id=nid)
+        self._report_failover_map()
+        self._wake.set()
+
+    def _on_route_event(self, msg: Message) -> None:
+        """A route of another protocol appeared in or left glbd's table (the socket's BPF
+        filter drops glbd's own). A new one on a prefix glbd wants is left alone (and replaces
+        glbd's route if it took its place); when it goes, glbd installs its own."""
+        h = msg.header
+        if not isinstance(h, RtMsg) or h.protocol == self.protocol or h.flags & 0x200:
+            return  # RTM_F_CLONED: a cache entry, not a route
+        if msg.type not in (c.RTM_NEWROUTE, c.RTM_DELROUTE):
+            return
+        try:
+            r = parse_route(msg)
+        except ValueError:
+            return
+        if r is None or r.table != self.table:
+            return
+        self.stats.route_events += 1
+        key = (r.prefix, r.metric)
+        if self._route_log is not None:
+            self._route_log.append((msg.type, key))
+        o = self._obs
+        d = self._desired
+        wanted = d is not None and r.prefix in d.routes
+        if msg.type == c.RTM_NEWROUTE:
+            known = key in o.foreign_routes
+            o.foreign_routes.add(key)
+            if o.routes.pop(key, None) is not None:
+                self.stats.conflict(ROUTE_REPLACED)
+                log.warning("fib_route_replaced", prefix=str(r.prefix), protocol=h.protocol)
+            elif wanted and not known:
+                self.stats.conflict(ROUTE_APPEARED)
+            if wanted:
+                self._notes[str(r.prefix)] = "foreign_route"
+        else:
+            if key not in o.foreign_routes:
+                return
+            o.foreign_routes.discard(key)
+        if wanted:
+            self._routes_dirty = True
+            self._wake.set()
 
     def _nexthop_deleted(self, msg: Message) -> None:
         """One of ours is gone from the kernel: mirror it at once. A wanted member on a usable

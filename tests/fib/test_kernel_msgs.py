@@ -69,6 +69,23 @@ def test_member_and_route_messages() -> None:
     assert g.type == c.RTM_DELNEXTHOP
 
 
+@pytest.mark.parametrize(
+    "op",
+    [NhSet(5, Member(ipaddress.ip_address("198.18.10.2"), "eth1"), 3),
+     RouteSet(N("203.0.113.0/24"), 0, 10)],
+)  # fmt: skip
+def test_create_is_exclusive_replace_only_when_asked(op: NhSet | RouteSet) -> None:
+    """Only an object glbd knows is its own is replaced; anything else is create-only, so the
+    kernel refuses (EEXIST) instead of overwriting another daemon's or an operator's."""
+    from dataclasses import replace
+
+    kw = {"protocol": 200, "table": 254, "weight_16bit": True}
+    for o, want, never in ((op, c.NLM_F_EXCL, c.NLM_F_REPLACE),
+                           (replace(op, replace=True), c.NLM_F_REPLACE, c.NLM_F_EXCL)):  # fmt: skip
+        for m in (op_message(o, **kw), decode(op_wire(o, **kw))):  # type: ignore[arg-type]
+            assert m.flags & want and m.flags & c.NLM_F_CREATE and not m.flags & never
+
+
 def test_observe_kernel_capture() -> None:
     msgs = [decode(bytes.fromhex(json.loads(x)["hex"])) for x in VECTORS.read_text().splitlines()]
     nhs = [m for m in msgs if m.type == c.RTM_NEWNEXTHOP]

@@ -217,6 +217,44 @@ def test_stale_objects_kept_until_allowed() -> None:
     assert o2.routes == {}
 
 
+def test_stale_hold_keeps_only_what_was_not_relearned() -> None:
+    """After an adopting restart only adopted objects glbd has not re-learned are held; a
+    group, its member and its route that were re-learned and then withdrawn go at once,
+    and a held group keeps its members."""
+    two = Desired(
+        groups={"a": GroupSpec({M1: 1}), "b": GroupSpec({M2: 1}), "c": GroupSpec({M3: 1})},
+        routes={PFX: "a", PFX2: "b", N("192.0.2.0/24"): "c"},
+    )
+    _ops, obs, ids = run(two, Observed(links=links()))
+    gid_c, nh_c = ids.groups["c"], ids.members[M3]
+    # c (prefix, group, member) was never re-learned; b was, then withdrawn
+    keep = {
+        "keep_routes": {(N("192.0.2.0/24"), 0)},
+        "keep_groups": {gid_c},
+        "keep_nexthops": {nh_c},
+    }
+    now = Desired(groups={"a": GroupSpec({M1: 1})}, routes={PFX: "a"})
+    ops, o2, _i = run(now, obs, ids, **keep)
+    assert {type(o) for o in ops} == {GroupDel, NhDel}  # b's route goes with its group
+    assert set(o2.groups) == {ids.groups["a"], gid_c}
+    assert set(o2.nexthops) == {ids.members[M1], nh_c}
+    assert {k[0] for k in o2.routes} == {PFX, N("192.0.2.0/24")}
+    # a held group keeps a member that nothing else holds any more
+    ops, o3, _i = run(now, obs, ids, keep_groups={gid_c})
+    assert nh_c in o3.nexthops and gid_c in o3.groups
+
+
+def test_writes_replace_only_what_glbd_has() -> None:
+    d = desired({M1: 1})
+    ops, obs, ids = run(d, Observed(links=links()))
+    assert all(not o.replace for o in ops if isinstance(o, NhSet | RouteSet))
+    d2 = Desired(groups={"prof": GroupSpec({M1: 1}), "x": GroupSpec({M2: 1})},
+                 routes={PFX: "x", PFX2: "prof"})
+    ops, _o, _i = run(d2, obs, ids)
+    sets = {o.prefix: o.replace for o in ops if isinstance(o, RouteSet)}
+    assert sets == {PFX: True}  # re-pointing glbd's own route
+
+
 def test_weights_scaled_for_8bit_and_zero_dropped() -> None:
     assert scale_weights({M1: 1000, M2: 10, M3: 0}, 255) == {M1: 255, M2: 3}
     assert scale_weights({M1: 1000, M2: 1}, 65535) == {M1: 1000, M2: 1}

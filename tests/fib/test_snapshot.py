@@ -27,8 +27,10 @@ async def test_snapshot_keys_and_diff_flag() -> None:
     json.dumps(snap)
     assert set(snap) == {
         "netns", "protocol", "table", "weight_bits", "compat_mode", "stale_remaining_s",
-        "excluded", "groups", "routes", "kernel", "counters", "last_errors",
+        "excluded", "groups", "routes", "kernel", "counters", "last_errors", "stale_held",
+        "foreign_routes", "conflicts",
     }
+    assert set(snap["stale_held"]) == {"routes", "groups", "nexthops"}
     g = snap["groups"]["p"]
     assert set(g) == {
         "nhid", "type", "desired", "programmed", "installed", "excluded", "routes", "diff", "note",
