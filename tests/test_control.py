@@ -256,3 +256,9 @@ async def test_socket_dir_under_a_sticky_tmp_and_made_by_us_is_fine(tmp_path: Pa
         assert await asyncio.to_thread(ctl.request, str(path), "status") == {"state": "running"}
     finally:
         await srv.stop()
+
+
+def test_socket_path_with_dotdot_is_refused(tmp_path: Path) -> None:
+    """'..' after a symlink is the link target's parent to the kernel: no lexical shortcuts."""
+    (tmp_path / "a").mkdir()
+    _refused(tmp_path / "a" / ".." / "glbd.sock", "'..'")

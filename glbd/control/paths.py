@@ -76,9 +76,16 @@ def _check_chain(path: Path, what: str, final: Path, depth: int = 0) -> None:
             )
 
 
+def _abs(path: Path, what: str) -> Path:
+    # '..' after a symlink means the link target's parent to the kernel, not what abspath says
+    if ".." in Path(path).parts:
+        raise UnsafePathError(f"{what} {str(path)!r}: write the path without '..'")
+    return Path(os.path.abspath(path))
+
+
 def check_dir(path: Path, what: str = "directory") -> None:
     """Raise :class:`UnsafePathError` unless only root or we can change ``path`` (see module)."""
-    p = Path(os.path.abspath(path))
+    p = _abs(path, what)
     if not p.is_dir():
         raise UnsafePathError(f"{what} {str(p)!r} is not a directory")
     _check_chain(p, what, p)
@@ -86,7 +93,7 @@ def check_dir(path: Path, what: str = "directory") -> None:
 
 def ensure_dir(path: Path, what: str = "directory", mode: int = 0o750) -> None:
     """Create ``path`` (and missing parents) with at most ``mode``, then :func:`check_dir`."""
-    p = Path(os.path.abspath(path))
+    p = _abs(path, what)
     missing = []
     cur = p
     while not os.path.lexists(cur):
@@ -114,7 +121,7 @@ def private_dir(path: Path, what: str = "directory") -> Path:
     """A 0700 directory of ours at ``path`` or, if that name is taken by anything else (someone
     else's directory, a symlink, a file), a new random one beside it. The parent must pass
     :func:`check_dir`. Returns the directory to use."""
-    p = Path(os.path.abspath(path))
+    p = _abs(path, what)
     check_dir(p.parent, f"{what}'s parent")
     try:
         os.mkdir(p, 0o700)
