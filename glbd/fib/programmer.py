@@ -152,6 +152,9 @@ ROUTE_REPLACED = "glbd_route_replaced"  # another's route replaced one of glbd's
 FOREIGN_PRESENT = "foreign_route_present"  # a prefix glbd starts to want is someone else's
 NH_ID_TAKEN = "nexthop_id_taken"  # a member/group create refused: EEXIST (id in use)
 NH_REOWNED = "nexthop_reowned"  # one of glbd's nexthop ids now carries another protocol
+CONFLICT_REASONS = (
+    EXISTS_ON_CREATE, FOREIGN_PRESENT, ROUTE_APPEARED, ROUTE_REPLACED, NH_ID_TAKEN, NH_REOWNED
+)
 
 
 @dataclass(slots=True)
@@ -541,11 +544,11 @@ class FibProgrammer:
 
         Top level: ``netns``, ``protocol``, ``table``, ``weight_bits``, ``compat_mode``,
         ``stale_remaining_s``, ``stale_held`` (adopted objects the stale timer still keeps),
-        ``foreign_routes`` (wanted prefixes held by another protocol's route: prefix ->
-        ``group``, ``metric``), ``conflicts`` (writes glbd left out because the object is
-        someone else's, by reason), ``excluded`` (failed-over members), ``groups``,
-        ``routes``, ``kernel`` (counts of glbd objects in the kernel), ``counters``,
-        ``last_errors``.
+        ``foreign_routes`` (rows ``prefix``, ``group``, ``metric``: wanted prefixes that another
+        protocol's route holds), ``conflicts`` (writes glbd left out because the object is
+        someone else's, by reason: every reason, 0 included), ``excluded`` (failed-over
+        members), ``groups``, ``routes``, ``kernel`` (counts of glbd objects in the kernel),
+        ``counters``, ``last_errors``.
         ``groups[key]``: ``nhid``, ``type``, ``desired`` (weights asked for, by member label),
         ``programmed`` (what glbd writes now: usable members only, scaled), ``installed``
         (kernel), ``excluded`` (member -> reason), ``routes`` (count), ``diff``
@@ -579,11 +582,11 @@ class FibProgrammer:
             }
         held = self._stale_kept()
         # wanted prefixes that someone else's route holds (glbd leaves them alone)
-        foreign: dict[str, Any] = {}
+        foreign: list[dict[str, Any]] = []
         for pfx, metric in sorted(o.foreign_routes, key=_rk):
             fkey = d.routes.get(pfx)
             if fkey is not None and metric == route_metric(pfx, self.metric):
-                foreign[str(pfx)] = {"group": fkey, "metric": metric}
+                foreign.append({"prefix": str(pfx), "group": fkey, "metric": metric})
         routes: dict[str, Any] = {}
         for prefix, key in sorted(d.routes.items(), key=lambda t: (t[0].version, t[0])):
             rk = (prefix, route_metric(prefix, self.metric))
@@ -613,7 +616,7 @@ class FibProgrammer:
                 "nexthops": len(held.nexthops) if held else 0,
             },
             "foreign_routes": foreign,
-            "conflicts": dict(sorted(self.stats.conflicts.items())),
+            "conflicts": {r: self.stats.conflicts.get(r, 0) for r in CONFLICT_REASONS},
             "excluded": sorted(m.label for m in self._excluded),
             "groups": groups,
             "routes": routes,

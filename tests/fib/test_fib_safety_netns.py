@@ -77,7 +77,7 @@ async def test_foreign_static_route_is_left_alone_counted_shown_then_taken_over(
         r = route(rig, str(pfx))
         assert r is not None and r.get("protocol") == "static" and r.get("gateway") == gw
     snap = fib.snapshot()
-    assert set(snap["foreign_routes"]) == {str(PFX_C), str(PFX_6)}
+    assert {r["prefix"] for r in snap["foreign_routes"]} == {str(PFX_C), str(PFX_6)}
     assert snap["routes"][str(PFX_C)]["note"] == "foreign_route"
     assert sum(snap["conflicts"].values()) >= 2
     # nothing rewrites them later either (a full sync, a reconcile)
@@ -96,7 +96,7 @@ async def test_foreign_static_route_is_left_alone_counted_shown_then_taken_over(
 
     await eventually(lambda: ours(str(PFX_C)) and ours(str(PFX_6)))
     snap = fib.snapshot()
-    assert snap["foreign_routes"] == {}
+    assert snap["foreign_routes"] == []
     assert snap["routes"][str(PFX_C)]["note"] == ""
 
 
@@ -107,7 +107,10 @@ async def test_static_route_added_over_ours_is_learned_at_once(
     not write it back, and takes the prefix again once the operator's route is gone."""
     await fib.apply(Desired(groups={"a": GroupSpec({member(1): 1})}, routes={PFX_A: "a"}))
     rig.r.ip("route", "replace", str(PFX_A), "via", "198.18.10.6", "proto", "static")
-    await eventually(lambda: str(PFX_A) in fib.snapshot()["foreign_routes"])
+    await eventually(
+        lambda: [r["prefix"] for r in fib.snapshot()["foreign_routes"]] == [str(PFX_A)]
+    )
+    assert fib.snapshot()["conflicts"]["glbd_route_replaced"] == 1
     await fib.apply(Desired(groups={"a": GroupSpec({member(1): 2})}, routes={PFX_A: "a"}))
     r = route(rig, str(PFX_A))
     assert r is not None and r.get("protocol") == "static"

@@ -31,6 +31,11 @@ async def test_snapshot_keys_and_diff_flag() -> None:
         "foreign_routes", "conflicts",
     }
     assert set(snap["stale_held"]) == {"routes", "groups", "nexthops"}
+    assert snap["foreign_routes"] == []
+    assert set(snap["conflicts"]) == {
+        "route_exists_on_create", "foreign_route_present", "foreign_route_appeared",
+        "glbd_route_replaced", "nexthop_id_taken", "nexthop_reowned",
+    }
     g = snap["groups"]["p"]
     assert set(g) == {
         "nhid", "type", "desired", "programmed", "installed", "excluded", "routes", "diff", "note",
