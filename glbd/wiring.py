@@ -888,6 +888,9 @@ class Node:
                 "weight_bits",
                 "compat_mode",
                 "stale_remaining_s",
+                "stale_held",
+                "foreign_routes",
+                "conflicts",
                 "kernel",
                 "last_errors",
             )
@@ -1183,6 +1186,27 @@ def _fib_samples(snap: dict[str, Any]) -> Iterable[Sample]:
             1.0 if p.get("diff") else 0.0,
             {"profile": str(p.get("key"))},
             "kernel group differs from what glbd programs (1) or not (0)",
+        )
+    fib = snap.get("fib") or {}
+    yield Sample(
+        "glbd_fib_foreign_routes",
+        float(len(fib.get("foreign_routes") or [])),
+        help="prefixes glbd wants that another protocol's route holds (left alone)",
+    )
+    for reason, n in (fib.get("conflicts") or {}).items():
+        yield Sample(
+            "glbd_fib_conflicts_total",
+            float(n),
+            {"reason": str(reason)},
+            "FIB writes left out because the object is not glbd's, by reason",
+            kind="counter",
+        )
+    for kind, n in (fib.get("stale_held") or {}).items():
+        yield Sample(
+            "glbd_fib_stale_held",
+            float(n),
+            {"kind": str(kind)},
+            "adopted objects not re-learned since the restart, kept by the stale timer",
         )
 
 

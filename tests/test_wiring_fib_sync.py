@@ -167,3 +167,33 @@ def test_profile_back_from_no_usable_member_gets_its_routes() -> None:
 
     asyncio.run(scenario())
 
+
+
+def test_fib_view_and_metrics_show_foreign_routes_conflicts_and_stale_hold() -> None:
+    """What the FIB leaves alone because it is not glbd's is visible in ``glbctl profiles``
+    (the ``fib`` summary) and in the metrics, by reason."""
+    from glbd.wiring import _fib_samples
+
+    class SnapFib(ModelFib):
+        def snapshot(self) -> dict[str, Any]:
+            return {
+                "protocol": 200,
+                "stale_held": {"routes": 3, "groups": 1, "nexthops": 1},
+                "foreign_routes": [{"prefix": "192.0.2.0/24", "group": "p", "metric": 0}],
+                "conflicts": {"route_exists_on_create": 2, "nexthop_reowned": 1},
+            }
+
+    async def scenario() -> dict[str, Any]:
+        node, _fib, _table = make_node()
+        node.fib = SnapFib()  # type: ignore[assignment]
+        return node.fib_snapshot()
+
+    snap = asyncio.run(scenario())
+    assert snap["fib"]["foreign_routes"] == [{"prefix": "192.0.2.0/24", "group": "p", "metric": 0}]
+    assert snap["fib"]["conflicts"]["route_exists_on_create"] == 2
+    assert snap["fib"]["stale_held"]["routes"] == 3
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in _fib_samples(snap)}
+    assert got[("glbd_fib_foreign_routes", ())] == 1
+    assert got[("glbd_fib_conflicts_total", (("reason", "route_exists_on_create"),))] == 2
+    assert got[("glbd_fib_conflicts_total", (("reason", "nexthop_reowned"),))] == 1
+    assert got[("glbd_fib_stale_held", (("kind", "routes"),))] == 3
