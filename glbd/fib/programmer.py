@@ -22,8 +22,7 @@ costs one nexthop dump; link up re-creates the members, groups and routes.
 
 After an adopting start, glbd-owned objects that glbd has not re-learned (not in any desired
 state since the start) are kept for ``stale_s`` (like BGP graceful restart), then removed; one
-that was re-learned and then withdrawn goes with the next sync. :meth:`release_stale` ends the
-hold early (every peer sent End-of-RIB).
+that was re-learned and then withdrawn goes with the next sync.
 
 Ownership: glbd replaces only objects of its own that it knows are in the kernel; any other
 write is create-only (NLM_F_EXCL). A route of another protocol on a prefix glbd wants is left
@@ -710,15 +709,6 @@ class FibProgrammer:
         else:
             h.routes.difference_update((pfx, route_metric(pfx, self.metric)) for pfx in prefixes)
 
-    def release_stale(self) -> None:
-        """End the stale hold now (every peer has sent End-of-RIB: whatever glbd has not
-        re-learned by then is gone); the next sync removes it."""
-        if self._stale_keep is None and self._stale_until <= self._clock():
-            return
-        self._stale_keep = None
-        self._stale_until = self._clock()
-        self._routes_dirty = True
-        self._wake.set()
 
     async def _sync(self) -> ApplyResult:
         """Plan against the cached kernel view and apply. Caller holds the lock.
@@ -967,15 +957,20 @@ class FibProgrammer:
     async def _detect_weight_bits(self) -> int:
         """16-bit group weights (kernel >= 6.12, weight_high) or 8-bit. Known from an
         NHA_OP_FLAGS in any group dump; otherwise probe with a throw-away blackhole nexthop and a
-        one-member group of weight 300 in glbd's id range (needs ``lo`` up)."""
+        one-member group of weight 300 in glbd's id range (needs ``lo`` up). The probe ids are
+        free ones, created exclusively, and only what the probe created is deleted."""
         if self._obs.weight_16bit:
             return 16
         assert self._req is not None
         r = self.id_ranges
-        nh_id, grp_id = r.member_base + r.size - 1, r.group_base + r.size - 1
+        o = self._obs
+        taken = o.foreign_ids | o.nexthops.keys() | o.groups.keys()
+        nh_id = next(i for i in range(r.member_base + r.size - 1, 0, -1) if i not in taken)
+        grp_id = next(i for i in range(r.group_base + r.size - 1, 0, -1) if i not in taken)
         hdr = NhMsg(0, 0, self.protocol, 0)
-        create = c.NLM_F_CREATE | c.NLM_F_REPLACE
+        create = c.NLM_F_CREATE | c.NLM_F_EXCL
         bits = 8
+        created: list[int] = []
         try:
             await self._req.request(
                 Message(
@@ -985,6 +980,7 @@ class FibProgrammer:
                     attrs=(Attr.u32(c.NHA_ID, nh_id), Attr.flag(c.NHA_BLACKHOLE)),
                 )
             )
+            created.append(nh_id)
             try:
                 await self._req.request(
                     Message(
@@ -997,13 +993,14 @@ class FibProgrammer:
                         ),
                     )
                 )
+                created.append(grp_id)
                 bits = 16
             except NetlinkError as e:
                 log.info("fib_weight_probe", result="8bit", error=str(e))
         except NetlinkError as e:
             log.info("fib_weight_probe", result="unknown", error=str(e))
         finally:
-            for i in (grp_id, nh_id):
+            for i in reversed(created):
                 with contextlib.suppress(NetlinkError):
                     await self._req.request(
                         Message(c.RTM_DELNEXTHOP, 0, header=NhMsg(), attrs=(Attr.u32(c.NHA_ID, i),))

@@ -185,3 +185,20 @@ async def test_withdraw_after_adopting_restart_is_final(rig: Rig, step: str) -> 
         assert f2.snapshot()["stale_remaining_s"] > 0
     finally:
         await f2.stop()
+
+
+async def test_weight_probe_never_touches_another_daemons_nexthop(rig: Rig) -> None:
+    """At start glbd may probe for 16-bit weights with a throw-away nexthop at the top of its
+    id range. Another daemon's nexthop already at that id is neither replaced nor deleted."""
+    top = 1_999_999  # IdRanges(): member_base + size - 1
+    rig.r.ip("nexthop", "add", "id", str(top), "via", "198.18.10.2", "dev", "r-p1",
+             "proto", "186")
+    f = FibProgrammer(netns=rig.r.name, protocol=P)
+    await f.start()
+    try:
+        assert f.weight_bits == 16
+        (nh,) = rig.ip_json("nexthop", "show", "id", str(top))
+        assert nh["protocol"] == "bgp" and nh.get("gateway") == "198.18.10.2"
+        assert [n["id"] for n in rig.nexthops()] == [top]  # the probe cleaned up after itself
+    finally:
+        await f.stop(keep=True)
