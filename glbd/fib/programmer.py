@@ -689,7 +689,7 @@ class FibProgrammer:
             self.stats.conflict(FOREIGN_PRESENT, n)
 
     def _stale_kept(self) -> _StaleKeep | None:
-        """What the stale timer still holds (None once it ran out or was released)."""
+        """What the stale timer still holds (None once it ran out)."""
         if self._stale_keep is not None and self._clock() >= self._stale_until:
             self._stale_keep = None
         return self._stale_keep
@@ -850,6 +850,9 @@ class FibProgrammer:
             errors.append(f"{type(op).__name__} {_op_id(op)}: {err}")
         if foreign:
             log.warning("fib_foreign_routes", count=len(foreign), first=str(foreign[0]))
+            # if one was glbd's own after all (a stale cache), the route audit says so
+            self._need_full = True
+            self._wake.set()
         return errors
 
     def _strip_excluded(self, ops: Sequence[Op]) -> list[Op]:
