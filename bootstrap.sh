@@ -61,11 +61,11 @@ if [ -z "$PY" ]; then
 fi
 [ -n "$PY" ] || die "no Python >= 3.11 with venv found (install python3 and python3-venv)"
 
-if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ]; then
-  step "venv: .venv with glbd and its test tools ($PY)"
+if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ] || [ lab/pyproject.toml -nt .venv/.installed ]; then
+  step "venv: .venv with glbd, its lab and its test tools ($PY)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test]' -e ./lab
   touch .venv/.installed
 fi
 

@@ -41,10 +41,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from glbdlab.netns import Lab, Netns, stop_pids
+
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import State
 from bfd.session import SessionParams
-from glbd.lab.netns import Lab, Netns, stop_pids
 
 TICK = os.sysconf("SC_CLK_TCK")
 A_NET = ipaddress.ip_network("198.19.0.0/16")
@@ -273,7 +274,7 @@ def run_frr(
     busy_main: bool = True,
     rt_priority: int | None = None,
 ) -> Result:
-    from glbd.lab.frr import FrrInstance
+    from glbdlab.frr import FrrInstance
 
     res = Result(
         "frr-bfdd" + (f"-rt{rt_priority}" if rt_priority else ""), n, interval_ms, mult, duration

@@ -26,9 +26,9 @@ from timing import rate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "bgp"))
 
-from glbd import nhc
-from glbd.exabgp import api
-from glbd.rib import NeighborParams, Rib, RibParams, Role
+from glbd.codec import exabgp_api as api
+from glbd.codec import nhc
+from glbd.core.rib import NeighborParams, Rib, RibParams, Role
 
 DEBUG = False
 A = ipaddress.ip_address
@@ -89,9 +89,8 @@ def bench_rib(n: int) -> None:
 
 async def bench_e2e(n: int) -> None:
     from bgp_helpers import wait_for
+    from glbdlab.netns import Lab
     from test_speaker_netns import topology
-
-    from glbd.lab.netns import Lab
 
     with Lab() as lab:
         leaf1, spine, leaf2 = topology(lab)

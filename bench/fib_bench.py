@@ -33,14 +33,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from glbd.fib import Desired, FibProgrammer, GroupSpec, Member, set_compat_mode
-from glbd.fib.kernel import op_message
-from glbd.fib.plan import GroupSet, RouteSet
-from glbd.lab.netns import Lab, Netns
-from glbd.netlink import const as c
-from glbd.netlink.client import NetlinkSocket
-from glbd.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
-from glbd.netlink.rtnl import LINK_WANT, link_dump, link_state
+from glbdlab.netns import Lab, Netns
+
+from glbd.codec.netlink import const as c
+from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
+from glbd.core.fibmodel import Desired, GroupSpec, Member
+from glbd.core.fibplan import GroupSet, RouteSet
+from glbd.io.fib import FibProgrammer
+from glbd.io.fibkernel import op_message, set_compat_mode
+from glbd.io.netlink import NetlinkSocket
+from glbd.io.rtnl import LINK_WANT, link_dump, link_state
 
 PROTO = 200
 GW = ["198.18.10.2", "198.18.10.6", "198.18.10.10"]
@@ -56,8 +58,14 @@ def build(lab: Lab) -> Netns:
     r, p = lab.netns("r"), lab.netns("p")
     for i in (1, 2, 3):
         b = 4 * (i - 1)
-        lab.veth(r, f"r-p{i}", p, f"p-r{i}", a_addr=f"198.18.10.{b + 1}/30",
-                 b_addr=f"198.18.10.{b + 2}/30")
+        lab.veth(
+            r,
+            f"r-p{i}",
+            p,
+            f"p-r{i}",
+            a_addr=f"198.18.10.{b + 1}/30",
+            b_addr=f"198.18.10.{b + 2}/30",
+        )
     return r
 
 
@@ -70,21 +78,28 @@ def ms(x: float) -> str:
     return f"{x * 1e3:8.3f} ms"
 
 
-def multipath_msgs(pfx: list[ipaddress.IPv4Network], weights: list[int], ifidx: list[int],
-                   table: int) -> list[Message]:
+def multipath_msgs(
+    pfx: list[ipaddress.IPv4Network], weights: list[int], ifidx: list[int], table: int
+) -> list[Message]:
     hops = b""
     for gw, w, idx in zip(GW, weights, ifidx, strict=True):
         gwa = Attr.addr(c.RTA_GATEWAY, gw).encode()
         # struct rtnexthop { u16 len; u8 flags; u8 hops; s32 ifindex; } + attrs
-        hops += (8 + len(gwa)).to_bytes(2, sys.byteorder) + bytes([0, w - 1]) + idx.to_bytes(
-            4, sys.byteorder, signed=True) + gwa
+        hops += (
+            (8 + len(gwa)).to_bytes(2, sys.byteorder)
+            + bytes([0, w - 1])
+            + idx.to_bytes(4, sys.byteorder, signed=True)
+            + gwa
+        )
     mp = Attr(c.RTA_MULTIPATH, hops)
     flags = c.NLM_F_REQUEST | c.NLM_F_CREATE | c.NLM_F_REPLACE
     return [
-        Message(c.RTM_NEWROUTE, flags,
-                header=RtMsg(socket.AF_INET, 32, 0, 0, 0, PROTO, 0, c.RTN_UNICAST),
-                attrs=(Attr(c.RTA_DST, p.network_address.packed), Attr.u32(c.RTA_TABLE, table),
-                       mp))
+        Message(
+            c.RTM_NEWROUTE,
+            flags,
+            header=RtMsg(socket.AF_INET, 32, 0, 0, 0, PROTO, 0, c.RTN_UNICAST),
+            attrs=(Attr(c.RTA_DST, p.network_address.packed), Attr.u32(c.RTA_TABLE, table), mp),
+        )
         for p in pfx
     ]
 
@@ -177,8 +192,10 @@ async def install(r: Netns, n: int) -> dict[str, float]:
     # the raw batched sender alone (codec + socket), same routes, replace in place
     s = await NetlinkSocket.open(netns=r.name)
     try:
-        msgs = [op_message(RouteSet(p, 0, gid), protocol=PROTO, table=254, weight_16bit=True)
-                for p in pfx]
+        msgs = [
+            op_message(RouteSet(p, 0, gid), protocol=PROTO, table=254, weight_16bit=True)
+            for p in pfx
+        ]
         t = time.perf_counter()
         encoded_errs = await s.batch(msgs)
         out["raw_batch_s"] = time.perf_counter() - t
@@ -197,8 +214,10 @@ async def failover(r: Netns, groups: int, reps: int) -> dict[str, float]:
     await fib.start(adopt=False)
     out: dict[str, float] = {}
     try:
-        gs = {f"p{i}": GroupSpec({MEMBERS[0]: 1 + i % 50, MEMBERS[1]: 2, MEMBERS[2]: 3})
-              for i in range(groups)}
+        gs = {
+            f"p{i}": GroupSpec({MEMBERS[0]: 1 + i % 50, MEMBERS[1]: 2, MEMBERS[2]: 3})
+            for i in range(groups)
+        }
         pfx = prefixes(groups)
         await fib.apply(Desired(gs, {p: f"p{i}" for i, p in enumerate(pfx)}))
         lat = []
@@ -248,30 +267,41 @@ async def main() -> None:
         r = build(lab)
         print(f"kernel {os.uname().release}, {os.cpu_count()} cpus, lab {lab.tag}")
         print("\n1. weight change of one group (set_weights -> ACK), vs per-route multipath")
-        print(f"{'routes':>8} {'compat':>6} {'median':>12} {'p99':>12} {'per-route':>12} "
-              f"{'ratio':>9}  install  reconcile light / audit (first audit)")
+        print(
+            f"{'routes':>8} {'compat':>6} {'median':>12} {'p99':>12} {'per-route':>12} "
+            f"{'ratio':>9}  install  reconcile light / audit (first audit)"
+        )
         for n in sizes:
             rows = [(compat, await weight_change(r, n, compat, a.reps)) for compat in (0, 1)]
             base = await per_route_multipath(r, n)
             for compat, w in rows:
-                print(f"{n:>8} {compat:>6} {ms(w['median'])} {ms(w['p99'])} {ms(base)} "
-                      f"{base / w['median']:>8.0f}x  {w['install_s']:5.2f} s  "
-                      f"{ms(w['light_s'])} / {ms(w['audit_s'])} ({w['audit1_s']:.2f} s)")
+                print(
+                    f"{n:>8} {compat:>6} {ms(w['median'])} {ms(w['p99'])} {ms(base)} "
+                    f"{base / w['median']:>8.0f}x  {w['install_s']:5.2f} s  "
+                    f"{ms(w['light_s'])} / {ms(w['audit_s'])} ({w['audit1_s']:.2f} s)"
+                )
         n = sizes[-1]
         print(f"\n2. installing {n} routes")
         ins = await install(r, n)
         ipb = n / ins["ip_batch_s"]
-        for name, key in (("ip -batch", "ip_batch_s"), ("FibProgrammer.apply", "apply_s"),
-                          ("raw batched sender", "raw_batch_s")):
+        for name, key in (
+            ("ip -batch", "ip_batch_s"),
+            ("FibProgrammer.apply", "apply_s"),
+            ("raw batched sender", "raw_batch_s"),
+        ):
             rate = n / ins[key]
             print(f"  {name:<22} {ins[key]:6.2f} s  {rate:>9.0f} routes/s  {rate / ipb:5.2f}x")
         print("\n3. failover: one next hop removed from 1000 groups")
         fo = await failover(r, 1000, max(3, a.reps // 10))
         print(f"  remove_nexthop -> last ACK: median {ms(fo['median'])}, max {ms(fo['max'])}")
-        print(f"  baseline one request/ACK per group: {ms(fo['one_by_one_s'])} "
-              f"({fo['one_by_one_s'] / fo['median']:.1f}x slower)")
-        print(f"  ip -batch, the same 1000 replaces:  {ms(fo['ip_batch_s'])} "
-              f"({fo['ip_batch_s'] / fo['median']:.2f}x of glbd's time)")
+        print(
+            f"  baseline one request/ACK per group: {ms(fo['one_by_one_s'])} "
+            f"({fo['one_by_one_s'] / fo['median']:.1f}x slower)"
+        )
+        print(
+            f"  ip -batch, the same 1000 replaces:  {ms(fo['ip_batch_s'])} "
+            f"({fo['ip_batch_s'] / fo['median']:.2f}x of glbd's time)"
+        )
         set_compat_mode(1, r.name)
 
 

@@ -9,7 +9,7 @@ Run as root (builds and deletes its own namespaces)::
 Fabric: ``leaf_spine(2, 2)`` (hosts included), glbd on every spine (helper) and leaf
 (load balancer), ``GlbdOptions`` defaults (heartbeat 20 ms, link sampling 10 ms, BFD 50 ms x 3,
 resilient groups) with ``capacity_mbps = --rate``. spine1 -> leaf2 is tbf-shaped to ``--rate``.
-A :class:`~glbd.lab.demo.NexthopWatcher` (rtnetlink listener) in leaf1's namespace timestamps
+A :class:`~glbdlab.demo.NexthopWatcher` (rtnetlink listener) in leaf1's namespace timestamps
 every ``RTM_NEWNEXTHOP`` of a group; spines log ``link_band`` (JSON, ISO time with microseconds)
 on every band/down change of one of their links. Same machine, same wall clock.
 
@@ -60,10 +60,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from glbd.lab.demo import NexthopWatcher
-from glbd.lab.netns import LabError
-from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
-from glbd.lab.topology import Fabric, leaf_spine
+from glbdlab.demo import NexthopWatcher
+from glbdlab.netns import LabError
+from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
+from glbdlab.topology import Fabric, leaf_spine
 
 Entries = tuple[tuple[int, int], ...]
 

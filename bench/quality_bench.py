@@ -13,7 +13,7 @@ Each section prints a ratio against a baseline measured in the same run:
    whole spine expiring (every profile). Baseline: recomputing every profile.
 3. monitor: 128 interfaces (64 veth pairs in a namespace) sampled every 10 ms by the module's
    own ``MonitorRunner`` (RTM_GETSTATS + RTM_GETQDISC dumps, the core), as the daemon runs it.
-   Baseline: ``glbd/linkmon.py`` of git ``--baseline-ref`` (default 179d892, before the columns
+   Baseline: ``glbd/io/linkmon.py`` of git ``--baseline-ref`` (default 179d892, before the columns
    reader), loaded with ``git show`` and run in the same namespace in the same run, rounds
    interleaved so both see the same machine load; also the core alone on synthetic samples and
    a bare 10 ms asyncio wake-up (the floor). Monitor only: ``--monitor-only``.
@@ -37,9 +37,9 @@ from typing import NamedTuple
 
 from timing import module_at
 
-from glbd import linkmon as linkmon_now
-from glbd.linkmon import Columns, LinkMonitor, LinkMonParams, LinkSample
-from glbd.pathtable import LocalLink, NextHop, PathTable
+from glbd.core.pathtable import LocalLink, NextHop, PathTable
+from glbd.io import linkmon as linkmon_now
+from glbd.io.linkmon import Columns, LinkMonitor, LinkMonParams, LinkSample
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
 from heartbeat.wire import Entry, Heartbeat, HmacKey
@@ -308,7 +308,7 @@ class MonRun(NamedTuple):
 async def monitor_netns_bench(
     base: ModuleType | None, rounds: int, seconds: float, n_pairs: int = 64
 ) -> dict[str, list[MonRun]]:
-    from glbd.lab.netns import Lab
+    from glbdlab.netns import Lab
 
     mods: list[tuple[str, ModuleType]] = [("current", linkmon_now)]
     if base is not None:
@@ -392,7 +392,7 @@ def main() -> None:
     ap.add_argument(
         "--baseline-ref",
         default=BASELINE_REF,
-        help="git ref of the baseline glbd/linkmon.py ('' = none)",
+        help="git ref of the baseline glbd/io/linkmon.py ('' = none)",
     )
     args = ap.parse_args()
     if not args.monitor_only:

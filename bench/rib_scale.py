@@ -1,6 +1,6 @@
 """RIB scale: N peers each announcing the same P prefixes (the "64 neighbors x 10k prefixes"
 run of docs/benchmarks-e2e.md, without ExaBGP), fed through ``Rib.on_update`` as parsed
-UpdateEvents the way ``glbd.bgp.BgpSpeaker`` does (one event per UPDATE, ``--per-update``
+UpdateEvents the way ``glbd.io.bgp.BgpSpeaker`` does (one event per UPDATE, ``--per-update``
 prefixes each, fresh prefix/attribute objects per event as the API parser makes them).
 
 Run: ``.venv/bin/python bench/rib_scale.py [--peers 64] [--prefixes 1000] [--order peer|interleaved]
@@ -34,9 +34,9 @@ import logging  # noqa: E402
 import structlog  # noqa: E402
 from timing import module_at  # noqa: E402
 
-from glbd import nhc as nhcmod  # noqa: E402
-from glbd import rib as rib_now  # noqa: E402
-from glbd.exabgp import api  # noqa: E402
+from glbd.codec import exabgp_api as api  # noqa: E402
+from glbd.codec import nhc as nhcmod  # noqa: E402
+from glbd.core import rib as rib_now  # noqa: E402
 
 A = ipaddress.ip_address
 LOCAL_AS = 65100

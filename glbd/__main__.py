@@ -1,5 +1,5 @@
 import sys
 
-from glbd.cli import main
+from glbd.cli.glbd import main
 
 sys.exit(main())

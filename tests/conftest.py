@@ -1,1 +1,1 @@
-pytest_plugins = ["glbd.lab.pytest_plugin"]
+pytest_plugins = ["glbdlab.pytest_plugin"]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from glbd import config
-from glbd.cli import main as glbd_main
+from glbd.app import config
+from glbd.cli.glbd import main as glbd_main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "conf").glob("*.toml"))

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glbd import ctl
-from glbd.control import protocol as proto
-from glbd.control.paths import UnsafePathError
-from glbd.control.server import ControlServer
+from glbd.cli import glbctl as ctl
+from glbd.codec import control as proto
+from glbd.io.control import ControlServer
+from glbd.io.paths import UnsafePathError
 
 
 def test_request_response_golden() -> None:
@@ -146,7 +146,7 @@ async def test_server_answers_and_survives_bad_clients(tmp_path: Path) -> None:
 
 def test_glbctl_without_daemon_is_one_line(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "glbd.ctl", "--socket", str(tmp_path / "x.sock"), "status"],
+        [sys.executable, "-m", "glbd.cli.glbctl", "--socket", str(tmp_path / "x.sock"), "status"],
         capture_output=True,
         text=True,
     )

@@ -7,9 +7,9 @@ import random
 import socket
 
 import pytest
+from glbdlab.netns import Lab
 
 from bfd import transport as bfd_transport
-from glbd.lab.netns import Lab
 from heartbeat import transport as hb_transport
 
 pytestmark = pytest.mark.netns

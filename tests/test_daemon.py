@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from glbd import config as cfgmod
-from glbd import ctl
-from glbd.daemon import Daemon
+from glbd.app import config as cfgmod
+from glbd.app.daemon import Daemon
+from glbd.cli import glbctl as ctl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -180,8 +180,8 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(
     the RIB still follows."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
-    from glbd import wiring
-    from glbd.wiring import Node
+    from glbd.app import node as wiring
+    from glbd.app.node import Node
 
     f = _write_cfg(tmp_path)
     d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
@@ -219,7 +219,7 @@ async def test_bfd_failover_done_by_the_engine_is_mirrored_at_once(tmp_path: Pat
     send its own group replaces; the RIB follows as before."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
-    from glbd.wiring import Node
+    from glbd.app.node import Node
 
     f = _write_cfg(tmp_path)
     node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
@@ -255,8 +255,8 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
     """The FIB's failover map becomes one RTM_DELNEXTHOP batch per BFD session in the engine;
     a next hop without a session is not armed, an unchanged one is not re-sent, and with
     ``bfd.kernel_failover = false`` every session is disarmed."""
-    from glbd.fib.kernel import failover_wire
-    from glbd.wiring import Node
+    from glbd.app.node import Node
+    from glbd.io.fibkernel import failover_wire
 
     f = _write_cfg(tmp_path)
     node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
@@ -298,7 +298,7 @@ async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) 
     (the e2e fabric lost a spine for a prefix under load)."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
-    from glbd.wiring import Node
+    from glbd.app.node import Node
     from tests.bgp.test_rib import LEAVES, rib, upd
 
     f = _write_cfg(tmp_path)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from glbdlab.nodes import GlbdOptions, glbd_config
+from glbdlab.topology import leaf_spine
 
 from bench.fabric import model
 from bench.fabric.run import FOREIGN_CLASSES, Params, leaf_extra, parse
-from glbd import config as cfgmod
-from glbd.lab.nodes import GlbdOptions, glbd_config
-from glbd.lab.topology import leaf_spine
+from glbd.app import config as cfgmod
 
 
 def test_bound_and_optimum_weights() -> None:

@@ -18,7 +18,7 @@ FRR84_BFD = "208003182b4550d71ed7609d000f4240000f42400000c350"
 
 def glbctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "glbd.ctl", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "glbd.cli.glbctl", *args], capture_output=True, text=True, timeout=60
     )
 
 

@@ -9,7 +9,7 @@ import logging
 import pytest
 import structlog
 
-from glbd import log as logmod
+from glbd.app import log as logmod
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from glbd.metrics import MetricsServer, Sample, render
+from glbd.io.metrics import MetricsServer, Sample, render
 
 
 def test_render_groups_and_escapes() -> None:

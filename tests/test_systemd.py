@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from glbd import systemd
+from glbd.io import systemd
 
 ROOT = Path(__file__).resolve().parent.parent
 

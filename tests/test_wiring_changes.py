@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from glbd.pathtable import Changes
-from glbd.wiring import _ChangeSet
+from glbd.app.node import _ChangeSet
+from glbd.core.pathtable import Changes
 
 _keys = hs.frozensets(hs.sampled_from(["pf-a", "pf-b", "pf-c", "pf-d"]), max_size=3)
 _changes = hs.builds(Changes, _keys, _keys, hs.frozensets(hs.sampled_from(["p1", "p2", "p3"])))

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from glbd.fib import Desired, GroupSpec, Member
-from glbd.pathtable import LocalLink, NextHop, PathTable
-from glbd.wiring import Node
+from glbd.app.node import Node
+from glbd.core.fibmodel import Desired, GroupSpec, Member
+from glbd.core.pathtable import LocalLink, NextHop, PathTable
 
 
 class ModelFib:
@@ -168,11 +168,10 @@ def test_profile_back_from_no_usable_member_gets_its_routes() -> None:
     asyncio.run(scenario())
 
 
-
 def test_fib_view_and_metrics_show_foreign_routes_conflicts_and_stale_hold() -> None:
     """What the FIB leaves alone because it is not glbd's is visible in ``glbctl profiles``
     (the ``fib`` summary) and in the metrics, by reason."""
-    from glbd.wiring import _fib_samples
+    from glbd.app.node import _fib_samples
 
     class SnapFib(ModelFib):
         def snapshot(self) -> dict[str, Any]:

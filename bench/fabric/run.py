@@ -51,6 +51,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from glbdlab.netns import LabError, list_lab_namespaces
+from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all
+from glbdlab.topology import Fabric, Topology, leaf_spine
+
 from bench.fabric import model
 from bench.fabric.traffic import (
     LinkSampler,
@@ -61,9 +65,6 @@ from bench.fabric.traffic import (
     loadavg,
     tcp_counters,
 )
-from glbd.lab.netns import LabError, list_lab_namespaces
-from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all
-from glbd.lab.topology import Fabric, Topology, leaf_spine
 
 CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "optimum")
 #: opt-in diagnostic contenders (``--only``), not part of the default run
@@ -312,7 +313,7 @@ class ControlPlane:
         elif self.key == "ecmp-res":
             install_static_resilient(fab)
         elif self.key == "frr":
-            from glbd.lab.frr import start_fabric_frr
+            from glbdlab.frr import start_fabric_frr
 
             self.frr = list(
                 start_fabric_frr(

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from glbd.lab.netns import LabError, Netns
+from glbdlab.netns import LabError, Netns
 
 _CHUNK = 256 * 1024
 _PAYLOAD = memoryview(bytes(_CHUNK))

@@ -2,18 +2,19 @@
 
 What runs per node (all real glbd code, driven with ``now`` arguments):
 
-* every node: a :class:`glbd.rib.Rib` (leaves: load balancer, spines of a 3-stage Clos and
+* every node: a :class:`glbd.core.rib.Rib` (leaves: load balancer, spines of a 3-stage Clos and
   super-spines: helper, pod spines of a 5-stage Clos: both). The ExaBGP hop is a direct call:
-  an :class:`glbd.exabgp.api.Announce` / ``Withdraw`` a Rib emits towards neighbour N becomes the
-  :class:`glbd.exabgp.api.UpdateEvent` N's Rib receives (peer = the sender's address on that
+  an :class:`glbd.codec.exabgp_api.Announce` / ``Withdraw`` a Rib emits towards neighbour N
+  becomes the
+  :class:`glbd.codec.exabgp_api.UpdateEvent` N's Rib receives (peer = the sender's address on that
   link, the NHC attribute *bytes* from the command, which the receiving Rib decodes with
-  :func:`glbd.nhc.decode_value` and validates).
+  :func:`glbd.codec.nhc.decode_value` and validates).
 * spines: a :class:`heartbeat.sender.Sender` with one entry per link (3-stage: the downstream
   links to the leaves; 5-stage: the links to the leaves and to the super-spines); each datagram
   is ``wire``-encoded bytes, delivered on every virtual link after a configurable delay (plus an
   optional uniform jitter) to the far end's :class:`heartbeat.receiver.Receiver`
   (``on_datagram(bytes, ifname, src, ttl=255, now)``, which decodes it).
-* leaves: Receiver + :class:`glbd.pathtable.PathTable`, wired like ``glbd.wiring.Node``:
+* leaves: Receiver + :class:`glbd.core.pathtable.PathTable`, wired like ``glbd.app.node.Node``:
   ``RemoteUpdate`` -> ``set_remote``, ``NextHopsChanged`` -> ``on_next_hops_changed``, the
   receiver's expiry timer re-armed at ``next_deadline()``.
 
@@ -27,7 +28,7 @@ What is synthesized (documented in bench/scale/README.md):
   O(spines^2) per prefix): every spine and super-spine Rib is real, every leaf Rib is real as an
   originator, but only ``rib_sample`` leaves receive their UPDATEs into their real Rib. For the
   other leaves the NextHopsChanged events are derived from the *same* Announce commands the real
-  spine Ribs produced for them: NHC bytes decoded with ``glbd.nhc.decode_value``, the Rib's
+  spine Ribs produced for them: NHC bytes decoded with ``glbd.codec.nhc.decode_value``, the Rib's
   checks (header next hop matches, NNHN[0] is the peer's BGP ID), multipath = every path of the
   shortest AS path. The run asserts that, on every sampled leaf, this derivation equals the real
   Rib's forwarding state (next hops, BGP ids, NNH sets).
@@ -48,11 +49,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from glbd import nhc as nhcmod
-from glbd.exabgp import api
-from glbd.pathtable import LocalLink, PathTable, PathTableParams
-from glbd.rib import NeighborParams, NextHopsChanged, Rib, RibParams, Role
-from glbd.rib import NextHop as RibNextHop
+from glbd.codec import exabgp_api as api
+from glbd.codec import nhc as nhcmod
+from glbd.core.pathtable import LocalLink, PathTable, PathTableParams
+from glbd.core.rib import NeighborParams, NextHopsChanged, Rib, RibParams, Role
+from glbd.core.rib import NextHop as RibNextHop
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
 from heartbeat.sender import Sender, SenderParams

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from bfd.packet import AuthType
-from glbd import config
-from glbd.wiring import Node
+from glbd.app import config
+from glbd.app.node import Node
 
 ROOT = Path(__file__).resolve().parents[2]
 

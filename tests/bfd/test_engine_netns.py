@@ -1,4 +1,4 @@
-"""Two BFD engines in two namespaces joined by a veth (glbd.lab harness): Up over IPv4 and IPv6,
+"""Two BFD engines in two namespaces joined by a veth (glbdlab harness): Up over IPv4 and IPv6,
 an nftables drop gives Down within the detection time, AdminDown is not a failure, a Poll while
 Up does not flap, GTSM drops, and the thread-mode engine does the same."""
 
@@ -14,11 +14,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from glbdlab.netns import Lab, Netns
 
 from bfd.engine import BfdEngine, BfdEvent, EngineError, SessionConfig
 from bfd.packet import ControlPacket, State
 from bfd.session import SessionParams
-from glbd.lab.netns import Lab, Netns
 
 pytestmark = pytest.mark.netns
 

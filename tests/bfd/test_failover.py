@@ -17,19 +17,32 @@ from bfd.failover import Ack, DecodeError, decode_acks, split_requests
 _HDR = struct.Struct("=IHHII")
 
 # RTM_DELNEXTHOP (105), NLM_F_REQUEST|NLM_F_ACK, seq 901; struct nhmsg (8 zero octets);
-# NHA_ID (1) = 901. What glbd.fib.kernel.failover_wire([901]) encodes (little-endian host).
+# NHA_ID (1) = 901. What glbd.io.fibkernel.failover_wire([901]) encodes (little-endian host).
 DEL_901 = bytes.fromhex(
-    "20000000" "6900" "0500" "85030000" "00000000"  # nlmsghdr: len 32, type 105, flags 5
+    "20000000"
+    "6900"
+    "0500"
+    "85030000"
+    "00000000"  # nlmsghdr: len 32, type 105, flags 5
     "0000000000000000"  # nhmsg
-    "08000100" "85030000"  # NHA_ID = 901
+    "08000100"
+    "85030000"  # NHA_ID = 901
 )
 # the kernel's answers: ENOENT (-2) to seq 901, echoing the request's header; then a plain ack
 ACK_ENOENT_901 = bytes.fromhex(
-    "24000000" "0200" "0001" "85030000" "00000000"  # NLMSG_ERROR, NLM_F_CAPPED, seq 901
+    "24000000"
+    "0200"
+    "0001"
+    "85030000"
+    "00000000"  # NLMSG_ERROR, NLM_F_CAPPED, seq 901
     "feffffff"  # error -2
-    "20000000" "6900" "0500" "85030000" "00000000"  # the request's header
+    "20000000"
+    "6900"
+    "0500"
+    "85030000"
+    "00000000"  # the request's header
 )
-ACK_OK_7 = bytes.fromhex("24000000" "0200" "0001" "07000000" "00000000" "00000000") + bytes(16)
+ACK_OK_7 = bytes.fromhex("2400000002000001070000000000000000000000") + bytes(16)
 
 
 def test_golden_request_splits_into_itself() -> None:

@@ -1,4 +1,4 @@
-"""Interop with real FRR 10.x bfdd (glbd.lab.frr, sid chroot) in a neighbouring namespace
+"""Interop with real FRR 10.x bfdd (glbdlab.frr, sid chroot) in a neighbouring namespace
 (issue 9 "Interop"). glbd's engine runs in namespace a (198.18.0.1, a-b), FRR in b (198.18.0.2,
 b-a); FRR's view comes from ``vtysh show bfd peers [counters] json``.
 
@@ -17,11 +17,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from glbdlab.netns import Lab, LabError, Netns
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import AuthType, State
 from bfd.session import AuthConfig, SessionParams
-from glbd.lab.netns import Lab, LabError, Netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr]
 
@@ -31,7 +31,7 @@ FAST = SessionParams(desired_min_tx=50_000, required_min_rx=50_000, detect_mult=
 
 def _frr_instance(ns: Netns) -> Any:
     try:
-        from glbd.lab.frr import FrrInstance, frr_build
+        from glbdlab.frr import FrrInstance, frr_build
 
         build = frr_build("sid")
     except (ImportError, LabError) as exc:

@@ -195,7 +195,7 @@ def test_trailing_padding_ignored() -> None:
 
 
 def test_frr10_capture_file() -> None:
-    """tests/vectors/frr10_bfd.json: FRR 10.7 bfdd's first packet, captured by glbd.lab.capture."""
+    """tests/vectors/frr10_bfd.json: FRR 10.7 bfdd's first packet, captured by glbdlab.capture."""
     f = VECTORS / "frr10_bfd.json"
     if not f.exists():
         pytest.skip("tests/vectors/frr10_bfd.json not captured yet")

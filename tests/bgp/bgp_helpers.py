@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from glbd.bgp import BgpEvent, BgpSpeaker, ProcessOptions
-from glbd.rib import NeighborParams, RibParams, Role
+from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

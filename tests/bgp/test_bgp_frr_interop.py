@@ -13,14 +13,14 @@ from collections.abc import Iterable
 
 import pytest
 from bgp_helpers import Node, make_node, wait_for
+from glbdlab.frr import FrrInstance
+from glbdlab.netns import Lab, Netns
 
-from glbd import nhc
-from glbd.bgp import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
-from glbd.exabgp import api
-from glbd.exabgp.supervisor import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
-from glbd.lab.frr import FrrInstance
-from glbd.lab.netns import Lab, Netns
-from glbd.rib import PeerDown, Role
+from glbd.codec import exabgp_api as api
+from glbd.codec import nhc
+from glbd.core.rib import PeerDown, Role
+from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
+from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ V4 = ipaddress.IPv4Address
 
 @pytest.fixture(autouse=True)
 def _need_chroot() -> None:
-    from glbd.lab.provision import provisioned
+    from glbdlab.provision import provisioned
 
     if provisioned() is None:
         pytest.skip("no FRR 10.x chroot (glbd-lab provision)")

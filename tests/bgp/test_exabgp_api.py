@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glbd import nhc
-from glbd.exabgp import api
+from glbd.codec import exabgp_api as api
+from glbd.codec import nhc
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "exabgp5_api_events.jsonl"
 LINES = VECTORS.read_text().splitlines()
@@ -201,7 +201,7 @@ FRR_LINES = (VECTORS.parent / "exabgp5_frr10_events.jsonl").read_text().splitlin
 
 
 def test_frr10_lines_through_codec_and_rib() -> None:
-    from glbd.rib import NeighborParams, Rib, RibParams, Role
+    from glbd.core.rib import NeighborParams, Rib, RibParams, Role
 
     evs = [api.decode(line) for line in FRR_LINES]
     (op,) = [e for e in evs if isinstance(e, api.OpenEvent)]

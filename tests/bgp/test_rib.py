@@ -7,9 +7,9 @@ import ipaddress
 
 import pytest
 
-from glbd import nhc
-from glbd.exabgp import api
-from glbd.rib import (
+from glbd.codec import exabgp_api as api
+from glbd.codec import nhc
+from glbd.core.rib import (
     NeighborParams,
     NextHopsChanged,
     PeerDown,

@@ -14,8 +14,8 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from glbd.exabgp import api
-from glbd.rib import NextHopsChanged, Rib, Role
+from glbd.codec import exabgp_api as api
+from glbd.core.rib import NextHopsChanged, Rib, Role
 from tests.bgp.test_rib import LEAVES, V4, N, rib, upd
 
 W = 0.05

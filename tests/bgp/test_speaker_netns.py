@@ -8,10 +8,10 @@ import signal
 
 import pytest
 from bgp_helpers import Node, make_node, wait_for
+from glbdlab.netns import Lab
 
-from glbd.bgp import NextHopsChanged, SpeakerLost, SpeakerReady
-from glbd.lab.netns import Lab
-from glbd.rib import Role
+from glbd.core.rib import Role
+from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -98,7 +98,7 @@ def _prefixes(n: int) -> list[str]:
 
 
 async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab) -> None:
-    from glbd.rib import PeerDown
+    from glbd.core.rib import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     nodes = (spine, leaf1, leaf2)
@@ -124,7 +124,7 @@ async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab) -> None
 
 
 async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
-    from glbd.rib import PeerDown
+    from glbd.core.rib import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     nodes = (spine, leaf1, leaf2)
@@ -163,7 +163,7 @@ async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
 async def test_reconfigure_adds_neighbor_without_disturbing_others(netns_lab: Lab) -> None:
     import dataclasses
 
-    from glbd.rib import PeerDown
+    from glbd.core.rib import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     full = spine.speaker.params
@@ -189,9 +189,9 @@ async def test_garbage_nhc_is_counted_never_resets(netns_lab: Lab) -> None:
 
     from bgp_helpers import make_node
 
-    from glbd.exabgp import api
-    from glbd.exabgp.supervisor import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
-    from glbd.rib import PeerDown
+    from glbd.codec import exabgp_api as api
+    from glbd.core.rib import PeerDown
+    from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
 
     a, b = netns_lab.pair("leaf", "peer", a_addr="172.16.31.1/24", b_addr="172.16.31.2/24")
     leaf = make_node(

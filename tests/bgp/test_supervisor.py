@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from glbd.control.paths import UnsafePathError
-from glbd.exabgp import api
-from glbd.exabgp.supervisor import (
+from glbd.codec import exabgp_api as api
+from glbd.io.exabgp import (
     ExabgpNeighbor,
     ExabgpParams,
     ExabgpSupervisor,
@@ -25,6 +24,7 @@ from glbd.exabgp.supervisor import (
     exabgp_env,
     render_config,
 )
+from glbd.io.paths import UnsafePathError
 
 PARAMS = ExabgpParams(
     "10.0.0.11",
@@ -37,7 +37,7 @@ PARAMS = ExabgpParams(
 
 
 def test_render_config_is_valid_for_exabgp(tmp_path: Path) -> None:
-    text = render_config(PARAMS, [sys.executable, "-m", "glbd.exabgp.bridge", "/x/api.sock"])
+    text = render_config(PARAMS, [sys.executable, "-m", "glbd.io.exabgp_bridge", "/x/api.sock"])
     assert "neighbor 172.16.12.1 {" in text and "hold-time 30;" in text
     assert "receive {" in text and "open;" in text and "neighbor-changes;" in text
     assert "group-updates false;" in text

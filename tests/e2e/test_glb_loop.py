@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from glbdlab.demo import NexthopWatcher
+from glbdlab.netns import LabError
+from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
+from glbdlab.topology import Fabric, leaf_spine
 
-from glbd.control.protocol import QUERIES as QUERY_COMMANDS
-from glbd.lab.demo import NexthopWatcher
-from glbd.lab.netns import LabError
-from glbd.lab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
-from glbd.lab.topology import Fabric, leaf_spine
+from glbd.codec.control import QUERIES as QUERY_COMMANDS
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -530,7 +530,7 @@ def test_metrics_endpoint_and_glbctl_watch(lab: tuple[Fabric, dict[str, GlbdNode
         [
             sys.executable,
             "-m",
-            "glbd.ctl",
+            "glbd.cli.glbctl",
             "--socket",
             str(nodes["leaf1"].socket),
             "watch",

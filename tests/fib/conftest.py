@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from fibrig import Rig
-
-from glbd.lab.netns import Lab
+from glbdlab.netns import Lab
 
 
 @pytest.fixture

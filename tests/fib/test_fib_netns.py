@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from fibrig import Rig, member
 
-from glbd.fib import Desired, FibProgrammer, GroupSpec, Resilient, get_compat_mode
-from glbd.fib.model import Member
+from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
+from glbd.io.fib import FibProgrammer
+from glbd.io.fibkernel import get_compat_mode
 
 pytestmark = pytest.mark.netns
 
@@ -27,8 +28,9 @@ PFX_6 = N("2001:db8:99::/48")
 
 @pytest.fixture
 async def fib(rig: Rig) -> AsyncIterator[FibProgrammer]:
-    f = FibProgrammer(netns=rig.r.name, protocol=P, table=254, reconcile_interval_s=2.0,
-                      stale_s=0.0)
+    f = FibProgrammer(
+        netns=rig.r.name, protocol=P, table=254, reconcile_interval_s=2.0, stale_s=0.0
+    )
     await f.start()
     try:
         yield f
@@ -83,8 +85,11 @@ async def test_install_reweight_ipv6_and_snapshot(rig: Rig, fib: FibProgrammer) 
     assert nh6 is not None
     assert group_weights(rig, nh6) == {"2001:db8:10:1::2": 1, "2001:db8:10:2::2": 5}
     # reweight: the group changes in place, the route keeps its nhid
-    res = await fib.apply(two_groups({member(1): 1, member(2): 7, member(3): 2},
-                                     {member(1, True): 1, member(2, True): 5}))
+    res = await fib.apply(
+        two_groups(
+            {member(1): 1, member(2): 7, member(3): 2}, {member(1, True): 1, member(2, True): 5}
+        )
+    )
     assert res.ops == 2 and res.errors == ()  # one member nexthop + one group replace
     assert route_nhid(rig, "203.0.113.0/24") == nhid
     assert group_weights(rig, nhid) == {"198.18.10.2": 1, "198.18.10.6": 7, "198.18.10.10": 2}
@@ -115,8 +120,9 @@ async def test_resilient_buckets_follow_weights(rig: Rig, fib: FibProgrammer) ->
         return Counter(gws[b["bucket"]["nhid"]] for b in rows)
 
     assert buckets() == {"198.18.10.2": 4, "198.18.10.6": 4}
-    await fib.apply(Desired(groups={"r": GroupSpec({member(1): 3, member(2): 1}, res)},
-                            routes={PFX_B: "r"}))
+    await fib.apply(
+        Desired(groups={"r": GroupSpec({member(1): 3, member(2): 1}, res)}, routes={PFX_B: "r"})
+    )
     assert route_nhid(rig, "198.51.100.0/24") == nhid
     await eventually(lambda: buckets() == {"198.18.10.2": 6, "198.18.10.6": 2})
     (g,) = rig.ip_json("nexthop", "show", "id", str(nhid))
@@ -177,16 +183,19 @@ async def test_adopt_on_restart_without_transient_removal(rig: Rig) -> None:
 
 
 async def test_foreign_objects_untouched_and_remove_on_stop(rig: Rig) -> None:
-    rig.r.ip_batch([
-        "nexthop add id 2000000 via 198.18.10.2 dev r-p1 proto 186",   # in glbd's id range
-        "route add 192.0.2.0/24 via 198.18.10.6 proto static",
-        "route add 203.0.113.0/24 nhid 2000000 proto 186",          # glbd wants this prefix too
-    ])
+    rig.r.ip_batch(
+        [
+            "nexthop add id 2000000 via 198.18.10.2 dev r-p1 proto 186",  # in glbd's id range
+            "route add 192.0.2.0/24 via 198.18.10.6 proto static",
+            "route add 203.0.113.0/24 nhid 2000000 proto 186",  # glbd wants this prefix too
+        ]
+    )
     f = FibProgrammer(netns=rig.r.name, protocol=P)
     await f.start()
     try:
-        d = Desired(groups={"a": GroupSpec({member(1): 1, member(2): 1})},
-                    routes={PFX_A: "a", PFX_B: "a"})
+        d = Desired(
+            groups={"a": GroupSpec({member(1): 1, member(2): 1})}, routes={PFX_A: "a", PFX_B: "a"}
+        )
         await f.apply(d)
         snap = f.snapshot()
         assert snap["routes"]["203.0.113.0/24"]["note"] == "foreign_route"
@@ -300,8 +309,12 @@ async def test_update_moves_routes_to_a_new_group_without_a_full_plan(
 async def test_stale_objects_kept_then_removed_after_restart(rig: Rig) -> None:
     f1 = FibProgrammer(netns=rig.r.name, protocol=P)
     await f1.start()
-    await f1.apply(Desired(groups={"a": GroupSpec({member(1): 1}), "b": GroupSpec({member(2): 1})},
-                           routes={PFX_A: "a", PFX_B: "b"}))
+    await f1.apply(
+        Desired(
+            groups={"a": GroupSpec({member(1): 1}), "b": GroupSpec({member(2): 1})},
+            routes={PFX_A: "a", PFX_B: "b"},
+        )
+    )
     await f1.stop(keep=True)
     f2 = FibProgrammer(netns=rig.r.name, protocol=P, stale_s=1.0)
     await f2.start(adopt=True)
@@ -371,7 +384,7 @@ async def test_failover_done_by_the_bfd_engine_is_mirrored_and_held(
     member from every group and glbd mirrors it. Before the BFD event claims it, a write must
     not re-create the member (held out); after the claim it stays out until restore_nexthop. An
     unclaimed deletion (an operator's ``ip nexthop del``) is repaired after the hold."""
-    from glbd.fib.kernel import failover_wire
+    from glbd.io.fibkernel import failover_wire
 
     maps: list[dict[Any, tuple[int, ...]]] = []
     fib.on_failover_map = maps.append

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from fibrig import Rig, member
 
-from glbd.fib import Desired, FibProgrammer, GroupSpec
+from glbd.core.fibmodel import Desired, GroupSpec
+from glbd.io.fib import FibProgrammer
 
 pytestmark = pytest.mark.netns
 
@@ -27,8 +28,14 @@ PFX_6 = N("2001:db8:99::/48")
 @pytest.fixture
 async def fib(rig: Rig) -> AsyncIterator[FibProgrammer]:
     # the route audit is far away: what these tests check must not depend on it
-    f = FibProgrammer(netns=rig.r.name, protocol=P, table=254, reconcile_interval_s=2.0,
-                      route_audit_interval_s=3600.0, stale_s=0.0)
+    f = FibProgrammer(
+        netns=rig.r.name,
+        protocol=P,
+        table=254,
+        reconcile_interval_s=2.0,
+        route_audit_interval_s=3600.0,
+        stale_s=0.0,
+    )
     await f.start()
     try:
         yield f
@@ -66,8 +73,7 @@ async def test_foreign_static_route_is_left_alone_counted_shown_then_taken_over(
     static one is deleted."""
     v4 = {member(1): 1, member(2): 1}
     v6 = {member(1, True): 1}
-    await fib.apply(Desired(groups={"a": GroupSpec(v4), "b": GroupSpec(v6)},
-                            routes={PFX_A: "a"}))
+    await fib.apply(Desired(groups={"a": GroupSpec(v4), "b": GroupSpec(v6)}, routes={PFX_A: "a"}))
     # the operator's routes appear between two syncs, unknown to glbd's route cache
     rig.r.ip("route", "add", str(PFX_C), "via", "198.18.10.10", "proto", "static")
     rig.r.ip("-6", "route", "add", str(PFX_6), "via", "2001:db8:10:3::2", "proto", "static")
@@ -81,8 +87,12 @@ async def test_foreign_static_route_is_left_alone_counted_shown_then_taken_over(
     assert snap["routes"][str(PFX_C)]["note"] == "foreign_route"
     assert sum(snap["conflicts"].values()) >= 2
     # nothing rewrites them later either (a full sync, a reconcile)
-    await fib.apply(Desired(groups={"a": GroupSpec(v4), "b": GroupSpec(v6)},
-                            routes={PFX_A: "a", PFX_C: "a", PFX_6: "b"}))
+    await fib.apply(
+        Desired(
+            groups={"a": GroupSpec(v4), "b": GroupSpec(v6)},
+            routes={PFX_A: "a", PFX_C: "a", PFX_6: "b"},
+        )
+    )
     await fib.reconcile(full=False)
     r = route(rig, str(PFX_C))
     assert r is not None and r.get("protocol") == "static"
@@ -123,8 +133,14 @@ async def test_failover_map_drops_an_id_another_daemon_took_over(rig: Rig) -> No
     daemon replaced with its own nexthop (same id, its protocol) must be disarmed from the
     nexthop event itself, not from a later reconcile (which may be seconds away behind a long
     route audit or a write backoff: here nothing wakes it but the fix), and never touched again."""
-    f = FibProgrammer(netns=rig.r.name, protocol=P, reconcile_interval_s=3600.0,
-                      route_audit_interval_s=3600.0, stale_s=0.0, weight_bits=16)
+    f = FibProgrammer(
+        netns=rig.r.name,
+        protocol=P,
+        reconcile_interval_s=3600.0,
+        route_audit_interval_s=3600.0,
+        stale_s=0.0,
+        weight_bits=16,
+    )
     await f.start()
     try:
         maps: list[dict[Any, tuple[int, ...]]] = []
@@ -133,8 +149,18 @@ async def test_failover_map_drops_an_id_another_daemon_took_over(rig: Rig) -> No
         await f.apply(Desired(groups={"p": GroupSpec({m1: 1, m2: 1})}, routes={PFX_A: "p"}))
         gw1 = (m1.gateway, "r-p1")
         (id1,) = maps[-1][gw1]
-        rig.r.ip("nexthop", "replace", "id", str(id1), "via", "198.18.10.2", "dev", "r-p1",
-                 "proto", "186")
+        rig.r.ip(
+            "nexthop",
+            "replace",
+            "id",
+            str(id1),
+            "via",
+            "198.18.10.2",
+            "dev",
+            "r-p1",
+            "proto",
+            "186",
+        )
         await eventually(lambda: id1 not in maps[-1].get(gw1, ()))
         assert id1 not in {i for ids in f.failover_map().values() for i in ids}
         # glbd re-creates its member under another id and leaves the foreign one alone
@@ -167,8 +193,9 @@ async def test_withdraw_after_adopting_restart_is_final(rig: Rig, step: str) -> 
     await f2.start(adopt=True)
     try:
         # BGP re-learns a and b (c not yet)
-        relearned = Desired(groups={"a": full.groups["a"], "b": full.groups["b"]},
-                            routes={PFX_A: "a", PFX_B: "b"})
+        relearned = Desired(
+            groups={"a": full.groups["a"], "b": full.groups["b"]}, routes={PFX_A: "a", PFX_B: "b"}
+        )
         res = await f2.apply(relearned)
         assert res.errors == ()
         # then every peer withdraws b
@@ -191,8 +218,7 @@ async def test_weight_probe_never_touches_another_daemons_nexthop(rig: Rig) -> N
     """At start glbd may probe for 16-bit weights with a throw-away nexthop at the top of its
     id range. Another daemon's nexthop already at that id is neither replaced nor deleted."""
     top = 1_999_999  # IdRanges(): member_base + size - 1
-    rig.r.ip("nexthop", "add", "id", str(top), "via", "198.18.10.2", "dev", "r-p1",
-             "proto", "186")
+    rig.r.ip("nexthop", "add", "id", str(top), "via", "198.18.10.2", "dev", "r-p1", "proto", "186")
     f = FibProgrammer(netns=rig.r.name, protocol=P)
     await f.start()
     try:

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from glbd.fib.kernel import (
+from glbd.codec.netlink import const as c
+from glbd.codec.netlink.codec import NhMsg, RtMsg, decode
+from glbd.core.fibmodel import KGroup, KNexthop, Member, Resilient
+from glbd.core.fibplan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
+from glbd.io.fibkernel import (
     encode_group,
     observe,
     op_message,
@@ -17,10 +21,6 @@ from glbd.fib.kernel import (
     parse_group_entries,
     parse_nexthop,
 )
-from glbd.fib.model import KGroup, KNexthop, Member, Resilient
-from glbd.fib.plan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
-from glbd.netlink import const as c
-from glbd.netlink.codec import NhMsg, RtMsg, decode
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "netlink_rtnl_kernel618.jsonl"
 N = ipaddress.ip_network
@@ -28,9 +28,7 @@ N = ipaddress.ip_network
 
 def test_group_weights_wire_is_weight_minus_one_with_weight_high() -> None:
     raw = encode_group([(1, 1), (2, 256), (3, 257), (4, 65535)], weight_16bit=True)
-    assert raw.hex() == (
-        "01000000" "00000000" "02000000" "ff000000" "03000000" "00010000" "04000000" "feff0000"
-    )
+    assert raw.hex() == ("010000000000000002000000ff000000030000000001000004000000feff0000")
     assert parse_group_entries(raw) == ((1, 1), (2, 256), (3, 257), (4, 65535))
     with pytest.raises(ValueError):
         encode_group([(1, 257)], weight_16bit=False)
@@ -44,8 +42,9 @@ def test_group_message_round_trips_through_parser() -> None:
     assert m.flags & c.NLM_F_EXCL and not m.flags & c.NLM_F_REPLACE
     obj, _flag = parse_nexthop(m)
     assert obj == KGroup(7, 200, ((1, 3), (2, 300)), Resilient(64, 1.5, 5.0))
-    rep = op_message(GroupSet(7, "k", ((1, 1),), None, create=False), protocol=200, table=254,
-                     weight_16bit=False)
+    rep = op_message(
+        GroupSet(7, "k", ((1, 1),), None, create=False), protocol=200, table=254, weight_16bit=False
+    )
     assert rep.flags & c.NLM_F_REPLACE
 
 
@@ -55,8 +54,9 @@ def test_member_and_route_messages() -> None:
     assert isinstance(m.header, NhMsg) and m.header.family == socket.AF_INET6
     obj, _ = parse_nexthop(m)
     assert obj == KNexthop(5, 200, mem.gateway, 3, onlink=True)
-    r = op_message(RouteSet(N("2001:db8::/32"), 1024, 9), protocol=200, table=1000,
-                   weight_16bit=True)
+    r = op_message(
+        RouteSet(N("2001:db8::/32"), 1024, 9), protocol=200, table=1000, weight_16bit=True
+    )
     h = r.header
     assert isinstance(h, RtMsg) and (h.family, h.dst_len, h.table, h.protocol) == (10, 32, 0, 200)
     a = r.attr_map()
@@ -126,9 +126,9 @@ def test_fast_wire_equals_message_encoding(op: RouteSet | RouteDel | GroupDel, t
 
 
 def test_routes_from_select_rows_match_full_parse() -> None:
-    from glbd.fib.kernel import ROUTE_WANT, routes_from_rows
-    from glbd.netlink.client import Selected
-    from glbd.netlink.codec import iter_frames, pick_attrs
+    from glbd.codec.netlink.codec import iter_frames, pick_attrs
+    from glbd.io.fibkernel import ROUTE_WANT, routes_from_rows
+    from glbd.io.netlink import Selected
 
     rows = []
     for line in VECTORS.read_text().splitlines():
@@ -136,8 +136,13 @@ def test_routes_from_select_rows_match_full_parse() -> None:
         (fr,) = iter_frames(raw)
         if fr.type == c.RTM_NEWROUTE:
             hs = RtMsg.ST.size
-            rows.append(Selected(fr.type, RtMsg.decode(raw, fr.start),
-                                 pick_attrs(raw, fr.start + hs, fr.end, ROUTE_WANT)))
+            rows.append(
+                Selected(
+                    fr.type,
+                    RtMsg.decode(raw, fr.start),
+                    pick_attrs(raw, fr.start + hs, fr.end, ROUTE_WANT),
+                )
+            )
     ours, foreign = routes_from_rows(rows, protocol=200, table=254)
     msgs = [decode(bytes.fromhex(json.loads(x)["hex"])) for x in VECTORS.read_text().splitlines()]
     full = observe([], [], [m for m in msgs if m.type == c.RTM_NEWROUTE], protocol=200, table=254)

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from glbd.fib.model import (
+from glbd.core.fibmodel import (
     Desired,
     GroupSpec,
     KGroup,
@@ -17,7 +17,7 @@ from glbd.fib.model import (
     Observed,
     Resilient,
 )
-from glbd.fib.plan import (
+from glbd.core.fibplan import (
     GroupDel,
     GroupSet,
     IdMap,
@@ -248,8 +248,10 @@ def test_writes_replace_only_what_glbd_has() -> None:
     d = desired({M1: 1})
     ops, obs, ids = run(d, Observed(links=links()))
     assert all(not o.replace for o in ops if isinstance(o, NhSet | RouteSet))
-    d2 = Desired(groups={"prof": GroupSpec({M1: 1}), "x": GroupSpec({M2: 1})},
-                 routes={PFX: "x", PFX2: "prof"})
+    d2 = Desired(
+        groups={"prof": GroupSpec({M1: 1}), "x": GroupSpec({M2: 1})},
+        routes={PFX: "x", PFX2: "prof"},
+    )
     ops, _o, _i = run(d2, obs, ids)
     sets = {o.prefix: o.replace for o in ops if isinstance(o, RouteSet)}
     assert sets == {PFX: True}  # re-pointing glbd's own route
@@ -287,8 +289,9 @@ def test_ids_are_deterministic(n: int) -> None:
 
 
 def test_group_without_routes_keeps_its_id_across_restart() -> None:
-    d = Desired(groups={"idle": GroupSpec({M1: 1}), "busy": GroupSpec({M2: 1})},
-                routes={PFX: "busy"})
+    d = Desired(
+        groups={"idle": GroupSpec({M1: 1}), "busy": GroupSpec({M2: 1})}, routes={PFX: "busy"}
+    )
     _ops, obs, ids = run(d, Observed(links=links()))
     fresh = assign_ids(d, obs, IdMap())
     assert fresh.groups == ids.groups

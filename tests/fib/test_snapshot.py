@@ -5,9 +5,9 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from glbd.fib import Desired, FibProgrammer, GroupSpec, Member
-from glbd.fib.model import KGroup, KLink, KRoute, Observed
-from glbd.fib.plan import IdMap
+from glbd.core.fibmodel import Desired, GroupSpec, KGroup, KLink, KRoute, Member, Observed
+from glbd.core.fibplan import IdMap
+from glbd.io.fib import FibProgrammer
 
 M1 = Member(ipaddress.ip_address("198.18.10.2"), "eth1")
 M2 = Member(ipaddress.ip_address("198.18.10.6"), "eth2")
@@ -26,19 +26,43 @@ async def test_snapshot_keys_and_diff_flag() -> None:
     snap = f.snapshot()
     json.dumps(snap)
     assert set(snap) == {
-        "netns", "protocol", "table", "weight_bits", "compat_mode", "stale_remaining_s",
-        "excluded", "groups", "routes", "kernel", "counters", "last_errors", "stale_held",
-        "foreign_routes", "conflicts",
+        "netns",
+        "protocol",
+        "table",
+        "weight_bits",
+        "compat_mode",
+        "stale_remaining_s",
+        "excluded",
+        "groups",
+        "routes",
+        "kernel",
+        "counters",
+        "last_errors",
+        "stale_held",
+        "foreign_routes",
+        "conflicts",
     }
     assert set(snap["stale_held"]) == {"routes", "groups", "nexthops"}
     assert snap["foreign_routes"] == []
     assert set(snap["conflicts"]) == {
-        "route_exists_on_create", "foreign_route_present", "foreign_route_appeared",
-        "glbd_route_replaced", "nexthop_id_taken", "nexthop_reowned",
+        "route_exists_on_create",
+        "foreign_route_present",
+        "foreign_route_appeared",
+        "glbd_route_replaced",
+        "nexthop_id_taken",
+        "nexthop_reowned",
     }
     g = snap["groups"]["p"]
     assert set(g) == {
-        "nhid", "type", "desired", "programmed", "installed", "excluded", "routes", "diff", "note",
+        "nhid",
+        "type",
+        "desired",
+        "programmed",
+        "installed",
+        "excluded",
+        "routes",
+        "diff",
+        "note",
     }
     assert g["desired"] == {"198.18.10.2@eth1": 3, "198.18.10.6@eth2": 1}
     assert g["programmed"] == {"198.18.10.2@eth1": 3}  # eth2 has no carrier

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from glbd import ctl
+from glbd.cli import glbctl as ctl
 from heartbeat.receiver import Receiver, ReceiverParams
 from heartbeat.sender import Sender, SenderParams
 from heartbeat.transport import HeartbeatEndpoint

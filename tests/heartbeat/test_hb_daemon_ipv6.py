@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from glbdlab.netns import Lab
 
-from glbd import config, ctl
-from glbd.lab.netns import Lab
+from glbd.app import config
+from glbd.cli import glbctl as ctl
 
 SP_IF, LF_IF = "sp-lf", "lf-sp"
 SP_ADDR, LF_ADDR = "2001:db8:ff::1", "2001:db8:ff::2"
@@ -83,7 +84,7 @@ def test_two_glbd_exchange_ipv6_heartbeats(netns_lab: Lab, tmp_path: Path) -> No
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for ns, cfg in ((lf, leaf), (sp, spine)):
-            log = open(cfg.parent / "glbd.log", "ab")  # noqa: SIM115 - handed to the child
+            log = open(cfg.parent / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
             procs.append(
                 ns.popen([sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log,
                          stderr=subprocess.STDOUT)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from glbd import config
+from glbd.app import config
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver
 from heartbeat.transport import (

@@ -9,8 +9,8 @@ import socket
 from collections.abc import Callable
 
 import pytest
+from glbdlab.netns import Lab, Netns
 
-from glbd.lab.netns import Lab, Netns
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, RemoteUpdate
 from heartbeat.sender import Sender, SenderParams, initial_sequence

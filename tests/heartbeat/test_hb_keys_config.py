@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from glbd import config
-from glbd.cli import check_config
-from glbd.wiring import heartbeat_keys
+from glbd.app import config
+from glbd.app.node import heartbeat_keys
+from glbd.cli.glbd import check_config
 from heartbeat.wire import HmacKey
 
 OLD_KEY, NEW_KEY = HmacKey(1, b"the old secret key"), HmacKey(2, b"the new secret key")

@@ -10,8 +10,8 @@ import struct
 from collections.abc import Callable
 
 import pytest
+from glbdlab.netns import Lab, Netns
 
-from glbd.lab.netns import Lab, Netns
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams, RemoteUpdate
 from heartbeat.sender import Sender, SenderParams, initial_sequence

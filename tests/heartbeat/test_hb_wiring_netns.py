@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from glbdlab.netns import Lab, Netns
 
-from glbd import config
-from glbd.daemon import Daemon
-from glbd.lab.netns import Lab, Netns
-from glbd.rib import PeerDown, PeerUp
-from glbd.wiring import Node
+from glbd.app import config
+from glbd.app.daemon import Daemon
+from glbd.app.node import Node
+from glbd.core.rib import PeerDown, PeerUp
 from heartbeat import wire
 from heartbeat.wire import Entry
 

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.slow]
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 def test_demo_runs_the_loop_and_prints_the_timeline() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "glbd.lab.cli", "demo"], capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "glbdlab.cli", "demo"], capture_output=True, text=True, timeout=240
     )
     out = r.stdout
     assert r.returncode == 0, out[-3000:] + r.stderr[-2000:]

@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-
-from glbd.lab.frr import FrrInstance, fabric_bgp_config, start_fabric_frr
-from glbd.lab.netns import list_lab_namespaces
-from glbd.lab.topology import Fabric, leaf_spine
+from glbdlab.frr import FrrInstance, fabric_bgp_config, start_fabric_frr
+from glbdlab.netns import list_lab_namespaces
+from glbdlab.topology import Fabric, leaf_spine
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr]
 

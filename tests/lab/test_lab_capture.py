@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from glbd.lab.capture import capture, decode_bfd, nhc_tlvs, parse_update
+from glbdlab.capture import capture, decode_bfd, nhc_tlvs, parse_update
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 

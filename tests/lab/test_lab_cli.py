@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from glbd import ctl
+from glbd.cli import glbctl as ctl
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 
 def lab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "glbd.lab.cli", *args],
+        [sys.executable, "-m", "glbdlab.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -52,7 +52,7 @@ def test_up_congest_cut_restore_down() -> None:
             [
                 sys.executable,
                 "-m",
-                "glbd.lab.cli",
+                "glbdlab.cli",
                 "congest",
                 "spine1",
                 "leaf2",

@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from glbd.lab import cli
-from glbd.lab.netns import Lab, list_lab_namespaces
+from glbdlab import cli
+from glbdlab.netns import Lab, list_lab_namespaces
 
 pytestmark = pytest.mark.netns
 
@@ -100,7 +99,7 @@ def _cleanup(lab: Lab) -> None:
 def _down(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GLBD_LAB_STATE_DIR": str(state_dir)}
     return subprocess.run(
-        [sys.executable, "-m", "glbd.lab.cli", "down", *args],
+        [sys.executable, "-m", "glbdlab.cli", "down", *args],
         capture_output=True,
         text=True,
         env=env,

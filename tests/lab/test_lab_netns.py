@@ -1,4 +1,4 @@
-"""glbd.lab.netns: namespaces and veths are created under a run tag and always deleted."""
+"""glbdlab.netns: namespaces and veths are created under a run tag and always deleted."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from glbd.lab.netns import Lab, LabError, check_ifname, list_lab_namespaces
+from glbdlab.netns import Lab, LabError, check_ifname, list_lab_namespaces
 
 pytestmark = pytest.mark.netns
 
@@ -87,7 +86,7 @@ def test_errors_are_one_line() -> None:
 def test_signal_cleans_up(sig: signal.Signals) -> None:
     code = (
         "import sys, time\n"
-        "from glbd.lab.netns import Lab\n"
+        "from glbdlab.netns import Lab\n"
         "lab = Lab()\n"
         "lab.pair()\n"
         "lab.netns('c').popen(['sleep', '60'])\n"

@@ -1,4 +1,4 @@
-"""glbd.lab.topology: the addressing plan (pure) and the fabric's fault helpers (netns)."""
+"""glbdlab.topology: the addressing plan (pure) and the fabric's fault helpers (netns)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import ipaddress
 from collections.abc import Callable
 
 import pytest
-
-from glbd.lab.netns import Lab, list_lab_namespaces
-from glbd.lab.topology import Fabric, leaf_spine
+from glbdlab.netns import Lab, list_lab_namespaces
+from glbdlab.topology import Fabric, leaf_spine
 
 V4 = ipaddress.ip_network("198.18.0.0/15")
 V6 = ipaddress.ip_network("2001:db8::/32")

@@ -7,13 +7,13 @@ import os
 import socket
 
 import pytest
+from glbdlab.netns import Lab
 
-from glbd.lab.netns import Lab
-from glbd.netlink import const as c
-from glbd.netlink.client import NetlinkError, NetlinkSocket
-from glbd.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg, TcMsg
-from glbd.netlink.netns import in_netns, read_sysctl
-from glbd.netlink.rtnl import (
+from glbd.codec.netlink import const as c
+from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg, TcMsg
+from glbd.io.netlink import NetlinkError, NetlinkSocket
+from glbd.io.netns import in_netns, read_sysctl
+from glbd.io.rtnl import (
     LINK_WANT,
     QDISC_WANT,
     link_dump,

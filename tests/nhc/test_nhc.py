@@ -13,8 +13,8 @@ from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd import nhc
-from glbd.nhc import BgpId, DecodeError, NextHopMatch, Nhc, NhcAttribute, Nnhn, RawTlv
+from glbd.codec import nhc
+from glbd.codec.nhc import BgpId, DecodeError, NextHopMatch, Nhc, NhcAttribute, Nnhn, RawTlv
 
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address
@@ -110,7 +110,7 @@ def _path_attributes(update: bytes) -> dict[int, bytes]:
 
 
 def test_frr10_capture_vector() -> None:
-    """The lab's real FRR 10.7.1 capture (glbd.lab.capture -> tests/vectors/frr10_nnhn.json)."""
+    """The lab's real FRR 10.7.1 capture (glbdlab.capture -> tests/vectors/frr10_nnhn.json)."""
     doc = json.loads((VECTORS / "frr10_nnhn.json").read_text())
     attr = nhc.decode_attribute(bytes.fromhex(doc["attribute_hex"]))
     assert attr.flags == int(doc["attribute_flags"], 16) == 0xD0

@@ -10,7 +10,7 @@ from collections.abc import Generator
 
 import pytest
 
-from glbd.linkmon import (
+from glbd.io.linkmon import (
     Columns,
     LinkMonitor,
     LinkMonParams,

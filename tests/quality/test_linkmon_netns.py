@@ -10,9 +10,9 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
+from glbdlab.netns import Lab, Netns
 
-from glbd.lab.netns import Lab, Netns
-from glbd.linkmon import (
+from glbd.io.linkmon import (
     LinkMonitor,
     LinkMonParams,
     LinkSample,
@@ -94,7 +94,7 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
 
 @pytest.mark.netns
 async def test_lean_and_compat_readers_agree(netns_lab: Lab) -> None:
-    from glbd.netlink.client import NetlinkSocket
+    from glbd.io.netlink import NetlinkSocket
 
     a, _b = netns_lab.pair("p", "q")
     lean = await StatsReader.open(netns=a.name)

@@ -8,8 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd import rib
-from glbd.pathtable import (
+from glbd.core import rib
+from glbd.core.pathtable import (
     Changes,
     LocalLink,
     NextHop,
@@ -243,7 +243,7 @@ def test_rib_event_and_json() -> None:
 @given(st.lists(st.floats(0, 7), min_size=2, max_size=2))
 @settings(max_examples=100, deadline=None)
 def test_weight_is_monotone_in_quality(qs: list[float]) -> None:
-    from glbd.pathtable import DEFAULT_WEIGHT_TABLE, _interp
+    from glbd.core.pathtable import DEFAULT_WEIGHT_TABLE, _interp
 
     a, b = sorted(qs)
     assert _interp(DEFAULT_WEIGHT_TABLE, a) <= _interp(DEFAULT_WEIGHT_TABLE, b)

@@ -8,7 +8,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.pathtable import LocalLink, NextHop, PathTable, PathTableParams, RemoteLink, Weight
+from glbd.core.pathtable import LocalLink, NextHop, PathTable, PathTableParams, RemoteLink, Weight
 from heartbeat import wire
 
 S = [wire.node_id(f"10.0.0.{i}") for i in range(1, 4)]  # helpers

@@ -10,10 +10,10 @@ import socket
 import time
 
 import pytest
+from glbdlab.netns import Lab
 
-from glbd import config as cfgmod
-from glbd.lab.netns import Lab
-from glbd.linkmon import (
+from glbd.app import config as cfgmod
+from glbd.io.linkmon import (
     LinkMonitor,
     LinkMonParams,
     LinkSample,
@@ -114,7 +114,7 @@ def test_floor_counter_reset_and_no_classes() -> None:
 def test_a_load_balancers_own_residual_feeds_its_local_capacity() -> None:
     """Foreign traffic on a leaf's own uplink: the path table's local part uses the residual
     (``LinkQuality.usable``, what the wiring hands to ``set_local``), so DLB weights follow."""
-    from glbd.pathtable import NextHop, PathTable, PathTableParams
+    from glbd.core.pathtable import NextHop, PathTable, PathTableParams
 
     mons = {}
     t = PathTable(PathTableParams())

@@ -1,0 +1,774 @@
+"""glbd configuration: TOML file -> pydantic models (strict, frozen) -> plain values for the cores.
+
+The flow is one way. ``load(path)`` parses and validates the whole file and either returns a
+:class:`Config` or raises :class:`ConfigError` listing *every* problem with the file, the dotted key
+path and the reason. Nothing is applied until a whole file validates, so a bad file never
+half-applies and a failed reload keeps the old config.
+
+Secrets (the heartbeat HMAC key) are read from a separate file at load time; they are held in a
+:class:`Secret` whose ``repr``/``str`` never show the value, so they cannot leak through logs.
+
+Reference (every key, type, default and range) is in README.md, "Configuration reference"; the
+examples in ``conf/`` are checked by the test suite.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import os
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+
+def _ip(v: Any) -> Any:
+    if isinstance(v, ipaddress.IPv4Address | ipaddress.IPv6Address):
+        return v
+    if not isinstance(v, str):
+        raise ValueError("expected an IP address as a string")
+    try:
+        return ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"{v!r} is not a valid IPv4 or IPv6 address") from None
+
+
+def _net(v: Any) -> Any:
+    if isinstance(v, ipaddress.IPv4Network | ipaddress.IPv6Network):
+        return v
+    if not isinstance(v, str):
+        raise ValueError("expected a prefix as a string, e.g. '198.19.1.0/24'")
+    try:
+        return ipaddress.ip_network(v, strict=True)
+    except ValueError as e:
+        raise ValueError(f"{v!r}: {e}") from None
+
+
+def _tristate(v: Any) -> Any:
+    if v is True or v is False or v == "auto":
+        return v
+    raise ValueError(f'expected true, false or "auto", got {v!r}')
+
+
+IPAddr = Annotated[
+    ipaddress.IPv4Address | ipaddress.IPv6Address,
+    BeforeValidator(_ip),
+    PlainSerializer(str, return_type=str),
+]
+IPNet = Annotated[
+    ipaddress.IPv4Network | ipaddress.IPv6Network,
+    BeforeValidator(_net),
+    PlainSerializer(str, return_type=str),
+]
+
+HEARTBEAT_GROUP_V4 = "224.0.0.149"
+#: glbd's IPv6 heartbeat group (no IANA assignment exists; 224.0.0.149 is not assigned either).
+#: Link scope, so never forwarded off the link; the T flag (ff1x) marks it transient, i.e. not
+#: from IANA's permanent registry, where ff0x::149 belongs to EPSON-disc-set (ff0x::140-14f).
+HEARTBEAT_GROUP_V6 = "ff12::149"
+HEARTBEAT_PORT = 6149
+#: glbd's route/nexthop protocol number (rtnetlink ``rtm_protocol``/``nh_protocol``). 200 is not
+#: used by any routing daemon listed in iproute2's rt_protos (zebra 11, bird 12, bgp 186..., 192).
+RTPROT_GLBD = 200
+
+_IFNAME = re.compile(r"^[^\s/:]{1,15}$")
+
+
+class Secret:
+    """A secret value that never shows itself in repr/str/logs."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def reveal(self) -> bytes:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret(***)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+def _read_secret(path: Path, lo: int, hi: int, what: str) -> Secret:
+    """Read a secret from ``path`` (trailing newlines stripped) and check its length.
+
+    Like OpenSSH with a private key: the file (a symlink's target) must be a regular file owned
+    by root or by us, neither readable by other users nor writable by group or others. A
+    group-readable file (0640 root:glbd) is accepted with a warning."""
+    import stat
+
+    import structlog
+
+    where = f"secret_file {str(path)!r}"
+    try:
+        # O_NONBLOCK: a FIFO planted in place of the key must not hang the loader
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ValueError(f"{where} unreadable: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)  # the opened file itself: no swap between check and read
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{where} is not a regular file")
+        if st.st_uid not in (0, os.geteuid()):
+            raise ValueError(
+                f"{where} is owned by uid {st.st_uid}, who can change the key: "
+                f"chown root and chmod 600 it"
+            )
+        mode = stat.S_IMODE(st.st_mode)
+        for bit, who in (
+            (0o004, "readable by other users"),
+            (0o002, "writable by other users"),
+            (0o020, "writable by its group"),
+        ):
+            if mode & bit:
+                raise ValueError(
+                    f"{where} is {who} (mode {mode:04o}): chmod 600 it "
+                    f"(0640 for a group that must read it)"
+                )
+        if mode & 0o040:
+            structlog.get_logger(__name__).warning(
+                "secret_file_group_readable", path=str(path), mode=f"{mode:04o}", gid=st.st_gid
+            )
+        try:
+            data = f.read().rstrip(b"\r\n")
+        except OSError as e:
+            raise ValueError(f"{where} unreadable: {e.strerror}") from None
+    if not lo <= len(data) <= hi:
+        raise ValueError(
+            f"secret_file {str(path)!r}: {what} is {lo}-{hi} bytes, the file holds {len(data)}"
+        )
+    return Secret(data)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+# --------------------------------------------------------------------------------------------
+# sections
+
+
+BfdAuthType = Literal[
+    "simple", "keyed-md5", "meticulous-keyed-md5", "keyed-sha1", "meticulous-keyed-sha1"
+]
+
+
+class _KeyFile(_Model):
+    """A key id plus a secret read from a file at load time (never shown)."""
+
+    key_id: Annotated[int, Field(ge=0, le=255)]
+    secret_file: Path
+    secret: Secret | None = Field(default=None, exclude=True)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    def _bounds(self) -> tuple[int, int, str]:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _read_secret(self) -> Self:
+        lo, hi, what = self._bounds()
+        object.__setattr__(self, "secret", _read_secret(self.secret_file, lo, hi, what))
+        return self
+
+
+class BfdAuthKey(_KeyFile):
+    """A key accepted on receive during a key rollover; its length is checked by the parent."""
+
+    def _bounds(self) -> tuple[int, int, str]:
+        return 1, 20, "a BFD key"
+
+
+class BfdAuth(_KeyFile):
+    """RFC 5880 §6.7 authentication. The key (password) is read from ``secret_file``:
+    1-16 bytes for simple and MD5, up to 20 for SHA1; trailing newlines are stripped.
+    We transmit with ``key_id``; ``accept`` lists further keys (each with its own key id)
+    accepted on receive during a key rollover, the received Key ID selecting the key."""
+
+    type: BfdAuthType
+    accept: tuple[BfdAuthKey, ...] = ()
+
+    def _bounds(self) -> tuple[int, int, str]:
+        return 1, 20 if "sha1" in self.type else 16, f"a {self.type} key"
+
+    @model_validator(mode="after")
+    def _check_accept(self) -> Self:
+        lo, hi, what = self._bounds()
+        ids = {self.key_id}
+        for k in self.accept:
+            if k.key_id in ids:
+                raise ValueError(f"key_id {k.key_id} is configured twice")
+            ids.add(k.key_id)
+            n = len(k.secret.reveal()) if k.secret is not None else 0
+            if not lo <= n <= hi:
+                raise ValueError(
+                    f"accept key_id {k.key_id}: {what} is {lo}-{hi} bytes, the file holds {n}"
+                )
+        return self
+
+
+class BfdSection(_Model):
+    """BFD defaults (per neighbor overridable). Intervals in milliseconds."""
+
+    enabled: bool = True
+    min_tx_ms: Annotated[int, Field(ge=3, le=60_000)] = 50
+    min_rx_ms: Annotated[int, Field(ge=3, le=60_000)] = 50
+    detect_mult: Annotated[int, Field(ge=1, le=255)] = 3
+    passive: bool = False
+    #: advertise the C bit (RFC 5880: BFD does not share fate with the control plane)
+    cpi: bool = False
+    auth: BfdAuth | None = None
+    #: engine-wide: SCHED_FIFO priority of the BFD engine process (0 = normal scheduling).
+    #: Measured: without it, 256 sessions at 3x50 ms flap on a busy 2-core box; with it, 1024 hold
+    rt_priority: Annotated[int, Field(ge=0, le=99)] = 10
+    #: engine-wide: "process" (own interpreter, isolated from glbd's loop) or "thread"
+    mode: Literal["process", "thread"] = "process"
+    #: engine-wide: the BFD engine itself deletes a failed peer's nexthops in the kernel
+    #: (pre-armed RTM_DELNEXTHOP, bfd/failover.py) instead of waiting for glbd's event loop
+    kernel_failover: bool = True
+
+
+class BfdOverride(_Model):
+    enabled: bool | None = None
+    min_tx_ms: Annotated[int, Field(ge=3, le=60_000)] | None = None
+    min_rx_ms: Annotated[int, Field(ge=3, le=60_000)] | None = None
+    detect_mult: Annotated[int, Field(ge=1, le=255)] | None = None
+    passive: bool | None = None
+    cpi: bool | None = None
+    auth: BfdAuth | None = None
+
+
+class NeighborSection(_Model):
+    address: IPAddr
+    remote_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
+    interface: str
+    local_address: IPAddr | None = None
+    hold_time: Annotated[int, Field(ge=3, le=65535)] | None = None
+    description: str = ""
+    #: only accept the TCP session (true), always connect (false), or "auto": passive when our
+    #: address is the lower one, so two glbd routers never both connect
+    passive: Annotated[bool | Literal["auto"], BeforeValidator(_tristate)] = "auto"
+    bfd: BfdOverride = BfdOverride()
+
+    @field_validator("interface")
+    @classmethod
+    def _ifname(cls, v: str) -> str:
+        if not _IFNAME.match(v):
+            raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
+        return v
+
+    @model_validator(mode="after")
+    def _families(self) -> Self:
+        if self.local_address is not None and self.local_address.version != self.address.version:
+            raise ValueError("local_address and address are of different IP versions")
+        return self
+
+
+class BgpSection(_Model):
+    hold_time: Annotated[int, Field(ge=3, le=65535)] = 9
+    #: paths of equal AS-path length through different neighbor ASes form one multipath set
+    multipath_relax: bool = True
+    max_paths: Annotated[int, Field(ge=1, le=1024)] = 128
+    #: load-balancer: accept an all-zero NHC next hop (FRR sends 0.0.0.0) unless strict
+    nnhn_strict_next_hop: bool = False
+    #: keep installed routes this long after ExaBGP restarts before withdrawing unrefreshed ones
+    stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
+    #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
+    bfd_strict: bool = True
+    #: UPDATEs arriving within this long of a selection are selected together at its end
+    #: (a quiet RIB still selects at once); 0 = select on every UPDATE
+    update_coalesce_ms: Annotated[float, Field(ge=0, le=1000)] = 50.0
+    #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR computes one NNHN per UPDATE
+    #: from its first prefix, so by default only that prefix's NNHN is used)
+    trust_packed_nnhn: bool = False
+    exabgp_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+
+
+class HeartbeatAuth(_KeyFile):
+    """HMAC-SHA256 trailer key: at least 16 bytes of secret."""
+
+    def _bounds(self) -> tuple[int, int, str]:
+        return 16, 4096, "an HMAC key"
+
+
+def _hb_group4(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            a = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a valid IPv4 address") from None
+        if a.version == 6:
+            raise ValueError(
+                f"{v!r} is IPv6: group is the IPv4 group; put an IPv6 group in heartbeat.group6"
+            )
+    return v
+
+
+_HB_GROUP6_TAKEN = (ipaddress.IPv6Address("ff02::1"), ipaddress.IPv6Address("ff02::2"))
+
+
+def _hb_group6(v: Any) -> Any:
+    """heartbeat.group6: IPv6 multicast of link-local scope, not a group every node joins."""
+    a: ipaddress.IPv4Address | ipaddress.IPv6Address
+    if isinstance(v, ipaddress.IPv6Address):
+        a = v
+    elif isinstance(v, str):
+        try:
+            a = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a valid IPv6 address") from None
+        if not isinstance(a, ipaddress.IPv6Address):
+            raise ValueError(
+                f"{v!r} is IPv4: group6 is the IPv6 group; put an IPv4 group in heartbeat.group"
+            )
+    else:
+        raise ValueError("expected an IPv6 multicast address as a string, e.g. 'ff12::149'")
+    if a.scope_id is not None:
+        raise ValueError(f"{v!r}: no zone; the group is joined on each fabric interface")
+    if not a.is_multicast:
+        raise ValueError(f"{a} is not an IPv6 multicast address (ff00::/8)")
+    if (int(a) >> 112) & 0xF != 2:
+        raise ValueError(
+            f"{a} is not of link-local scope (ff02::/16): heartbeats are one-hop (hop limit 255 "
+            "is checked on receipt) and a link-scope group is never forwarded off the link, "
+            "like 224.0.0.0/24 for IPv4"
+        )
+    if int(a) & ((1 << 112) - 1) == 0:
+        raise ValueError(f"{a} has group id 0, which is reserved (RFC 4291)")
+    if a in _HB_GROUP6_TAKEN or a in ipaddress.IPv6Network("ff02::1:ff00:0/104"):
+        raise ValueError(
+            f"{a} is a group the kernel joins for other protocols (all-nodes, all-routers or "
+            "solicited-node): pick one only glbd joins, e.g. ff12::149"
+        )
+    return a
+
+
+IPv6Group = Annotated[
+    ipaddress.IPv6Address, BeforeValidator(_hb_group6), PlainSerializer(str, return_type=str)
+]
+
+
+class HeartbeatSection(_Model):
+    """Heartbeats (docs/heartbeat.md §1). Each fabric interface uses the address family of its
+    BGP neighbour: an IPv4 neighbour gets IPv4 heartbeats to ``group``, an IPv6 neighbour
+    (numbered, or link-local on an unnumbered link) IPv6 heartbeats to ``group6``; an interface
+    with neighbours of both families uses IPv4."""
+
+    enabled: bool = True
+    group: Annotated[ipaddress.IPv4Address, BeforeValidator(_hb_group4)] = ipaddress.IPv4Address(
+        HEARTBEAT_GROUP_V4
+    )
+    group6: IPv6Group = ipaddress.IPv6Address(HEARTBEAT_GROUP_V6)
+    port: Annotated[int, Field(ge=1, le=65535)] = HEARTBEAT_PORT
+    interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 20
+    on_change: bool = True
+    min_spacing_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
+    hold_multiplier: Annotated[int, Field(ge=2, le=255)] = 3
+    #: one HMAC key (the simple case), or ``keys``: several at once for a rollover, every one
+    #: accepted, ``send_key_id`` (default: the only one) signs what this node sends
+    auth: HeartbeatAuth | None = None
+    keys: list[HeartbeatAuth] = []
+    send_key_id: Annotated[int, Field(ge=0, le=255)] | None = None
+
+    @field_validator("group")
+    @classmethod
+    def _mcast4(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        if not v.is_multicast:
+            raise ValueError(f"{v} is not an IPv4 multicast address (224.0.0.0/4)")
+        return v
+
+    @model_validator(mode="after")
+    def _spacing(self) -> Self:
+        if self.min_spacing_ms > self.interval_ms:
+            raise ValueError("min_spacing_ms must not exceed interval_ms")
+        return self
+
+    @model_validator(mode="after")
+    def _key_ring(self) -> Self:
+        if self.auth is not None and self.keys:
+            raise ValueError("set heartbeat.auth (one key) or heartbeat.keys (several), not both")
+        ids = [k.key_id for k in self.all_keys()]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"heartbeat.keys: key_id {dup[0]} is listed twice")
+        if self.send_key_id is None and len(ids) > 1:
+            raise ValueError("heartbeat.send_key_id: name the key this node signs with")
+        if self.send_key_id is not None and self.send_key_id not in ids:
+            raise ValueError(f"heartbeat.send_key_id {self.send_key_id} is not a configured key")
+        return self
+
+    def all_keys(self) -> list[HeartbeatAuth]:
+        """Every accepted key (``auth`` or ``keys``)."""
+        return [self.auth] if self.auth is not None else list(self.keys)
+
+    def send_key(self) -> HeartbeatAuth | None:
+        """The key this node signs its heartbeats with (None: unsigned)."""
+        ks = self.all_keys()
+        if self.send_key_id is None:
+            return ks[0] if ks else None
+        return next(k for k in ks if k.key_id == self.send_key_id)
+
+    def warnings(self) -> list[str]:
+        """What ``glbd check-config`` warns about (valid, but a choice worth seeing)."""
+        if self.enabled and not self.all_keys():
+            return [
+                "heartbeat: no HMAC key (heartbeat.auth / heartbeat.keys): anyone on a fabric "
+                "link can forge or replay link qualities (docs/heartbeat.md, 'Without "
+                "authentication')"
+            ]
+        return []
+
+
+class LinkQualitySection(_Model):
+    """DLB-style quality bands. Load in percent of capacity, queue in bytes of qdisc backlog."""
+
+    sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 10
+    #: EWMA weight of a new sample, 0 < alpha <= 1
+    ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.25
+    load_min_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
+    load_max_pct: Annotated[float, Field(ge=0, le=100)] = 90.0
+    queue_min_bytes: Annotated[int, Field(ge=0)] = 3_000
+    queue_max_bytes: Annotated[int, Field(ge=1)] = 300_000
+    #: share of the load band in the combined quality; (1 - rate_weight) goes to the queue band
+    rate_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
+    #: a one-band change is reported once the score is this far (in bands) past the boundary,
+    #: or after this many samples in the new band; two bands, down and up go out at once
+    hysteresis_margin: Annotated[float, Field(ge=0, lt=1)] = 0.25
+    hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 3
+    #: interface name -> capacity in Mbit/s (veth and shaped links report no true speed)
+    capacity_mbps: dict[str, Annotated[float, Field(gt=0)]] = {}
+    default_capacity_mbps: Annotated[float, Field(gt=0)] = 10_000.0
+    #: tc classes ("major:minor", hex, as tc prints them) on the fabric interfaces whose
+    #: traffic no load balancer can steer (strict-priority classes above the steered one);
+    #: heartbeats then report capacity minus their rate (residual capacity). Each class needs
+    #: a leaf qdisc of its own (tc qdisc add ... parent 10:2 ...), whose counters are read
+    foreign_classes: list[str] = []
+
+    @field_validator("foreign_classes")
+    @classmethod
+    def _handles(cls, v: list[str]) -> list[str]:
+        from glbd.io.linkmon import parse_tc_handle
+
+        for h in v:
+            parse_tc_handle(h)
+        return v
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Self:
+        if self.load_min_pct >= self.load_max_pct:
+            raise ValueError("load_min_pct must be below load_max_pct")
+        if self.queue_min_bytes >= self.queue_max_bytes:
+            raise ValueError("queue_min_bytes must be below queue_max_bytes")
+        for name in self.capacity_mbps:
+            if not _IFNAME.match(name):
+                raise ValueError(f"capacity_mbps: {name!r} is not a Linux interface name")
+        return self
+
+
+class PathQualitySection(_Model):
+    """How local and remote quality become weights (see docs/heartbeat.md §7)."""
+
+    #: "bottleneck": min(local, remote); "mean": their average
+    combine: Literal["bottleneck", "mean"] = "bottleneck"
+    #: weight multiplier for combined quality 0..7 (monotone, positive)
+    weight_table: list[Annotated[int, Field(ge=1, le=65535)]] = [1, 2, 3, 5, 8, 12, 18, 27]
+    #: the best next hop of a profile gets this weight (kernel: 255, or up to 65535 on 6.12+)
+    max_weight: Annotated[int, Field(ge=1, le=65535)] = 255
+    #: split by usable capacity x quality (WCMP), not just by quality
+    capacity_aware: bool = True
+    #: weights with memory: hold a next hop's penalty for a clearly worse downstream link until
+    #: that link shows headroom (docs/heartbeat.md §7); false = weights from the current bands only
+    weight_memory: bool = True
+
+    @field_validator("weight_table")
+    @classmethod
+    def _table(cls, v: list[int]) -> list[int]:
+        if len(v) != 8:
+            raise ValueError("needs exactly 8 values, for quality 0..7")
+        if any(a > b for a, b in itertools.pairwise(v)):
+            raise ValueError("must not decrease (a better quality never gets less weight)")
+        return v
+
+
+class FibSection(_Model):
+    protocol: Annotated[int, Field(ge=5, le=255)] = RTPROT_GLBD
+    table: Annotated[int, Field(ge=1, le=2**32 - 1)] = 254
+    group_type: Literal["resilient", "hash-threshold"] = "resilient"
+    resilient_buckets: Annotated[int, Field(ge=2, le=65535)] = 128
+    resilient_idle_timer_s: Annotated[float, Field(ge=0, le=3600)] = 1.0
+    resilient_unbalanced_timer_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    #: set net.ipv4.nexthop_compat_mode=0 in glbd's namespace (weight changes stop emitting one
+    #: RTM_NEWROUTE per route; route dumps then omit the expanded multipath)
+    set_compat_mode_off: bool = False
+    on_stop: Literal["keep", "remove"] = "keep"
+    #: after a restart, adopted objects nobody re-claims are removed after this long
+    stale_timer_s: Annotated[float, Field(ge=0, le=86_400)] = 300.0
+    reconcile_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    #: full route audit (a route dump compared with the desired state); the periodic reconcile
+    #: in between checks links and nexthops only, which is cheap at any route count
+    route_audit_interval_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+
+
+class ControlSection(_Model):
+    socket: Path = Path("/run/glbd/glbd.sock")
+
+
+class LoggingSection(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "console", "json"] = "auto"
+
+
+class MetricsSection(_Model):
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _hostport(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, sep, port = v.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9477")
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            raise ValueError(f"{host!r} is not an IP address") from None
+        return v
+
+
+class Config(_Model):
+    router_id: ipaddress.IPv4Address
+    local_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
+    role: Literal["helper", "load-balancer", "both"]
+    neighbors: list[NeighborSection] = []
+    originate: list[IPNet] = []
+    bfd: BfdSection = BfdSection()
+    bgp: BgpSection = BgpSection()
+    heartbeat: HeartbeatSection = HeartbeatSection()
+    link_quality: LinkQualitySection = LinkQualitySection()
+    path_quality: PathQualitySection = PathQualitySection()
+    fib: FibSection = FibSection()
+    control: ControlSection = ControlSection()
+    logging: LoggingSection = LoggingSection()
+    metrics: MetricsSection = MetricsSection()
+
+    @field_validator("router_id")
+    @classmethod
+    def _rid(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        if int(v) == 0:
+            raise ValueError("router_id must not be 0.0.0.0")
+        return v
+
+    @model_validator(mode="after")
+    def _unique(self) -> Self:
+        problems = _duplicates(
+            [str(n.address) for n in self.neighbors], [str(p) for p in self.originate]
+        )
+        if problems:
+            raise ValueError("; ".join(p.reason for p in problems))
+        return self
+
+    # ---- derived views -----------------------------------------------------------------
+
+    @property
+    def is_helper(self) -> bool:
+        return self.role in ("helper", "both")
+
+    @property
+    def is_load_balancer(self) -> bool:
+        return self.role in ("load-balancer", "both")
+
+    def neighbor_bfd(self, n: NeighborSection) -> BfdSection:
+        """The effective BFD settings of one neighbor (its overrides over the defaults)."""
+        over = {
+            k: getattr(n.bfd, k) for k in type(n.bfd).model_fields if getattr(n.bfd, k) is not None
+        }
+        return self.bfd.model_copy(update=over)
+
+    def redacted(self) -> dict[str, Any]:
+        """JSON-safe dump with secrets removed (for `glbctl config` and logs)."""
+        data = self.model_dump(mode="json")
+        for auth in (
+            data.get("heartbeat", {}).get("auth"),
+            *data.get("heartbeat", {}).get("keys", []),
+            data.get("bfd", {}).get("auth"),
+            *(n.get("bfd", {}).get("auth") for n in data.get("neighbors", [])),
+        ):
+            if auth:
+                auth.pop("secret", None)
+        return data
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str
+    reason: str
+
+    def format(self, path: str) -> str:
+        return f"{path}: {self.key}: {self.reason}"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; ``problems`` lists every error found."""
+
+    def __init__(self, path: str, problems: Iterable[Problem]) -> None:
+        self.path = path
+        self.problems = list(problems)
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        return "\n".join(p.format(self.path) for p in self.problems)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        # pydantic inserts union member tags ("IPv4Address") and validator names into loc
+        if isinstance(item, str) and (item[:1].isupper() or item.startswith("function-")):
+            continue
+        parts.append(str(item))
+    return ".".join(parts) or "(top level)"
+
+
+def _reason(err: Any) -> str:
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(err.get("msg", "invalid"))
+    return msg.removeprefix("Value error, ")
+
+
+def _duplicates(neighbors: list[Any], originate: list[Any]) -> list[Problem]:
+    """Duplicate neighbors/prefixes, found on raw values so they are reported even when other
+    keys of the same file fail validation."""
+
+    def norm(v: Any, conv: Any) -> str | None:
+        try:
+            return str(conv(v))
+        except (ValueError, TypeError):
+            return None
+
+    out: list[Problem] = []
+    seen: dict[str, int] = {}
+    for i, a in enumerate(neighbors):
+        key = norm(a, ipaddress.ip_address)
+        if key is None:
+            continue
+        if key in seen:
+            out.append(
+                Problem(
+                    f"neighbors.{i}.address",
+                    f"duplicate neighbor {key} (also neighbors.{seen[key]})",
+                )
+            )
+        else:
+            seen[key] = i
+    nets: dict[str, int] = {}
+    for i, p in enumerate(originate):
+        key = norm(p, lambda x: ipaddress.ip_network(x, strict=False))
+        if key is None:
+            continue
+        if key in nets:
+            out.append(
+                Problem(f"originate.{i}", f"duplicate prefix {key} (also originate.{nets[key]})")
+            )
+        else:
+            nets[key] = i
+    return out
+
+
+def parse(data: dict[str, Any], path: str = "<config>") -> Config:
+    """Validate an already-parsed TOML document."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        problems: dict[tuple[str, str], None] = {}
+        for err in e.errors():
+            if err.get("type") == "value_error" and "duplicate " in str(err.get("msg")):
+                continue  # reported with a precise key by _duplicates below
+            problems[(_loc(err["loc"]), _reason(err))] = None
+        raw_n = data.get("neighbors")
+        raw_o = data.get("originate")
+        nlist: list[Any] = raw_n if isinstance(raw_n, list) else []
+        olist: list[Any] = raw_o if isinstance(raw_o, list) else []
+        addrs = [n.get("address") for n in nlist if isinstance(n, dict)]
+        for p in _duplicates(addrs, olist):
+            problems[(p.key, p.reason)] = None
+        raise ConfigError(path, [Problem(k, r) for k, r in problems]) from None
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read, parse and validate a config file; raise :class:`ConfigError` on any problem."""
+    p = str(path)
+    try:
+        raw = Path(p).read_bytes()
+    except OSError as e:
+        raise ConfigError(p, [Problem("(file)", f"cannot read: {e.strerror}")]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(p, [Problem("(file)", "not UTF-8 text")]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(p, [Problem("(syntax)", str(e))]) from None
+    return parse(data, p)
+
+
+# --------------------------------------------------------------------------------------------
+# reload support
+
+
+def diff(old: Config, new: Config) -> dict[str, Any]:
+    """What changed between two configs, by area, for an apply-only-what-changed reload.
+
+    Returns ``{"neighbors_added": [...], "neighbors_removed": [...], "neighbors_changed": [...],
+    "sections": [names of other top-level sections that differ], "restart_required": [...]}``.
+    ``router_id``, ``local_as`` and ``role`` cannot change without a restart.
+    """
+    old_n = {n.address: n for n in old.neighbors}
+    new_n = {n.address: n for n in new.neighbors}
+    out: dict[str, Any] = {
+        "neighbors_added": sorted(str(a) for a in new_n.keys() - old_n.keys()),
+        "neighbors_removed": sorted(str(a) for a in old_n.keys() - new_n.keys()),
+        "neighbors_changed": sorted(
+            str(a) for a in new_n.keys() & old_n.keys() if new_n[a] != old_n[a]
+        ),
+        "sections": [],
+        "restart_required": [],
+    }
+    for name in ("router_id", "local_as", "role"):
+        if getattr(old, name) != getattr(new, name):
+            out["restart_required"].append(name)
+    for name in Config.model_fields:
+        if name in ("router_id", "local_as", "role", "neighbors"):
+            continue
+        if getattr(old, name) != getattr(new, name):
+            out["sections"].append(name)
+    return out

@@ -1,0 +1,420 @@
+"""glbd's composition root: builds the cores and transports from the config and wires them.
+
+Data flow (each arrow is a plain method call on the event loop, or an event hopped onto it)::
+
+    ExaBGP --API--> BgpSpeaker (RIB, NNHN) --per-prefix NH/NNH sets--> PathTable
+    BFD engine (own thread) --state events--> BgpSpeaker (strict mode) + fast failover -> FIB
+    LinkMonitor --local qualities--> PathTable (load balancer) / HeartbeatSender (helper)
+    HeartbeatReceiver --remote qualities--> PathTable
+    PathTable --changed profiles--> FibProgrammer (one nexthop-group replace per profile)
+
+Nothing on the loop blocks: netlink and pipes are async, BFD runs on its own thread. The loop's
+lag (how late a 100 ms tick fires) is measured and exposed in ``glbctl status`` and metrics;
+systemd's watchdog is pinged from the same loop.
+
+Lifecycle: ``start()`` brings parts up in dependency order and tells systemd READY once the
+control socket is bound and ExaBGP answered; SIGHUP (or ``glbctl reload``) validates the file and
+applies only what changed, keeping the old config when the new one is bad; SIGTERM stops in order
+(withdraw, stop ExaBGP, stop BFD, leave the FIB as configured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from glbd import __version__
+from glbd.app import config as cfgmod
+from glbd.app import log as logmod
+from glbd.io import systemd
+from glbd.io.control import ControlServer
+from glbd.io.metrics import MetricsServer, Sample
+
+log = structlog.get_logger(__name__)
+
+
+class Component(Protocol):
+    """What the daemon needs of every part it runs."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def samples(self) -> Iterable[Sample]: ...
+
+
+class StartError(Exception):
+    def __init__(self, component: str) -> None:
+        super().__init__(component)
+        self.component = component
+
+
+@dataclass
+class LoopLag:
+    """Event-loop lag: how late a periodic tick runs. Cheap enough to run always."""
+
+    interval: float = 0.1
+    last: float = 0.0
+    max: float = 0.0
+    ewma: float = 0.0
+    ticks: int = 0
+    late_10ms: int = 0
+
+    def record(self, lag: float) -> None:
+        self.last = lag
+        self.max = max(self.max, lag)
+        self.ewma = lag if self.ticks == 0 else 0.9 * self.ewma + 0.1 * lag
+        self.ticks += 1
+        if lag > 0.010:
+            self.late_10ms += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_ms": round(self.last * 1e3, 3),
+            "max_ms": round(self.max * 1e3, 3),
+            "ewma_ms": round(self.ewma * 1e3, 3),
+            "ticks": self.ticks,
+            "late_10ms": self.late_10ms,
+        }
+
+
+@dataclass
+class ReloadResult:
+    ok: bool
+    at: float
+    message: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "at": self.at, "message": self.message, "changes": self.changes}
+
+
+ComponentFactory = Callable[["Daemon"], list[Component]]
+
+
+class Daemon:
+    def __init__(
+        self, config_path: str, cfg: cfgmod.Config, components: ComponentFactory | None = None
+    ) -> None:
+        self.config_path = config_path
+        self.cfg = cfg
+        self.started_at = time.time()
+        self.state = "starting"
+        self.lag = LoopLag()
+        self.last_reload: ReloadResult | None = None
+        self._factory = components or default_components
+        self.components: list[Component] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.control = ControlServer(cfg.control.socket, self._handlers())
+        self.metrics: MetricsServer | None = None
+        self._reload_lock = asyncio.Lock()
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig, fn in (
+            (signal.SIGTERM, self.request_stop),
+            (signal.SIGINT, self.request_stop),
+            (signal.SIGHUP, self._sighup),
+        ):
+            loop.add_signal_handler(sig, fn)
+        heap_report = os.environ.get("GLBD_HEAP_REPORT")
+        if heap_report:  # diagnosis only: tracemalloc slows allocation several-fold
+            tracemalloc.start()
+            loop.add_signal_handler(signal.SIGUSR2, _write_heap_report, heap_report)
+        try:
+            await self.start()
+            await self._stop.wait()
+        except StartError as e:
+            log.error("start_failed", component=e.component, error=str(e.__cause__ or e))
+            print(f"glbd: {e.component} failed to start: {e.__cause__ or e}", file=sys.stderr)
+            return 1
+        finally:
+            await self.stop()
+        return 0
+
+    async def start(self) -> None:
+        systemd.status("starting")
+        self._tasks.append(asyncio.create_task(self._lag_task(), name="loop-lag"))
+        wd = systemd.watchdog_interval()
+        if wd:
+            self._tasks.append(asyncio.create_task(self._watchdog_task(wd), name="watchdog"))
+        await self.control.start()
+        if self.cfg.metrics.listen:
+            self.metrics = MetricsServer(self.cfg.metrics.listen, self.samples)
+            await self.metrics.start()
+        self.components = self._factory(self)
+        for c in self.components:
+            t0 = time.perf_counter()
+            try:
+                await c.start()
+            except Exception as e:  # stop what started, report one line; systemd restarts us
+                raise StartError(c.name) from e
+            log.info(
+                "component_started", component=c.name, ms=round((time.perf_counter() - t0) * 1e3, 1)
+            )
+        self.state = "running"
+        summary = (
+            f"running: role {self.cfg.role}, {len(self.cfg.neighbors)} neighbors, "
+            f"{len(self.components)} components"
+        )
+        systemd.ready(summary)
+        log.info(
+            "glbd_started",
+            version=__version__,
+            role=self.cfg.role,
+            router_id=str(self.cfg.router_id),
+            config=self.config_path,
+        )
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def stop(self) -> None:
+        if self.state == "stopped":
+            return
+        self.state = "stopping"
+        systemd.stopping()
+        log.info("glbd_stopping")
+        for c in reversed(self.components):
+            try:
+                await asyncio.wait_for(c.stop(), 15.0)
+            except Exception as e:  # one part failing to stop must not keep the rest running
+                log.error("component_stop_failed", component=c.name, error=repr(e))
+        if self.metrics is not None:
+            await self.metrics.stop()
+        await self.control.stop()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self.state = "stopped"
+        log.info("glbd_stopped")
+
+    # ---- reload ------------------------------------------------------------------------
+
+    def _sighup(self) -> None:
+        asyncio.get_running_loop().create_task(self.reload())
+
+    async def reload(self) -> ReloadResult:
+        """Validate -> diff -> apply only what changed. A bad file changes nothing."""
+        async with self._reload_lock:
+            systemd.notify(
+                reloading=1,
+                status="reloading",
+                monotonic_usec=int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6),
+            )
+            try:
+                new = await asyncio.to_thread(cfgmod.load, self.config_path)
+            except cfgmod.ConfigError as e:
+                res = ReloadResult(False, time.time(), f"rejected, old config kept: {e.format()}")
+                log.error("reload_rejected", problems=[p.format(e.path) for p in e.problems])
+                self.last_reload = res
+                systemd.notify(
+                    ready=1, status=f"running (reload rejected: {len(e.problems)} problems)"
+                )
+                return res
+            changes = cfgmod.diff(self.cfg, new)
+            if changes["restart_required"]:
+                res = ReloadResult(
+                    False,
+                    time.time(),
+                    "rejected, old config kept: changing "
+                    f"{', '.join(changes['restart_required'])} needs a restart",
+                    changes,
+                )
+                log.error("reload_rejected", restart_required=changes["restart_required"])
+                self.last_reload = res
+                systemd.notify(ready=1, status="running (reload rejected)")
+                return res
+            for c in self.components:
+                try:
+                    await c.reconfigure(new, changes)
+                except Exception as e:
+                    log.error("reconfigure_failed", component=c.name, error=repr(e))
+            self.cfg = new
+            res = ReloadResult(True, time.time(), "applied", changes)
+            self.last_reload = res
+            log.info("reload_applied", **changes)
+            systemd.notify(ready=1, status="running (reloaded)")
+            return res
+
+    # ---- background tasks ----------------------------------------------------------------
+
+    async def _lag_task(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.lag.interval
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(interval)
+            self.lag.record(max(0.0, loop.time() - t0 - interval))
+
+    async def _watchdog_task(self, every: float) -> None:
+        while True:
+            systemd.watchdog()
+            await asyncio.sleep(every)
+
+    # ---- control socket ------------------------------------------------------------------
+
+    def _component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def _section(self, key: str, component: str) -> Callable[[dict[str, Any]], Any]:
+        def handler(args: dict[str, Any]) -> Any:
+            c = self._component(component)
+            if c is None:
+                return {key: [], "note": f"{component} is not running in this role/config"}
+            return _section_of(c, key)
+
+        return handler
+
+    def _whole(self, component: str) -> Callable[[dict[str, Any]], Any]:
+        def handler(args: dict[str, Any]) -> Any:
+            c = self._component(component)
+            return c.snapshot() if c is not None else {"note": f"{component} is not running"}
+
+        return handler
+
+    def _handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "status": lambda a: self.status(),
+            "config": lambda a: self.cfg.redacted(),
+            "counters": lambda a: self.counters(),
+            "reload": self._reload_handler,
+            "neighbors": self._section("neighbors", "bgp"),
+            "routes": self._section("routes", "bgp"),
+            "bfd": self._section("sessions", "bfd"),
+            "links": self._section("links", "quality"),
+            "heartbeats": self._section("heartbeats", "quality"),
+            "quality": self._section("quality", "quality"),
+            "profiles": self._whole("fib"),
+        }
+
+    async def _reload_handler(self, args: dict[str, Any]) -> Any:
+        return (await self.reload()).to_dict()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "state": self.state,
+            "pid": os.getpid(),
+            "router_id": str(self.cfg.router_id),
+            "local_as": self.cfg.local_as,
+            "role": self.cfg.role,
+            "config": self.config_path,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "loop_lag": self.lag.to_dict(),
+            "last_reload": self.last_reload.to_dict() if self.last_reload else None,
+            "components": [c.name for c in self.components],
+            "bfd_engine": self._engine_summary(),
+        }
+
+    def _engine_summary(self) -> dict[str, Any] | None:
+        """The BFD engine's pid and scheduling lag (how late its timers fire)."""
+        c = self._component("bfd")
+        if c is None:
+            return None
+        try:
+            eng = c.snapshot().get("engine")
+        except Exception as e:  # a stuck engine must not break status
+            return {"error": str(e)}
+        return dict(eng) if isinstance(eng, dict) else None
+
+    def counters(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"control": dict(self.control.counters)}
+        for c in self.components:
+            counters = _section_of(c, "counters")
+            if counters is not None:
+                out[c.name] = counters
+        return out
+
+    def samples(self) -> list[Sample]:
+        out = [
+            Sample("glbd_up", 1, help="glbd is running"),
+            Sample("glbd_loop_lag_seconds", self.lag.last, help="last event-loop lag"),
+            Sample("glbd_loop_lag_max_seconds", self.lag.max, help="max event-loop lag"),
+        ]
+        for c in self.components:
+            out.extend(c.samples())
+        return out
+
+
+def _section_of(c: Component, key: str) -> Any:
+    """A component's ``section(key)`` if it has one (built alone, cheap), else that key of
+    its snapshot."""
+    section = getattr(c, "section", None)
+    if section is not None:
+        return section(key)
+    return c.snapshot().get(key)
+
+
+def default_components(d: Daemon) -> list[Component]:
+    """The parts a config asks for, in start order (stop runs in reverse)."""
+    from glbd.app.node import build_components
+
+    return build_components(d)
+
+
+#: ``sys.setswitchinterval`` for the daemon (see ``main``)
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def main(config_path: str, log_level: str | None = None, log_format: str | None = None) -> int:
+    try:
+        cfg = cfgmod.load(config_path)
+    except cfgmod.ConfigError as e:
+        print(e.format(), file=sys.stderr)
+        print(f"{config_path}: config rejected; glbd not started", file=sys.stderr)
+        return 1
+    fmt: Any = log_format or cfg.logging.format
+    logmod.setup(log_level or cfg.logging.level, fmt)
+    if os.geteuid() != 0:
+        print(
+            "glbd: must run as root (netlink, BFD/heartbeat sockets, BGP port 179)", file=sys.stderr
+        )
+        return 3
+    # import every part before the loop runs: imports on the loop would stall it at start-up
+
+    # the BFD engine's events arrive on a reader thread; while the loop runs Python code that
+    # thread waits for the GIL up to the switch interval (default 5 ms) before it can hand an
+    # event over, which is the whole failover budget (detection + 5 ms)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+    try:
+        return asyncio.run(Daemon(config_path, cfg).run())
+    except KeyboardInterrupt:
+        return 130
+    except OSError as e:
+        print(f"glbd: {e}", file=sys.stderr)
+        return 1
+
+
+def _write_heap_report(path: str) -> None:
+    """``GLBD_HEAP_REPORT=FILE glbd run ...`` then ``kill -USR2``: the 40 source lines holding
+    the most memory, for memory work (bench/glb_memory.py)."""
+    snap = tracemalloc.take_snapshot()
+    stats = snap.statistics("lineno")
+    total = sum(s.size for s in stats)
+    with open(path, "w") as f:
+        f.write(f"traced {total / 1e6:.1f} MB in {sum(s.count for s in stats)} blocks\n")
+        for st in stats[:40]:
+            f.write(f"{st.size / 1e6:8.2f} MB {st.count:9d} {st.traceback}\n")

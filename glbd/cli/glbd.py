@@ -1,0 +1,80 @@
+"""``glbd``: the daemon and its offline helpers.
+
+    glbd run -c FILE          run the daemon (foreground; systemd Type=notify aware)
+    glbd check-config FILE    validate a config file: exit 0, or print every problem and exit 1
+
+Errors a user can fix (bad config, not root, missing dependency) are one line on stderr and a
+non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from glbd import __version__
+from glbd.app import config as cfgmod
+
+EXIT_CONFIG = 1
+EXIT_ENV = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="glbd",
+        description="Global Load Balancing control plane for Linux leaf-spine routers "
+        "(BGP NNHN + BFD + link-quality heartbeats -> weighted ECMP nexthop groups).",
+    )
+    p.add_argument("--version", action="version", version=f"glbd {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run.add_argument("-c", "--config", required=True, help="TOML config file")
+    run.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="override logging.level from the config",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=["auto", "console", "json"],
+        help="override logging.format from the config",
+    )
+    chk = sub.add_parser("check-config", help="validate a config file and exit")
+    chk.add_argument("file")
+    chk.add_argument("-q", "--quiet", action="store_true", help="print nothing when it is valid")
+    return p
+
+
+def check_config(path: str, quiet: bool = False) -> int:
+    try:
+        c = cfgmod.load(path)
+    except cfgmod.ConfigError as e:
+        print(e.format(), file=sys.stderr)
+        n = len(e.problems)
+        print(f"{path}: {n} problem{'s' if n != 1 else ''}; config rejected", file=sys.stderr)
+        return EXIT_CONFIG
+    for w in c.heartbeat.warnings():  # valid, but a choice the operator should see
+        print(f"{path}: warning: {w}", file=sys.stderr)
+    if not quiet:
+        print(
+            f"{path}: ok (router_id {c.router_id}, AS {c.local_as}, role {c.role}, "
+            f"{len(c.neighbors)} neighbors, {len(c.originate)} originated prefixes)"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "check-config":
+        return check_config(args.file, args.quiet)
+    if args.cmd == "run":
+        from glbd.app.daemon import main as run_daemon
+
+        return run_daemon(args.config, log_level=args.log_level, log_format=args.log_format)
+    _parser().print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

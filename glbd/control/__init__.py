@@ -1,1 +1,0 @@
-"""glbctl <-> glbd control socket: JSON-lines codec (``protocol``), asyncio server (``server``)."""

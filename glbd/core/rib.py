@@ -1,0 +1,939 @@
+"""Clos RIB (pure): Adj-RIB-In per peer, multipath selection, Adj-RIB-Out with next-hop-self,
+NNHN origination (helper) and validation (load balancer), BFD strict mode, stale handling
+across ExaBGP restarts.
+
+No sockets, no clock, no asyncio: every method takes ``now`` (monotonic seconds) where time
+matters and returns a list of effects. Effects are the ExaBGP commands to send
+(:class:`glbd.codec.exabgp_api.Announce` / ``Withdraw`` / ``Teardown``) and the events for the
+rest of
+the daemon (:class:`PeerUp`, :class:`PeerDown`, :class:`NextHopsChanged`,
+:class:`StaleTimerExpired`). Events for the FIB side always come before the commands of the same
+call, so a BFD failure leaves forwarding before any BGP message is written.
+
+Selection (eBGP only, as in a Clos fabric):
+
+1. paths from peers that are not usable (session down, or BFD down in strict mode) are ignored;
+2. a locally originated prefix beats any learned path;
+3. shortest AS path (an AS_SET counts 1), then lowest origin (igp < egp < incomplete), then
+   lowest peer BGP ID, then lowest peer address picks the best path;
+4. the multipath set is every path equal to the best on AS-path length and origin; without
+   multipath-relax they must also share the neighbor AS (the first AS of the path). At most
+   ``max_paths`` paths, in the order of rule 3.
+
+Advertisement to peer Q: the best path's AS path with our AS prepended, next hop = our local
+address on that session (next-hop-self), nothing to a peer that contributed a path of the
+multipath set, nothing to a peer whose AS is already in the path (it would drop it anyway).
+A helper attaches one NHC per prefix and peer: header next hop = the next hop sent, NNHN =
+[our router id; the BGP IDs of the peers of the multipath set, ascending]. It is recomputed
+whenever the multipath set changes, received NHCs are never relayed (so unknown TLVs go too).
+
+Validation of a received NHC (load balancer), in order, each failure counted by name:
+decodes (else ``nhc_malformed_<reason>``, the route stays: attribute discard) -> header next
+hop equals the route's next hop (all-zero accepted as ``nhc_nh_unspecified`` unless strict)
+-> has a usable NNHN -> NNHN[0] equals the peer's BGP ID (else ``nnhn_nh_bgp_id_mismatch``, a
+stale relayed NNHN) -> not one of the later prefixes of a multi-prefix UPDATE (FRR 10.x computes
+one NNHN per UPDATE from its first prefix, so the others are not trusted unless
+``trust_packed_nnhn``).
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+import structlog
+
+from glbd.codec import exabgp_api as api
+from glbd.codec import nhc as nhcmod
+
+__all__ = [
+    "Effect",
+    "NeighborParams",
+    "NextHop",
+    "NextHopsChanged",
+    "Path",
+    "PeerDown",
+    "PeerUp",
+    "Rib",
+    "RibParams",
+    "Role",
+    "StaleTimerExpired",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+log = structlog.get_logger(__name__)
+
+_ORIGIN_RANK = {"igp": 0, "egp": 1, "incomplete": 2}
+
+
+class Role(enum.Enum):
+    HELPER = "helper"
+    LOAD_BALANCER = "load-balancer"
+    BOTH = "both"
+
+    @property
+    def helper(self) -> bool:
+        return self in (Role.HELPER, Role.BOTH)
+
+    @property
+    def load_balancer(self) -> bool:
+        return self in (Role.LOAD_BALANCER, Role.BOTH)
+
+
+@dataclass(frozen=True)
+class NeighborParams:
+    address: IPAddress
+    remote_as: int
+    local_address: IPAddress
+    interface: str | None = None
+    hold_time: int = 9
+    description: str = ""
+    #: next-hop-self for IPv6 prefixes on an IPv4 session (None: IPv6 prefixes are not sent)
+    local_address6: ipaddress.IPv6Address | None = None
+    #: never open the TCP session, only accept it. None = automatic: passive when our address
+    #: is the lower one, so two glbds never both connect (ExaBGP 5.0.15 is sometimes slow
+    #: after a connection collision). Default False: always connect, as routers expect.
+    passive: bool | None = False
+
+    @property
+    def is_passive(self) -> bool:
+        if self.passive is not None:
+            return self.passive
+        return (self.local_address.version, int(self.local_address)) < (
+            self.address.version,
+            int(self.address),
+        )
+
+
+@dataclass(frozen=True)
+class RibParams:
+    router_id: ipaddress.IPv4Address
+    local_as: int
+    role: Role
+    neighbors: tuple[NeighborParams, ...]
+    originated: tuple[Prefix, ...] = ()
+    multipath_relax: bool = True
+    max_paths: int = 128
+    #: reject an all-zero NHC header next hop (FRR 10.x sends 0.0.0.0 on eBGP IPv4)
+    nnhn_strict_next_hop: bool = False
+    #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR packing defect: off)
+    trust_packed_nnhn: bool = False
+    #: keep paths of the peers of a dead ExaBGP this long, unless refreshed (End-of-RIB) earlier
+    stale_timer_s: float = 60.0
+    #: draft-ietf-idr-bgp-bfd-strict-mode: a neighbor's routes are not used while BFD is down
+    bfd_strict: bool = True
+    #: UPDATE coalescing: an UPDATE that arrives when the RIB has been quiet for this long is
+    #: selected and advertised at once; UPDATEs that follow within it are stored and selected
+    #: together when it ends (``next_deadline``/``on_timer``). A table transfer from many
+    #: peers then costs one selection per prefix per window instead of one per path, and
+    #: session, BFD and End-of-RIB events are never delayed. 0 = select on every UPDATE.
+    update_coalesce_s: float = 0.05
+    #: at most this many prefixes are selected per ``on_timer`` call (the caller yields to its
+    #: event loop between calls, so a big batch never blocks heartbeats for long)
+    flush_batch: int = 2048
+
+
+# -- effects -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """One forwarding next hop of a prefix, with the validated next-next-hop set (or None)."""
+
+    peer: IPAddress
+    peer_bgp_id: ipaddress.IPv4Address | None
+    next_hop: IPAddress
+    interface: str | None
+    nnh: tuple[ipaddress.IPv4Address, ...] | None
+    nnhn_status: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "peer": str(self.peer),
+            "peer_bgp_id": None if self.peer_bgp_id is None else str(self.peer_bgp_id),
+            "next_hop": str(self.next_hop),
+            "interface": self.interface,
+            "nnh": None if self.nnh is None else [str(i) for i in self.nnh],
+            "nnhn_status": self.nnhn_status,
+        }
+
+
+@dataclass(frozen=True)
+class NextHopsChanged:
+    """The forwarding next-hop set of ``prefix`` changed; empty = no longer reachable."""
+
+    prefix: Prefix
+    next_hops: tuple[NextHop, ...]
+
+
+@dataclass(frozen=True)
+class PeerUp:
+    peer: IPAddress
+    bgp_id: ipaddress.IPv4Address | None
+
+
+@dataclass(frozen=True)
+class PeerDown:
+    peer: IPAddress
+    reason: str
+
+
+@dataclass(frozen=True)
+class StaleTimerExpired:
+    peers: tuple[IPAddress, ...]
+    prefixes_removed: int
+
+
+Event = NextHopsChanged | PeerUp | PeerDown | StaleTimerExpired
+Effect = Event | api.Announce | api.Withdraw | api.Teardown
+
+
+# -- state ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class Path:
+    """One peer's path, without the prefix: interned, so every prefix of one UPDATE (and
+    every UPDATE with the same attributes) shares one object."""
+
+    peer: IPAddress
+    next_hop: IPAddress
+    as_path: tuple[int, ...]
+    as_path_length: int
+    origin: str
+    communities: tuple[tuple[int, int], ...]
+    nnh: tuple[ipaddress.IPv4Address, ...] | None
+    nnhn_status: str
+    stale: bool = False
+    #: memo of the forwarding view (:class:`NextHop`) of this path, rebuilt when the peer's
+    #: BGP ID or interface differ from the ones it was built with
+    view: NextHop | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            self.peer,
+            self.next_hop,
+            self.as_path,
+            self.as_path_length,
+            self.origin,
+            self.communities,
+            self.nnh,
+            self.nnhn_status,
+            self.stale,
+        )
+
+
+#: the per-prefix index: prefix -> [the interned prefix, path of slot 0, path of slot 1, ...]
+#: (None where that peer has no path; no trailing Nones). One list per prefix is the whole
+#: Adj-RIB-In: ~8 bytes per path instead of two dict entries.
+_Entry = list[Any]
+
+
+@dataclass(eq=False)
+class PeerState:
+    params: NeighborParams
+    #: this peer's position in every prefix's entry of the index (entry[slot + 1])
+    slot: int = 0
+    bgp_id: ipaddress.IPv4Address | None = None
+    pending_bgp_id: ipaddress.IPv4Address | None = None
+    state: str = "idle"  # idle | connected | up | down | stale
+    established_at: float | None = None
+    bfd_down: bool = False
+    stale: bool = False
+    #: how many prefixes this peer has a path for (its Adj-RIB-In lives in the index)
+    n_paths: int = 0
+    adj_out: dict[Prefix, api.Announce] = field(default_factory=dict)
+    counters: Counter[str] = field(default_factory=Counter)
+    last_down_reason: str = ""
+    index: dict[Prefix, _Entry] = field(default_factory=dict, repr=False)
+
+    @property
+    def usable(self) -> bool:
+        return (self.state == "up" or self.stale) and not self.bfd_down
+
+    def paths(self) -> Iterator[tuple[Prefix, Path]]:
+        """This peer's Adj-RIB-In (a scan of the index: for views and peer-wide events)."""
+        if not self.n_paths:
+            return
+        i = self.slot + 1
+        for e in self.index.values():
+            if len(e) > i and e[i] is not None:
+                yield e[0], e[i]
+
+    @property
+    def adj_in(self) -> dict[Prefix, Path]:
+        return dict(self.paths())
+
+
+class Rib:
+    def __init__(self, params: RibParams) -> None:
+        self.params = params
+        self._index: dict[Prefix, _Entry] = {}
+        #: slot -> peer (None: a free slot, left by a removed neighbor)
+        self._slots: list[PeerState | None] = []
+        self.peers: dict[IPAddress, PeerState] = {}
+        for n in params.neighbors:
+            self._add_peer(n)
+        self.originated: set[Prefix] = set(params.originated)
+        self.counters: Counter[str] = Counter()
+        self._fwd: dict[Prefix, tuple[NextHop, ...]] = {}
+        self._stale_deadline: float | None = None
+        #: interned paths (weak: a path no prefix uses any more goes away)
+        self._paths: weakref.WeakValueDictionary[tuple[Any, ...], Path] = (
+            weakref.WeakValueDictionary()
+        )
+        #: interned forwarding sets (see ``_intern_fwd``)
+        self._fwd_sets: dict[tuple[int, ...], tuple[NextHop, ...]] = {}
+        #: NHC values by NNHN ids, then by the next hop sent
+        self._nhc_cache: dict[tuple[ipaddress.IPv4Address, ...], dict[IPAddress, bytes]] = {}
+        #: UPDATE coalescing: prefixes whose Adj-RIB-In changed but are not selected yet
+        self._dirty: set[Prefix] = set()
+        self._flush_at: float | None = None
+        self._quiet_at = float("-inf")  # an UPDATE from then on is selected at once
+
+    # ---- inputs ------------------------------------------------------------------------
+
+    def on_open(self, peer: IPAddress, router_id: ipaddress.IPv4Address) -> list[Effect]:
+        """A received OPEN: remember the peer's BGP ID until the session comes up."""
+        st = self._peer(peer)
+        if st is not None:
+            st.pending_bgp_id = router_id
+        return []
+
+    def on_state(self, peer: IPAddress, state: str, now: float, reason: str = "") -> list[Effect]:
+        st = self._peer(peer)
+        if st is None:
+            return []
+        if state == "up":
+            st.state = "up"
+            st.established_at = now
+            st.bgp_id = st.pending_bgp_id or st.bgp_id
+            st.counters["established"] += 1
+            out: list[Effect] = [PeerUp(peer, st.bgp_id)]
+            if not st.stale:
+                out += self._recompute({p for p, _ in st.paths()})
+            return out
+        if state == "down":
+            return self._peer_down(st, reason or "down")
+        st.state = state if st.state != "up" else st.state
+        return []
+
+    def on_update(self, ev: api.UpdateEvent, now: float) -> list[Effect]:
+        """Store the UPDATE's paths; select and advertise now, or at the end of the coalescing
+        window (``RibParams.update_coalesce_s``) if another UPDATE came shortly before."""
+        st = self._peer(ev.peer)
+        if st is None:
+            return []
+        if ev.direction != "receive":
+            return []
+        st.counters["updates_in"] += 1
+        if ev.eor is not None:
+            return self._end_of_rib(st, ev.eor)
+        changed: set[Prefix] = set()
+        for _family, prefix in ev.withdrawn:
+            if self._del_path(st, prefix):
+                changed.add(prefix)
+            st.counters["withdrawn_in"] += 1
+        attrs = ev.attributes
+        if self.params.local_as in attrs.as_path and ev.announced:
+            st.counters["as_loop_rejected"] += len(ev.announced)
+            for a in ev.announced:  # an implicit withdraw of any earlier path
+                if self._del_path(st, a.prefix):
+                    changed.add(a.prefix)
+            return self._defer(changed, now)
+        decoded: nhcmod.Nhc | None = None
+        decode_error = ""
+        if attrs.nhc is not None:
+            try:
+                decoded = nhcmod.decode_value(attrs.nhc)
+            except nhcmod.DecodeError as exc:
+                decode_error = exc.reason
+        made: dict[tuple[IPAddress, str], Path] = {}  # one Path per distinct result
+        for i, a in enumerate(ev.announced):
+            next_hop = a.next_hop if a.next_hop is not None else ev.peer
+            nnh, status = self._validate(st, next_hop, attrs.nhc is not None, decoded, decode_error)
+            if nnh is not None and i > 0 and not self.params.trust_packed_nnhn:
+                nnh, status = None, "nnhn_packed_untrusted"
+            if status not in ("absent", "valid", "not_validated"):
+                st.counters[status] += 1
+                self.counters[status] += 1
+                n = st.counters[status]
+                if n & (n - 1) == 0:  # 1st, 2nd, 4th, 8th... per peer and reason
+                    log.info(
+                        "nhc_ignored",
+                        peer=str(ev.peer),
+                        prefix=str(a.prefix),
+                        reason=status,
+                        count=n,
+                        peer_bgp_id=str(st.bgp_id),
+                    )
+            path = made.get((next_hop, status))
+            if path is None or path.nnh != nnh:
+                path = made[(next_hop, status)] = self._intern(
+                    Path(
+                        ev.peer,
+                        next_hop,
+                        attrs.as_path,
+                        attrs.as_path_length,
+                        attrs.origin,
+                        attrs.communities,
+                        nnh,
+                        status,
+                    )
+                )
+            if self._get_path(st, a.prefix) is not path:
+                changed.add(self._set_path(st, a.prefix, path))
+            st.counters["announced_in"] += 1
+        return self._defer(changed, now)
+
+    def on_notification(self, ev: api.NotificationEvent) -> list[Effect]:
+        st = self._peer(ev.peer)
+        if st is not None:
+            st.counters[f"notification_{ev.direction}"] += 1
+            st.last_down_reason = f"notification {ev.direction} ({ev.code},{ev.subcode})"
+        return []
+
+    def peer_bfd_down(self, peer: IPAddress, now: float) -> list[Effect]:
+        """BFD declared the neighbor down: its paths leave forwarding at once (events first)
+        and the session is torn down (Cease, subcode 10 "BFD Down")."""
+        st = self._peer(peer)
+        if st is None:
+            return []
+        st.counters["bfd_down"] += 1
+        out: list[Effect] = []
+        if self.params.bfd_strict or not st.bfd_down:
+            st.bfd_down = True
+            out += self._recompute({p for p, _ in st.paths()})
+        out.append(api.Teardown(peer, 10))
+        return _events_first(out)
+
+    def peer_bfd_up(self, peer: IPAddress, now: float) -> list[Effect]:
+        st = self._peer(peer)
+        if st is None or not st.bfd_down:
+            return []
+        st.bfd_down = False
+        return self._recompute({p for p, _ in st.paths()})
+
+    def peer_bfd_admin_down(self, peer: IPAddress, now: float) -> list[Effect]:
+        """The peer's BFD went AdminDown: not a failure (RFC 5882 §3.2); nothing changes."""
+        st = self._peer(peer)
+        if st is not None:
+            st.counters["bfd_admin_down"] += 1
+        return []
+
+    def speaker_lost(self, now: float) -> list[Effect]:
+        """ExaBGP died: every session is gone, but forwarding is kept. Paths become stale and
+        stay in use until each peer's End-of-RIB or until the stale timer."""
+        any_paths = False
+        for st in self.peers.values():
+            st.state = "down"
+            st.last_down_reason = "exabgp restart"
+            if st.n_paths:
+                any_paths = True
+                st.stale = True
+                for prefix, path in list(st.paths()):
+                    self._set_path(st, prefix, self._intern(_with_stale(path, True)))
+        if any_paths and self._stale_deadline is None:
+            self._stale_deadline = now + self.params.stale_timer_s
+        return []
+
+    def next_deadline(self) -> float | None:
+        ds = [d for d in (self._stale_deadline, self._flush_at) if d is not None]
+        return min(ds) if ds else None
+
+    def on_timer(self, now: float) -> list[Effect]:
+        out: list[Effect] = []
+        if self._flush_at is not None and now >= self._flush_at:
+            out += self._flush(now)
+        if self._stale_deadline is None or now < self._stale_deadline:
+            return out
+        self._stale_deadline = None
+        changed: set[Prefix] = set()
+        peers: list[IPAddress] = []
+        removed = 0
+        for addr, st in self.peers.items():
+            if not st.stale:
+                continue
+            peers.append(addr)
+            removed += self._sweep(st, changed)
+        out += self._recompute(changed)
+        return _events_first([StaleTimerExpired(tuple(peers), removed), *out])
+
+    def flush(self) -> list[Effect]:
+        """Select every prefix that waits for the end of the coalescing window, now."""
+        changed, self._dirty = self._dirty, set()
+        self._flush_at = None
+        return self._recompute(changed)
+
+    @property
+    def pending(self) -> int:
+        """Prefixes whose paths changed but are not selected yet (coalescing)."""
+        return len(self._dirty)
+
+    def set_originated(self, prefixes: Iterable[Prefix]) -> list[Effect]:
+        new = set(prefixes)
+        changed = new ^ self.originated
+        self.originated = new
+        return self._recompute(changed)
+
+    def reconfigure(self, params: RibParams) -> tuple[list[Effect], set[IPAddress]]:
+        """Apply new parameters (router id, local AS and role must not change: restart).
+        Returns the effects and the peers whose ExaBGP session is new or redefined (the
+        caller reloads ExaBGP and replays their Adj-RIB-Out). Validation knobs apply to
+        UPDATEs received from now on."""
+        if (params.router_id, params.local_as, params.role) != (
+            self.params.router_id,
+            self.params.local_as,
+            self.params.role,
+        ):
+            raise ValueError("router_id, local_as and role need a restart")
+        changed: set[Prefix] = set(self.originated) ^ set(params.originated)
+        touched: set[IPAddress] = set()
+        new = {n.address: n for n in params.neighbors}
+        for addr in list(self.peers):
+            if addr not in new:
+                st = self.peers.pop(addr)
+                changed |= {p for p, _ in st.paths()} | set(st.adj_out)
+                self._clear_paths(st)
+                self._slots[st.slot] = None
+        for addr, n in new.items():
+            st_old = self.peers.get(addr)
+            if st_old is None:
+                self._add_peer(n)
+                touched.add(addr)
+            elif st_old.params != n:
+                session = (n.remote_as, n.local_address, n.hold_time, n.is_passive)
+                if session != (
+                    st_old.params.remote_as,
+                    st_old.params.local_address,
+                    st_old.params.hold_time,
+                    st_old.params.is_passive,
+                ):
+                    touched.add(addr)
+                    changed |= {p for p, _ in st_old.paths()} | set(st_old.adj_out)
+                    self._clear_paths(st_old)
+                    st_old.adj_out.clear()
+                st_old.params = n
+        knobs_changed = (params.multipath_relax, params.max_paths) != (
+            self.params.multipath_relax,
+            self.params.max_paths,
+        )
+        self.params = params
+        self.originated = set(params.originated)
+        if knobs_changed or touched:
+            changed |= set(self._fwd)
+            changed |= set(self._index)
+            for st in self.peers.values():
+                changed |= set(st.adj_out)
+            changed |= self.originated
+        return self._recompute(changed), touched
+
+    def adj_rib_out_commands(self) -> list[api.Announce]:
+        """Everything glbd announces, per peer (replayed into a restarted ExaBGP)."""
+        return [cmd for st in self.peers.values() for cmd in st.adj_out.values()]
+
+    def initial_commands(self) -> list[Effect]:
+        """Announcements for the originated prefixes (call once after construction)."""
+        return self._recompute(set(self.originated))
+
+    # ---- views -------------------------------------------------------------------------
+
+    def next_hops(self, prefix: Prefix) -> tuple[NextHop, ...]:
+        return self._fwd.get(prefix, ())
+
+    def forwarding(self) -> dict[Prefix, tuple[NextHop, ...]]:
+        return dict(self._fwd)
+
+    def routes_snapshot(self) -> list[dict[str, Any]]:
+        prefixes = set(self._fwd) | self.originated
+        prefixes |= set(self._index)
+        rows = []
+        for p in sorted(prefixes, key=lambda n: (n.version, n)):
+            best, mp = self._select(p)
+            entry = self._index.get(p)
+            rows.append(
+                {
+                    "prefix": str(p),
+                    "originated": p in self.originated,
+                    "paths": 0 if entry is None else sum(x is not None for x in entry[1:]),
+                    "as_path": [] if best is None else list(best.as_path),
+                    "next_hops": [nh.to_dict() for nh in self._fwd.get(p, ())],
+                    "advertised_to": sorted(
+                        str(a) for a, st in self.peers.items() if p in st.adj_out
+                    ),
+                    "multipath": len(mp),
+                }
+            )
+        return rows
+
+    def neighbors_snapshot(self, now: float) -> list[dict[str, Any]]:
+        rows = []
+        for addr, st in self.peers.items():
+            rows.append(
+                {
+                    "peer": str(addr),
+                    "remote_as": st.params.remote_as,
+                    "interface": st.params.interface,
+                    "local_address": str(st.params.local_address),
+                    "bgp_id": None if st.bgp_id is None else str(st.bgp_id),
+                    "state": "stale" if st.stale else st.state,
+                    "bfd_down": st.bfd_down,
+                    "uptime_s": None
+                    if st.state != "up" or st.established_at is None
+                    else round(now - st.established_at, 3),
+                    "prefixes_in": st.n_paths,
+                    "prefixes_out": len(st.adj_out),
+                    "last_down_reason": st.last_down_reason,
+                    "counters": dict(st.counters),
+                }
+            )
+        return rows
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _add_peer(self, n: NeighborParams) -> PeerState:
+        try:
+            slot = self._slots.index(None)
+        except ValueError:
+            slot = len(self._slots)
+            self._slots.append(None)
+        st = PeerState(n, slot=slot, index=self._index)
+        self._slots[slot] = st
+        self.peers[n.address] = st
+        return st
+
+    def _peer(self, peer: IPAddress) -> PeerState | None:
+        st = self.peers.get(peer)
+        if st is None:
+            self.counters["unknown_peer"] += 1
+        return st
+
+    def _intern(self, path: Path) -> Path:
+        key = path.key()
+        have = self._paths.get(key)
+        if have is not None:
+            return have
+        self._paths[key] = path
+        return path
+
+    def _defer(self, changed: set[Prefix], now: float) -> list[Effect]:
+        """Coalescing: select ``changed`` now if the RIB was quiet, else at the window's end."""
+        if not changed:
+            return []
+        self._dirty |= changed
+        if self._flush_at is None and now >= self._quiet_at:
+            self._quiet_at = now + self.params.update_coalesce_s
+            return self.flush()
+        if self._flush_at is None:
+            self._flush_at = self._quiet_at
+        return []
+
+    def _flush(self, now: float) -> list[Effect]:
+        """End of a coalescing window: select up to ``flush_batch`` waiting prefixes; the
+        rest are due at once (the caller lets its event loop run in between)."""
+        self._quiet_at = now + self.params.update_coalesce_s
+        if len(self._dirty) <= self.params.flush_batch:
+            return self.flush()
+        batch = set(islice(self._dirty, self.params.flush_batch))
+        self._dirty -= batch
+        self._flush_at = now
+        return self._recompute(batch)
+
+    def _validate(
+        self,
+        st: PeerState,
+        next_hop: IPAddress,
+        present: bool,
+        decoded: nhcmod.Nhc | None,
+        decode_error: str,
+    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, str]:
+        if not present:
+            return None, "absent"
+        if not self.params.role.load_balancer:
+            return None, "not_validated"
+        if decoded is None:
+            return None, f"nhc_malformed_{decode_error}"
+        match = decoded.next_hop_match(next_hop)
+        if match is nhcmod.NextHopMatch.MISMATCH:
+            return None, "nhc_nh_mismatch"
+        if match is nhcmod.NextHopMatch.UNSPECIFIED:
+            if self.params.nnhn_strict_next_hop:
+                return None, "nhc_nh_unspecified_rejected"
+            self.counters["nhc_nh_unspecified"] += 1
+            st.counters["nhc_nh_unspecified"] += 1
+        if decoded.nnhn is None:
+            return None, "nnhn_absent" if not decoded.discarded else "nnhn_discarded"
+        if st.bgp_id is None or decoded.nnhn.nh_bgp_id != st.bgp_id:
+            return None, "nnhn_nh_bgp_id_mismatch"
+        return decoded.nnhn.nnh_ids, "valid"
+
+    def _peer_down(self, st: PeerState, reason: str) -> list[Effect]:
+        was_up = st.state == "up"
+        st.state = "down"
+        st.established_at = None
+        st.last_down_reason = reason
+        out: list[Effect] = []
+        if st.stale and not was_up:  # ExaBGP restart churn: keep stale paths until EOR/timer
+            return out
+        st.stale = False  # a re-established session failed again: everything goes
+        if was_up:
+            out.append(PeerDown(st.params.address, reason))
+        changed = {p for p, _ in st.paths()}
+        self._clear_paths(st)
+        out += self._recompute(changed)
+        return _events_first(out)
+
+    def _end_of_rib(self, st: PeerState, family: str) -> list[Effect]:
+        """End-of-RIB for one family: the peer's stale paths of that family are gone."""
+        st.counters["eor_in"] += 1
+        if not st.stale or st.state != "up":
+            return []
+        version = 6 if family.startswith("ipv6") else 4
+        changed: set[Prefix] = set()
+        self._sweep(st, changed, version)
+        if not any(p.stale for p in self.peers.values()):
+            self._stale_deadline = None
+        return self._recompute(changed)
+
+    def _sweep(self, st: PeerState, changed: set[Prefix], version: int | None = None) -> int:
+        removed = 0
+        for prefix, path in list(st.paths()):
+            if path.stale and (version is None or prefix.version == version):
+                self._del_path(st, prefix)
+                changed.add(prefix)
+                removed += 1
+        st.stale = any(p.stale for _, p in st.paths())
+        return removed
+
+    # ---- Adj-RIB-In (the per-prefix index): change it only through these -----------------
+
+    def _get_path(self, st: PeerState, prefix: Prefix) -> Path | None:
+        entry = self._index.get(prefix)
+        i = st.slot + 1
+        if entry is None or len(entry) <= i:
+            return None
+        p: Path | None = entry[i]
+        return p
+
+    def _set_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix:
+        """Store ``path`` as ``st``'s path to ``prefix``; returns the interned prefix (one
+        network object per prefix across all peers)."""
+        entry = self._index.get(prefix)
+        if entry is None:
+            entry = self._index[prefix] = [prefix]
+        i = st.slot + 1
+        if len(entry) <= i:
+            entry.extend([None] * (i + 1 - len(entry)))
+        if entry[i] is None:
+            st.n_paths += 1
+        entry[i] = path
+        p: Prefix = entry[0]
+        return p
+
+    def _del_path(self, st: PeerState, prefix: Prefix) -> bool:
+        entry = self._index.get(prefix)
+        i = st.slot + 1
+        if entry is None or len(entry) <= i or entry[i] is None:
+            return False
+        entry[i] = None
+        st.n_paths -= 1
+        while entry[-1] is None:
+            entry.pop()
+        if len(entry) == 1:
+            del self._index[prefix]
+        return True
+
+    def _clear_paths(self, st: PeerState) -> None:
+        for prefix, _ in list(st.paths()):
+            self._del_path(st, prefix)
+
+    @staticmethod
+    def _sort_key(item: tuple[PeerState, Path]) -> tuple[int, int, int, int, int]:
+        st, path = item
+        bid = int(st.bgp_id) if st.bgp_id is not None else 2**32
+        return (
+            path.as_path_length,
+            _ORIGIN_RANK.get(path.origin, 3),
+            bid,
+            path.peer.version,
+            int(path.peer),
+        )
+
+    def _select(self, prefix: Prefix) -> tuple[Path | None, list[Path]]:
+        best, mp = self._select_states(prefix)
+        return best, [p for _st, p in mp]
+
+    def _select_states(self, prefix: Prefix) -> tuple[Path | None, list[tuple[PeerState, Path]]]:
+        entry = self._index.get(prefix)
+        if entry is None:
+            return None, []
+        cands = [
+            (st, p)
+            for st, p in zip(self._slots, islice(entry, 1, None), strict=False)
+            if p is not None and st is not None and st.usable
+        ]
+        if not cands:
+            return None, []
+        cands.sort(key=self._sort_key)
+        best = cands[0][1]
+        relax = self.params.multipath_relax
+        mp = [
+            c
+            for c in cands
+            if c[1].as_path_length == best.as_path_length
+            and c[1].origin == best.origin
+            and (relax or (c[1].as_path[:1] == best.as_path[:1]))
+        ]
+        return best, mp[: self.params.max_paths]
+
+    def _recompute(self, prefixes: set[Prefix]) -> list[Effect]:
+        if self._dirty and prefixes:
+            self._dirty -= prefixes
+            if not self._dirty:
+                self._flush_at = None
+        events: list[Effect] = []
+        commands: list[Effect] = []
+        for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
+            best, mp_states = self._select_states(prefix)
+            mp_peers = {st for st, _p in mp_states}
+            mp_ids = tuple(st.bgp_id for st, _p in mp_states if st.bgp_id is not None)
+            fwd: tuple[NextHop, ...] = ()
+            if prefix not in self.originated:
+                fwd = tuple(
+                    sorted(
+                        (self._next_hop_view(st, p) for st, p in mp_states),
+                        key=lambda nh: (nh.peer.version, int(nh.peer)),
+                    )
+                )
+            if fwd:
+                fwd = self._intern_fwd(fwd)
+            if fwd != self._fwd.get(prefix, ()):
+                if fwd:
+                    self._fwd[prefix] = fwd
+                else:
+                    self._fwd.pop(prefix, None)
+                events.append(NextHopsChanged(prefix, fwd))
+            originated = prefix in self.originated
+            nhcs = (
+                self._nhc_values(mp_ids)
+                if self.params.role.helper and mp_ids and not originated
+                else None
+            )
+            for st in self.peers.values():
+                want = self._advert(prefix, originated, best, st, mp_peers, mp_ids, nhcs)
+                have = st.adj_out.get(prefix) if st.adj_out else None
+                if want == have:
+                    continue
+                if want is None:
+                    assert have is not None
+                    del st.adj_out[prefix]
+                    commands.append(api.Withdraw(have.neighbor, prefix, have.next_hop))
+                else:
+                    st.adj_out[prefix] = want
+                    commands.append(want)
+        return events + commands
+
+    def _intern_fwd(self, fwd: tuple[NextHop, ...]) -> tuple[NextHop, ...]:
+        """One tuple object per next-hop set: prefixes with the same next hops share it, and
+        a consumer may cache what it derives from one by identity. Keyed by the identities of
+        the (memoised) views; the table holds the tuple, so those views stay alive and their
+        ids cannot be reused while the entry exists."""
+        key = tuple(map(id, fwd))
+        have = self._fwd_sets.get(key)
+        if have is not None:
+            return have
+        if len(self._fwd_sets) >= 4096:
+            self._fwd_sets.clear()
+        self._fwd_sets[key] = fwd
+        return fwd
+
+    @staticmethod
+    def _next_hop_view(st: PeerState, p: Path) -> NextHop:
+        v = p.view
+        if v is not None and v.peer_bgp_id == st.bgp_id and v.interface == st.params.interface:
+            return v
+        v = NextHop(p.peer, st.bgp_id, p.next_hop, st.params.interface, p.nnh, p.nnhn_status)
+        object.__setattr__(p, "view", v)  # a memo, not part of the path's value
+        return v
+
+    def _nhc_values(self, mp_ids: tuple[ipaddress.IPv4Address, ...]) -> dict[IPAddress, bytes]:
+        """NHC values for one NNHN, by the next hop sent (filled as peers need them): the same
+        for every prefix with that multipath set, so it is encoded once per peer, not per
+        prefix and peer."""
+        by_nh = self._nhc_cache.get(mp_ids)
+        if by_nh is None:
+            if len(self._nhc_cache) >= 1024:
+                self._nhc_cache.clear()
+            by_nh = self._nhc_cache[mp_ids] = {}
+        return by_nh
+
+    def _advert(
+        self,
+        prefix: Prefix,
+        originated: bool,
+        best: Path | None,
+        st: PeerState,
+        mp_peers: set[PeerState],
+        mp_ids: tuple[ipaddress.IPv4Address, ...],
+        nhcs: dict[IPAddress, bytes] | None,
+    ) -> api.Announce | None:
+        if not originated and (
+            best is None or st in mp_peers or st.params.remote_as in best.as_path
+        ):
+            return None
+        n = st.params
+        if prefix.version == 6:
+            nh: IPAddress | None = (
+                n.local_address if n.local_address.version == 6 else n.local_address6
+            )
+        else:
+            nh = n.local_address if n.local_address.version == 4 else None
+        if nh is None:
+            return None
+        if originated:
+            return api.Announce(n.address, prefix, nh, as_path=(self.params.local_as,))
+        assert best is not None
+        value: bytes | None = None
+        if nhcs is not None:
+            value = nhcs.get(nh)
+            if value is None:
+                value = nhcs[nh] = nhcmod.Nhc.for_next_hop(
+                    nh, nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids)
+                ).encode_value()
+        return api.Announce(
+            n.address,
+            prefix,
+            nh,
+            as_path=(self.params.local_as, *best.as_path),
+            origin=best.origin,
+            communities=best.communities,
+            nhc=value,
+        )
+
+
+def _with_stale(path: Path, stale: bool) -> Path:
+    return Path(
+        path.peer,
+        path.next_hop,
+        path.as_path,
+        path.as_path_length,
+        path.origin,
+        path.communities,
+        path.nnh,
+        path.nnhn_status,
+        stale,
+    )
+
+
+def _events_first(effects: list[Effect]) -> list[Effect]:
+    events = [e for e in effects if not isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
+    commands = [e for e in effects if isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
+    return events + commands

@@ -1,1 +1,0 @@
-"""ExaBGP integration: API codec (pure), supervisor and bridge."""

@@ -1,0 +1,290 @@
+"""The BGP service the daemon composes: supervised ExaBGP + the pure Clos RIB.
+
+Usage::
+
+    from glbd.io.bgp import BgpSpeaker
+    from glbd.core.rib import NeighborParams, RibParams, Role
+
+    params = RibParams(
+        router_id=IPv4Address("10.0.0.11"), local_as=65100, role=Role.HELPER,
+        neighbors=(NeighborParams(ip_address("172.16.11.1"), 65001,
+                                  ip_address("172.16.11.2"), interface="s1-l1"),),
+        originated=(ip_network("10.11.0.0/24"),),
+    )
+    speaker = BgpSpeaker(params, netns=None, on_event=handle)   # handle(BgpEvent) -> None
+    await speaker.start()
+    ...
+    speaker.peer_bfd_down(ip_address("172.16.11.1"))           # from the BFD engine
+    speaker.neighbors_snapshot(); speaker.routes_snapshot()    # glbctl neighbors / routes
+    await speaker.stop()                                       # withdraw, stop ExaBGP
+
+Events passed to ``on_event`` (all frozen dataclasses): :class:`glbd.core.rib.PeerUp`,
+:class:`glbd.core.rib.PeerDown`, :class:`glbd.core.rib.NextHopsChanged` (per prefix: the
+forwarding next
+hops with their validated NNH sets; empty = unreachable), :class:`glbd.core.rib.StaleTimerExpired`,
+:class:`SpeakerLost` (ExaBGP died: keep the FIB as it is; paths are stale until refreshed or
+the stale timer) and :class:`SpeakerReady` (ExaBGP (re)started and connected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from glbd.codec import exabgp_api as api
+from glbd.core.rib import (
+    Effect,
+    NextHopsChanged,
+    PeerDown,
+    PeerUp,
+    Rib,
+    RibParams,
+    StaleTimerExpired,
+)
+from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+
+__all__ = [
+    "BgpEvent",
+    "BgpSpeaker",
+    "NextHopsChanged",
+    "PeerDown",
+    "PeerUp",
+    "ProcessOptions",
+    "SpeakerLost",
+    "SpeakerReady",
+    "StaleTimerExpired",
+]
+
+log = structlog.get_logger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class SpeakerLost:
+    """ExaBGP died. Forwarding must stay as it is; the RIB keeps the paths as stale."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class SpeakerReady:
+    generation: int
+
+
+BgpEvent = PeerUp | PeerDown | NextHopsChanged | StaleTimerExpired | SpeakerLost | SpeakerReady
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """How ExaBGP is run (defaults fit production)."""
+
+    exabgp: tuple[str, ...] = ()
+    runtime_dir: Path | None = None
+    window: int = 64
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    stop_grace_s: float = 5.0
+    drain_timeout_s: float = 5.0
+    exabgp_log_level: str = "WARNING"
+
+
+class BgpSpeaker:
+    name = "bgp"
+
+    def __init__(
+        self,
+        params: RibParams,
+        *,
+        netns: str | None = None,
+        on_event: Callable[[BgpEvent], None] | None = None,
+        process: ProcessOptions = ProcessOptions(),
+    ) -> None:
+        self.params = params
+        self.netns = netns
+        self._on_event = on_event or (lambda ev: None)
+        self.process = process
+        self.rib = Rib(params)
+        self.rib.initial_commands()  # fills Adj-RIB-Out; sent when ExaBGP is ready
+        self.parser = api.ApiParser()
+        self.supervisor = ExabgpSupervisor(
+            self._exabgp_params(),
+            netns=netns,
+            on_line=self._on_line,
+            on_lost=self._on_lost,
+            on_ready=self._on_ready,
+        )
+        self._timer: asyncio.Task[None] | None = None
+        self._rearm = asyncio.Event()
+        self.events_emitted = 0
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._timer = asyncio.create_task(self._timer_loop(), name="bgp-rib-timer")
+        await self.supervisor.start()
+
+    async def stop(self) -> None:
+        """Withdraw everything glbd announces, wait for the acks, stop ExaBGP."""
+        for st in self.rib.peers.values():
+            for prefix, cmd in list(st.adj_out.items()):
+                self.supervisor.send(api.Withdraw(cmd.neighbor, prefix, cmd.next_hop))
+        await self.supervisor.stop()
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+
+    # ---- inputs from other components --------------------------------------------------
+
+    def peer_bfd_down(self, peer: IPAddress) -> None:
+        self._apply(self.rib.peer_bfd_down(peer, self._now()))
+
+    def peer_bfd_up(self, peer: IPAddress) -> None:
+        self._apply(self.rib.peer_bfd_up(peer, self._now()))
+
+    def peer_bfd_admin_down(self, peer: IPAddress) -> None:
+        self._apply(self.rib.peer_bfd_admin_down(peer, self._now()))
+
+    def set_originated(self, prefixes: Iterable[Prefix]) -> None:
+        self._apply(self.rib.set_originated(prefixes))
+
+    def reconfigure(self, params: RibParams) -> None:
+        """Apply a new config without a restart: originated prefixes and multipath knobs take
+        effect at once; added, removed or redefined neighbors make ExaBGP reload its config
+        (sessions to unchanged neighbors stay up) and get their Adj-RIB-Out replayed.
+        ``router_id``, ``local_as`` and ``role`` need a restart (ValueError)."""
+        effects, touched = self.rib.reconfigure(params)
+        neighbors_changed = {n.address: n for n in params.neighbors} != {
+            n.address: n for n in self.params.neighbors
+        }
+        self.params = params
+        if neighbors_changed:
+            self.supervisor.reload(self._exabgp_params())
+        self._apply(effects)
+        for addr in touched:
+            st = self.rib.peers.get(addr)
+            if st is not None:
+                for cmd in st.adj_out.values():
+                    self.supervisor.send(cmd)
+
+    # ---- views -------------------------------------------------------------------------
+
+    def neighbors_snapshot(self) -> list[dict[str, Any]]:
+        return self.rib.neighbors_snapshot(self._now())
+
+    def routes_snapshot(self) -> list[dict[str, Any]]:
+        return self.rib.routes_snapshot()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "neighbors": self.neighbors_snapshot(),
+            "routes": self.routes_snapshot(),
+            "exabgp": self.supervisor.snapshot(),
+            "counters": {
+                **dict(self.rib.counters),
+                "rib_pending": self.rib.pending,
+                "api_lines": self.parser.decoded,
+                "api_dropped": dict(self.parser.dropped),
+            },
+        }
+
+    # ---- internals ---------------------------------------------------------------------
+
+    def _exabgp_params(self) -> ExabgpParams:
+        p = self.params
+        return ExabgpParams(
+            router_id=str(p.router_id),
+            local_as=p.local_as,
+            neighbors=tuple(
+                ExabgpNeighbor(
+                    str(n.address), str(n.local_address), n.remote_as, n.hold_time, n.is_passive
+                )
+                for n in p.neighbors
+            ),
+            exabgp=self.process.exabgp,
+            runtime_dir=self.process.runtime_dir,
+            window=self.process.window,
+            backoff_initial_s=self.process.backoff_initial_s,
+            backoff_max_s=self.process.backoff_max_s,
+            stop_grace_s=self.process.stop_grace_s,
+            drain_timeout_s=self.process.drain_timeout_s,
+            log_level=self.process.exabgp_log_level,
+        )
+
+    @staticmethod
+    def _now() -> float:
+        return time.monotonic()
+
+    def _on_line(self, line: str) -> None:
+        ev = self.parser.feed(line)
+        if ev is None:
+            log.warning("exabgp_line_dropped", error=self.parser.last_error)
+            return
+        now = self._now()
+        if isinstance(ev, api.OpenEvent):
+            if ev.direction == "receive":
+                self._apply(self.rib.on_open(ev.peer, ev.router_id))
+        elif isinstance(ev, api.StateEvent):
+            if ev.state in ("up", "down"):
+                log.info("bgp_peer_state", peer=str(ev.peer), state=ev.state, reason=ev.reason)
+            self._apply(self.rib.on_state(ev.peer, ev.state, now, ev.reason))
+        elif isinstance(ev, api.UpdateEvent):
+            self._apply(self.rib.on_update(ev, now))
+        elif isinstance(ev, api.NotificationEvent):
+            log.info(
+                "bgp_notification",
+                peer=str(ev.peer),
+                direction=ev.direction,
+                code=ev.code,
+                subcode=ev.subcode,
+            )
+            self._apply(self.rib.on_notification(ev))
+
+    def _on_lost(self) -> None:
+        self._apply(self.rib.speaker_lost(self._now()))
+        self._emit(SpeakerLost(self.supervisor.generation))
+
+    def _on_ready(self) -> None:
+        for cmd in self.rib.adj_rib_out_commands():
+            self.supervisor.send(cmd)
+        self._emit(SpeakerReady(self.supervisor.generation))
+
+    def _apply(self, effects: list[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, api.Announce | api.Withdraw | api.Teardown):
+                self.supervisor.send(e)
+            else:
+                self._emit(e)
+        self._rearm.set()
+
+    def _emit(self, ev: BgpEvent) -> None:
+        self.events_emitted += 1
+        try:
+            self._on_event(ev)
+        except Exception:
+            log.exception("bgp_event_handler_failed", event=type(ev).__name__)
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self._rearm.clear()
+            deadline = self.rib.next_deadline()
+            if deadline is None:
+                await self._rearm.wait()
+                continue
+            delay = deadline - self._now()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._rearm.wait(), delay)
+                continue
+            self._apply(self.rib.on_timer(self._now()))
+            await asyncio.sleep(0)  # a big coalesced batch is selected in slices: let I/O run

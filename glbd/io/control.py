@@ -1,0 +1,120 @@
+"""Asyncio Unix-socket server for the control protocol.
+
+The socket is created mode 0660, owner root, group ``glbd`` when that group exists, so members of
+``glbd`` may run glbctl without root. Its directory must be one only root (or glbd's user) can
+change, else :class:`glbd.io.paths.UnsafePathError` (missing directories are created 0750).
+
+A handler's exception becomes an error response for that request only; a misbehaving client is
+disconnected; neither affects the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import inspect
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from glbd.codec import control as proto
+from glbd.io.paths import ensure_dir
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[dict[str, Any]], Any | Awaitable[Any]]
+
+
+class ControlServer:
+    def __init__(self, path: Path, handlers: dict[str, Handler], group: str = "glbd") -> None:
+        self.path = Path(path)
+        self.handlers = handlers
+        self.group = group
+        self.counters: dict[str, int] = {"requests": 0, "errors": 0, "decode_errors": 0}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        # whoever can change the socket's directory can put a fake glbd in glbctl's way, or
+        # (ExaBGP's directory sits beside it) root's ExaBGP config: only root or us
+        ensure_dir(self.path.parent, "control socket directory")
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.is_socket():
+                self.path.unlink()
+        self._server = await asyncio.start_unix_server(
+            self._client, path=str(self.path), limit=proto.MAX_LINE
+        )
+        os.chmod(self.path, 0o660)
+        try:
+            gid = grp.getgrnam(self.group).gr_gid
+        except KeyError:
+            gid = -1
+        if gid >= 0:
+            with contextlib.suppress(PermissionError):
+                os.chown(self.path, 0, gid)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except (ValueError, asyncio.LimitOverrunError):
+                    self._count_decode_error("too_long")
+                    writer.write(proto.Response.failure(0, "too_long", "line too long").encode())
+                    break
+                if not line:
+                    break
+                writer.write(await self.dispatch(line))
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    def _count_decode_error(self, reason: str) -> None:
+        """The total plus one counter per reason (``decode_error_<reason>``), for glbctl."""
+        self.counters["decode_errors"] += 1
+        key = f"decode_error_{reason}"
+        self.counters[key] = self.counters.get(key, 0) + 1
+
+    async def dispatch(self, line: bytes) -> bytes:
+        """One request line in, one response line out; never raises."""
+        try:
+            req = proto.decode_request(line)
+        except proto.DecodeError as e:
+            self._count_decode_error(e.reason)
+            return proto.Response.failure(0, e.reason, e.detail).encode()
+        except Exception as e:  # a codec bug must answer this line, not end the connection
+            self._count_decode_error("bad_request")
+            log.warning("control_decode_failed", error=repr(e))
+            return proto.Response.failure(0, "bad_request", type(e).__name__).encode()
+        self.counters["requests"] += 1
+        handler = self.handlers.get(req.cmd)
+        if handler is None:
+            self.counters["errors"] += 1
+            known = ", ".join(sorted(self.handlers))
+            return proto.Response.failure(
+                req.id, "unknown_command", f"{req.cmd!r}; known: {known}"
+            ).encode()
+        try:
+            result = handler(req.args)
+            if inspect.isawaitable(result):
+                result = await result
+            return proto.Response(id=req.id, ok=True, result=result).encode()
+        except Exception as e:  # a handler bug answers this request, never kills the daemon
+            self.counters["errors"] += 1
+            log.warning("control_handler_failed", cmd=req.cmd, error=repr(e))
+            return proto.Response.failure(req.id, "handler_failed", str(e) or repr(e)).encode()

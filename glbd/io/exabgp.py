@@ -1,0 +1,505 @@
+"""Runs ExaBGP 5.0.x as a supervised child and moves API lines between it and glbd.
+
+* ``render_config`` writes ExaBGP's config from glbd's neighbor list (both families, hold
+  time, ``listen 179`` so the peer may open the TCP session, ``group-updates false`` so every
+  prefix travels in its own UPDATE with its own NHC, ``adj-rib-in false`` (glbd keeps the
+  received paths itself; ExaBGP's copy held 389 MB for 64 x 10k paths), and the API block:
+  ``receive { parsed; update; open; notification; } neighbor-changes;``). A ``passive``
+  neighbor is only accepted, never connected to: two ExaBGPs that both connect collide, and
+  after collision handling ExaBGP 5.0.15 sometimes services the surviving session only on its
+  idle tick (~75 UPDATEs/s instead of ~600/s, observed in bench/bgp_burst.py).
+* ExaBGP runs in the foreground as root without named pipes (``exabgp.daemon.user=root``,
+  ``exabgp.api.cli=false``, ``exabgp.daemon.daemonize=false``), with systemd's
+  NOTIFY_SOCKET/WATCHDOG_*/LISTEN_* removed from its environment, optionally inside a network
+  namespace (``ip netns exec NS``; production: ``netns=None``). Its log goes to a file in the
+  runtime directory.
+* Its API process is :mod:`glbd.io.exabgp_bridge`, which connects back to a Unix socket served
+  here with asyncio streams.
+* Commands are queued, coalesced per (neighbor, prefix) so a burst collapses to the last word,
+  and written with at most ``window`` commands awaiting their ``done``/``error`` ack: the
+  window is the backpressure; ExaBGP's API stalls on unbounded bursts.
+* If ExaBGP (or the bridge) dies, ``on_lost`` is called, ExaBGP is restarted with exponential
+  backoff and ``on_ready`` is called once the bridge is connected again (the owner re-queues
+  its Adj-RIB-Out there).
+* ``stop()`` drains the queue (the owner queues its withdrawals first), then SIGTERM (ExaBGP
+  sends Cease to every peer), then SIGKILL after a grace period. Processes are stopped by PID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from glbd.codec import exabgp_api as api
+from glbd.io.paths import private_dir, write_private
+
+__all__ = ["ExabgpParams", "ExabgpSupervisor", "exabgp_env", "render_config"]
+
+log = structlog.get_logger(__name__)
+
+_STRIP_PREFIXES = ("WATCHDOG_", "LISTEN_")
+_STRIP = ("NOTIFY_SOCKET",)
+
+
+#: the API reader gives the event loop a turn after this much consecutive work
+YIELD_AFTER_S = 0.002
+
+
+@dataclass(frozen=True)
+class ExabgpNeighbor:
+    address: str
+    local_address: str
+    remote_as: int
+    hold_time: int = 9
+    #: only accept the TCP session, never open it (see ``render_config``)
+    passive: bool = False
+
+
+@dataclass(frozen=True)
+class ExabgpParams:
+    router_id: str
+    local_as: int
+    neighbors: tuple[ExabgpNeighbor, ...]
+    #: the ExaBGP executable (default: ``exabgp`` next to this Python, else on PATH)
+    exabgp: tuple[str, ...] = ()
+    #: where config, socket and log live (default: a fresh temporary directory). Made 0700 at
+    #: start; if the name is taken by anything but our own 0700 directory, a fresh random
+    #: directory beside it is used instead (``ExabgpSupervisor.dir`` says which)
+    runtime_dir: Path | None = None
+    window: int = 64
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    #: a run that lasted this long resets the backoff
+    backoff_reset_s: float = 60.0
+    connect_timeout_s: float = 30.0
+    stop_grace_s: float = 5.0
+    drain_timeout_s: float = 5.0
+    #: ExaBGP's own log level (INFO logs a line per route: too much for a tmpfs runtime dir)
+    log_level: str = "WARNING"
+
+
+def default_exabgp() -> tuple[str, ...]:
+    here = Path(sys.executable).parent / "exabgp"
+    if here.exists():
+        return (str(here),)
+    found = shutil.which("exabgp")
+    return (found or "exabgp",)
+
+
+#: longest ExaBGP API line accepted (bytes)
+API_LINE_LIMIT = 1 << 21
+
+
+def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
+    run = " ".join(bridge_cmd)
+    lines = [
+        "process glbd {",
+        f"    run {run};",
+        "    encoder json;",
+        "}",
+        "",
+    ]
+    for n in params.neighbors:
+        lines += [
+            f"neighbor {n.address} {{",
+            f"    router-id {params.router_id};",
+            f"    local-address {n.local_address};",
+            f"    local-as {params.local_as};",
+            f"    peer-as {n.remote_as};",
+            f"    hold-time {n.hold_time};",
+            "    listen 179;",
+            *(["    passive true;"] if n.passive else []),
+            "    group-updates false;",
+            # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
+            "    adj-rib-in false;",
+            "    family {",
+            "        ipv4 unicast;",
+            "        ipv6 unicast;",
+            "    }",
+            "    api {",
+            "        processes [ glbd ];",
+            "        neighbor-changes;",
+            "        receive {",
+            "            parsed;",
+            "            update;",
+            "            open;",
+            "            notification;",
+            "        }",
+            "    }",
+            "}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def exabgp_env(base: dict[str, str], log_file: Path, log_level: str = "WARNING") -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
+    env.update(
+        {
+            "exabgp.daemon.user": "root",
+            "exabgp.daemon.daemonize": "false",
+            "exabgp.daemon.drop": "false",
+            "exabgp.api.cli": "false",
+            "exabgp.api.ack": "true",
+            "exabgp.api.encoder": "json",
+            "exabgp.log.destination": str(log_file),
+            "exabgp.log.level": log_level,
+            "exabgp.daemon.pid": "",
+        }
+    )
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when glbd dies, so no orphaned ExaBGP keeps port 179
+    (PR_SET_PDEATHSIG survives the exec of ``ip netns exec`` and of ExaBGP)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _key(cmd: api.Command) -> tuple[str, str, str]:
+    if isinstance(cmd, api.Teardown):
+        return ("teardown", str(cmd.neighbor), str(cmd.subcode))
+    return ("route", str(cmd.neighbor), str(cmd.prefix))
+
+
+@dataclass
+class _Stats:
+    sent: int = 0
+    acked_ok: int = 0
+    acked_error: int = 0
+    coalesced: int = 0
+    starts: int = 0
+    deaths: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+class ExabgpSupervisor:
+    """One supervised ExaBGP. Callbacks run on the event loop and must not block."""
+
+    def __init__(
+        self,
+        params: ExabgpParams,
+        *,
+        netns: str | None,
+        on_line: Callable[[str], None],
+        on_lost: Callable[[], None],
+        on_ready: Callable[[], None],
+    ) -> None:
+        self.params = params
+        self.netns = netns
+        self._on_line = on_line
+        self._on_lost = on_lost
+        self._on_ready = on_ready
+        self._own_dir = params.runtime_dir is None
+        self.dir = params.runtime_dir or Path(tempfile.mkdtemp(prefix="glbd-exabgp-"))
+        self.stats = _Stats()
+        self._pending: OrderedDict[tuple[str, str, str], api.Command] = OrderedDict()
+        self._inflight: deque[api.Command] = deque()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._server: asyncio.base_events.Server | None = None
+        self._conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._connected = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.started_at: float | None = None
+        self.generation = 0
+
+    # ---- public --------------------------------------------------------------------------
+
+    @property
+    def socket_path(self) -> Path:
+        return self.dir / "api.sock"
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "exabgp.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "exabgp.log"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def send(self, cmd: api.Command) -> None:
+        """Queue a command; a newer command for the same (neighbor, prefix) replaces it."""
+        key = _key(cmd)
+        if key in self._pending:
+            self.stats.coalesced += 1
+            del self._pending[key]
+        self._pending[key] = cmd
+        self._idle.clear()
+        self._wake.set()
+
+    async def start(self) -> None:
+        if not self._own_dir:
+            # the config names the command ExaBGP runs as root: only a 0700 directory of ours
+            self.dir = private_dir(self.dir, "ExaBGP runtime directory")
+            self._own_dir = True
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        # limit = the longest API line (a 64 KB UPDATE of ~16k prefixes is ~1 MB of JSON);
+        # asyncio also stops reading ahead at 2 x limit, which bounds what a burst that glbd
+        # has not processed yet can hold in glbd's memory (it was 16 MB -> 22 MB seen buffered)
+        self._server = await asyncio.start_unix_server(
+            self._accept, path=str(self.socket_path), limit=API_LINE_LIMIT
+        )
+        os.chmod(self.socket_path, 0o600)
+        bridge = [sys.executable, "-m", "glbd.io.exabgp_bridge", str(self.socket_path)]
+        write_private(self.config_path, render_config(self.params, bridge))
+        await self._spawn()
+        self._main = asyncio.create_task(self._run(), name="exabgp-supervisor")
+        try:
+            await asyncio.wait_for(self._connected.wait(), self.params.connect_timeout_s)
+        except TimeoutError:
+            log.warning("exabgp_bridge_not_connected", timeout=self.params.connect_timeout_s)
+
+    def reload(self, params: ExabgpParams) -> None:
+        """Rewrite the config and make ExaBGP reload it (SIGUSR1): new neighbors are added,
+        removed ones closed, redefined ones re-established; routes announced over the API to
+        unchanged neighbors stay (ExaBGP only replaces routes that came from its config)."""
+        self.params = params
+        bridge = [sys.executable, "-m", "glbd.io.exabgp_bridge", str(self.socket_path)]
+        write_private(self.config_path, render_config(params, bridge))
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGUSR1)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every queued command was acknowledged. False on timeout."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    async def stop(self) -> None:
+        if self._conn is not None:
+            await self.drain(self.params.drain_timeout_s)
+        self._stopping = True
+        if self._main is not None:
+            self._main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._main
+        await self._terminate()
+        if self._conn is not None:
+            self._conn[1].close()
+            self._conn = None
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        if self._own_dir:  # never a directory start() refused or did not make private
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "generation": self.generation,
+            "connected": self.connected,
+            "queued": len(self._pending),
+            "in_flight": len(self._inflight),
+            "sent": self.stats.sent,
+            "acked_ok": self.stats.acked_ok,
+            "acked_error": self.stats.acked_error,
+            "coalesced": self.stats.coalesced,
+            "starts": self.stats.starts,
+            "deaths": self.stats.deaths,
+            "log": str(self.log_path),
+        }
+
+    # ---- process ---------------------------------------------------------------------------
+
+    async def _spawn(self) -> None:
+        exe = list(self.params.exabgp or default_exabgp())
+        argv = [*exe, "server", str(self.config_path)]
+        if self.netns is not None:
+            argv = ["ip", "netns", "exec", self.netns, *argv]
+        env = exabgp_env(dict(os.environ), self.log_path, self.params.log_level)
+        # never through a symlink at that name; handed to the child
+        fd = os.open(
+            self.dir / "exabgp.stdout",
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        out = os.fdopen(fd, "ab")
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                cwd=str(self.dir),
+                start_new_session=True,  # a terminal's Ctrl-C reaches glbd only: it withdraws first
+                preexec_fn=_die_with_parent,
+            )
+        finally:
+            out.close()
+        self.generation += 1
+        self.stats.starts += 1
+        self.started_at = time.monotonic()
+        log.info("exabgp_started", pid=self._proc.pid, netns=self.netns, gen=self.generation)
+
+    async def _terminate(self) -> None:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.params.stop_grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        log.info("exabgp_stopped", pid=proc.pid, rc=proc.returncode)
+
+    async def _run(self) -> None:
+        backoff = self.params.backoff_initial_s
+        while not self._stopping:
+            proc = self._proc
+            assert proc is not None
+            writer = asyncio.create_task(self._writer())
+            died = asyncio.create_task(proc.wait())
+            lost_bridge = asyncio.create_task(self._reader())
+            try:
+                await asyncio.wait({died, lost_bridge}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                writer.cancel()
+                lost_bridge.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writer
+            if self._stopping:
+                return
+            self.stats.deaths += 1
+            ran = time.monotonic() - (self.started_at or time.monotonic())
+            await self._terminate()
+            log.warning("exabgp_lost", pid=proc.pid, rc=proc.returncode, ran_s=round(ran, 3))
+            died.cancel()
+            self._drop_connection()
+            try:
+                self._on_lost()
+            except Exception:  # a callback's fault must not stop supervision
+                log.exception("exabgp_on_lost_failed")
+            if ran >= self.params.backoff_reset_s:
+                backoff = self.params.backoff_initial_s
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.params.backoff_max_s)
+            await self._spawn()
+
+    async def _reader(self) -> None:
+        await self._connected.wait()
+        assert self._conn is not None
+        reader = self._conn[0]
+        loop = asyncio.get_running_loop()
+        slice_start = loop.time()
+        while True:
+            # readline() does not suspend while lines are buffered: during a burst of updates
+            # this loop would starve heartbeats, BFD events, FIB syncs and glbctl. Yield to
+            # the loop after ~2 ms of consecutive work.
+            if loop.time() - slice_start > YIELD_AFTER_S:
+                await asyncio.sleep(0)
+                slice_start = loop.time()
+            try:
+                raw = await reader.readline()
+            except (ConnectionError, ValueError) as exc:  # ValueError: line over the limit
+                self.stats.errors[type(exc).__name__] += 1
+                return
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if line in ("done", "error"):
+                self._ack(line == "done")
+                continue
+            if line == "shutdown":  # ExaBGP's answer while it is shutting down
+                continue
+            try:
+                self._on_line(line)
+            except Exception:
+                self.stats.errors["on_line"] += 1
+                log.exception("exabgp_line_handler_failed")
+
+    def _ack(self, ok: bool) -> None:
+        if not self._inflight:
+            self.stats.errors["unexpected_ack"] += 1
+            return
+        cmd = self._inflight.popleft()
+        if ok:
+            self.stats.acked_ok += 1
+        else:
+            self.stats.acked_error += 1
+            log.warning("exabgp_command_error", command=cmd.encode())
+        self._wake.set()
+        if not self._inflight and not self._pending:
+            self._idle.set()
+
+    async def _writer(self) -> None:
+        await self._connected.wait()
+        assert self._conn is not None
+        w = self._conn[1]
+        try:
+            self._on_ready()
+        except Exception:
+            log.exception("exabgp_on_ready_failed")
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            room = self.params.window - len(self._inflight)
+            if room <= 0 or not self._pending:
+                if not self._pending and not self._inflight:
+                    self._idle.set()
+                continue
+            batch: list[str] = []
+            while room > 0 and self._pending:
+                _, cmd = self._pending.popitem(last=False)
+                self._inflight.append(cmd)
+                batch.append(api.encode_command(cmd))
+                room -= 1
+            w.write(("\n".join(batch) + "\n").encode())
+            self.stats.sent += len(batch)
+            await w.drain()
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn[1].close()
+        self._conn = None
+        self._connected.clear()
+        # unacknowledged commands are lost with the process: the owner replays its
+        # Adj-RIB-Out on ready, which supersedes them
+        self._inflight.clear()
+        self._pending.clear()
+        self._idle.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._conn is not None:  # a second bridge (ExaBGP respawned it): replace
+            self._conn[1].close()
+        self._conn = (reader, writer)
+        self._connected.set()
+        self._wake.set()
