@@ -81,7 +81,8 @@ case "$job" in
   test)
     step "test suite"
     set +e
-    .venv/bin/python -m pytest "$@"
+    # a skip here means something this script should have installed: it fails (tests/conftest.py)
+    GLBD_NO_SKIP=${GLBD_NO_SKIP:-1} .venv/bin/python -m pytest "$@"
     rc=$?
     set -e
     if [ $rc = 5 ]; then echo "bootstrap: pytest collected no tests: that is a failure" >&2; exit 1; fi
