@@ -318,7 +318,32 @@ def plan(
     route part to these prefixes (O(delta): a BGP update adding/removing a few prefixes)."""
     ops: list[Op] = []
     notes: dict[str, str] = {}
-    # 1. groups (and the members they need)
+    realizable, needed_members = _plan_groups(desired, observed, ids, p, ops, notes)
+    wanted_gids = set(realizable.values())
+    mapped = set(ids.groups.values())
+    dying_groups = {
+        gid
+        for gid in observed.groups
+        if gid not in wanted_gids
+        and (gid in mapped or (p.allow_delete and gid not in p.keep_groups))
+    }
+    if routes:
+        _plan_routes(desired, observed, p, realizable, dying_groups, ops, notes, only=only)
+    _plan_deletions(observed, p, dying_groups, wanted_gids, needed_members, ops)
+    ops.sort(key=lambda o: _ORDER[type(o)])
+    return Plan(tuple(ops), notes, realizable)
+
+
+def _plan_groups(
+    desired: Desired,
+    observed: Observed,
+    ids: IdMap,
+    p: PlanParams,
+    ops: list[Op],
+    notes: dict[str, str],
+) -> tuple[dict[str, int], dict[int, Member]]:
+    """Groups whose programmed weights differ from the kernel's, and the members they need.
+    Returns the groups that can exist (key -> id) and the needed members (id -> member)."""
     realizable: dict[str, int] = {}
     needed_members: dict[int, Member] = {}
     for key in sorted(desired.groups):
@@ -347,15 +372,21 @@ def plan(
         nh = observed.nexthops.get(mid)
         if nh is None or (nh.gateway, nh.ifindex, nh.onlink) != (m.gateway, link.index, m.onlink):
             ops.append(NhSet(mid, m, link.index, replace=nh is not None))
-    # 2. routes
-    wanted_gids = set(realizable.values())
-    mapped = set(ids.groups.values())
-    dying_groups = {
-        gid
-        for gid in observed.groups
-        if gid not in wanted_gids
-        and (gid in mapped or (p.allow_delete and gid not in p.keep_groups))
-    }
+    return realizable, needed_members
+
+
+def _plan_routes(
+    desired: Desired,
+    observed: Observed,
+    p: PlanParams,
+    realizable: dict[str, int],
+    dying_groups: set[int],
+    ops: list[Op],
+    notes: dict[str, str],
+    *,
+    only: Iterable[IPNetwork] | None,
+) -> None:
+    """Routes to set and delete: all of them, or only the prefixes in ``only``."""
     # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
     v4_keys = {
         k for k, spec in desired.groups.items() if any(m.gateway.version == 4 for m in spec.weights)
@@ -380,7 +411,7 @@ def plan(
             return None
         return target
 
-    if routes and only is not None:
+    if only is not None:
         for prefix in only:
             dkey = desired.routes.get(prefix)
             metric = m4 if prefix.version == 4 else m6
@@ -394,8 +425,8 @@ def plan(
                     ops.append(RouteSet(prefix, metric, target, replace=kr is not None))
             elif kr is not None and kr.nhid not in dying_groups:
                 ops.append(RouteDel(prefix, metric))
-        routes = False
-    for prefix, key in desired.routes.items() if routes else ():
+        return
+    for prefix, key in desired.routes.items():
         target = wanted(prefix, key)
         if target is None:
             continue
@@ -406,7 +437,7 @@ def plan(
         kr = kroutes.get(rk)
         if kr is None or kr.nhid != target:
             ops.append(RouteSet(prefix, rk[1], target, replace=kr is not None))
-    for rk, kr in kroutes.items() if routes else ():
+    for rk, kr in kroutes.items():
         prefix, metric = rk
         desired_key = desired.routes.get(prefix)
         if (
@@ -421,7 +452,17 @@ def plan(
             desired_key is not None and desired_key in desired.groups
         ):
             ops.append(RouteDel(prefix, metric))
-    # 3. deletions
+
+
+def _plan_deletions(
+    observed: Observed,
+    p: PlanParams,
+    dying_groups: set[int],
+    wanted_gids: set[int],
+    needed_members: dict[int, Member],
+    ops: list[Op],
+) -> None:
+    """Groups nothing wants any more and, when deleting is allowed, unneeded members."""
     for gid in sorted(dying_groups):
         ops.append(GroupDel(gid))
     if p.allow_delete:
@@ -435,5 +476,3 @@ def plan(
         for nid in sorted(observed.nexthops):
             if nid not in needed_members and nid not in p.keep_nexthops and nid not in kept:
                 ops.append(NhDel(nid))
-    ops.sort(key=lambda o: _ORDER[type(o)])
-    return Plan(tuple(ops), notes, realizable)
