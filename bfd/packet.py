@@ -28,7 +28,7 @@ in the digest field, hash the whole packet (``Length`` bytes), then store the ha
 :func:`sign` and :func:`verify` do that.
 
 :func:`decode` runs the §6.8.6 checks that need no session state, in RFC order, and raises one
-:class:`DecodeError` whose ``reason`` is a stable name (drop counters use it):
+:class:`DecodeError` whose ``reason`` is a :class:`bfd.reasons.DropReason` (drop counters use it):
 
 ``too_short``, ``bad_version``, ``bad_length``, ``length_exceeds_payload``,
 ``zero_detect_mult``, ``multipoint``, ``zero_my_discriminator``, ``zero_your_discriminator``
@@ -48,6 +48,8 @@ import hmac
 import struct
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from .reasons import DropReason
 
 __all__ = [
     "AUTH_DIGEST_LEN",
@@ -128,8 +130,8 @@ _KEYED = struct.Struct("!BBBBI")  # type, len, key id, reserved, sequence
 class DecodeError(ValueError):
     """A BFD control packet that fails a stateless reception check (§6.8.6)."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
+    def __init__(self, reason: DropReason, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else str(reason))
         self.reason = reason
         self.detail = detail
 
@@ -268,29 +270,29 @@ def decode(data: bytes) -> ControlPacket:
     """Decode one control packet (the UDP payload), running the stateless §6.8.6 checks."""
     n = len(data)
     if n < HEADER_LEN:
-        raise DecodeError("too_short", f"{n} bytes < {HEADER_LEN}")
+        raise DecodeError(DropReason.TOO_SHORT, f"{n} bytes < {HEADER_LEN}")
     b0, b1, mult, length, my, your, dtx, rrx, recho = _HDR.unpack_from(data)
     if b0 >> 5 != VERSION:
-        raise DecodeError("bad_version", str(b0 >> 5))
+        raise DecodeError(DropReason.BAD_VERSION, str(b0 >> 5))
     a = b1 & _A
     if length < HEADER_LEN or (a and length < HEADER_LEN + 2):
-        raise DecodeError("bad_length", str(length))
+        raise DecodeError(DropReason.BAD_LENGTH, str(length))
     if length > n:
-        raise DecodeError("length_exceeds_payload", f"length {length} > {n} bytes")
+        raise DecodeError(DropReason.LENGTH_EXCEEDS_PAYLOAD, f"length {length} > {n} bytes")
     if mult == 0:
-        raise DecodeError("zero_detect_mult")
+        raise DecodeError(DropReason.ZERO_DETECT_MULT)
     if b1 & _M:
-        raise DecodeError("multipoint")
+        raise DecodeError(DropReason.MULTIPOINT)
     if my == 0:
-        raise DecodeError("zero_my_discriminator")
+        raise DecodeError(DropReason.ZERO_MY_DISCRIMINATOR)
     state = _STATES[b1 >> 6]
     if your == 0 and state >= State.INIT:
-        raise DecodeError("zero_your_discriminator", f"state {state.name}")
+        raise DecodeError(DropReason.ZERO_YOUR_DISCRIMINATOR, f"state {state.name}")
     auth = None
     if a:
         auth = _decode_auth(data, length)
     elif length != HEADER_LEN:
-        raise DecodeError("auth_without_a_bit", f"length {length}")
+        raise DecodeError(DropReason.AUTH_WITHOUT_A_BIT, f"length {length}")
     return ControlPacket(
         state,
         _DIAGS[b0 & 0x1F],
@@ -312,17 +314,19 @@ def decode(data: bytes) -> ControlPacket:
 def _decode_auth(data: bytes, length: int) -> Auth:
     atype, alen = data[24], data[25]
     if HEADER_LEN + alen != length:
-        raise DecodeError("auth_length_mismatch", f"auth len {alen}, packet length {length}")
+        raise DecodeError(
+            DropReason.AUTH_LENGTH_MISMATCH, f"auth len {alen}, packet length {length}"
+        )
     try:
         t = AuthType(atype)
     except ValueError:
-        raise DecodeError("auth_type_unknown", str(atype)) from None
+        raise DecodeError(DropReason.AUTH_TYPE_UNKNOWN, str(atype)) from None
     if t == AuthType.SIMPLE_PASSWORD:
         if not 4 <= alen <= 19:
-            raise DecodeError("auth_length_mismatch", f"simple password auth len {alen}")
+            raise DecodeError(DropReason.AUTH_LENGTH_MISMATCH, f"simple password auth len {alen}")
         return Auth(t, data[26], password=bytes(data[27:length]))
     if alen != 8 + t.digest_len:
-        raise DecodeError("auth_length_mismatch", f"{t.name} auth len {alen}")
+        raise DecodeError(DropReason.AUTH_LENGTH_MISMATCH, f"{t.name} auth len {alen}")
     _, _, key_id, reserved, seq = _KEYED.unpack_from(data, 24)
     return Auth(t, key_id, seq, digest=bytes(data[32:length]), reserved=reserved)
 

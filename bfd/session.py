@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .packet import Auth, AuthType, ControlPacket, Diag, State, sign, verify
+from .reasons import DropReason, StateChangeReason
 
 __all__ = [
     "TRANSITIONS",
@@ -143,22 +144,17 @@ class StateChange:
     old: State
     new: State
     diag: Diag
-    #: detection_timeout | neighbor_down | neighbor_admin_down | admin_down | admin_up |
-    #: neighbor_signal (Down->Init, ->Up)
-    reason: str
+    reason: StateChangeReason
 
     @property
     def failure(self) -> bool:
         """An Up session lost: detection timeout or the peer signalling Down. A peer's
         AdminDown and our own admin action are not failures (RFC 5882 §3.2)."""
-        return (
-            self.old == State.UP
-            and self.new == State.DOWN
-            and self.reason in ("detection_timeout", "neighbor_down")
-        )
+        return self.old == State.UP and self.new == State.DOWN and self.reason in _FAILURES
 
 
 Effect = Transmit | StateChange
+_FAILURES = (StateChangeReason.DETECTION_TIMEOUT, StateChangeReason.NEIGHBOR_DOWN)
 
 
 class Event(enum.Enum):
@@ -172,30 +168,35 @@ class Event(enum.Enum):
 
 
 _D = Diag
+_R = StateChangeReason
 #: §6.2 / §6.8.6 as data: (local state, event) -> (new state, diag, reason). Absent = no change.
 #: While AdminDown nothing in this table applies (packets are discarded, §6.8.6).
-TRANSITIONS: dict[tuple[State, Event], tuple[State, Diag, str]] = {
-    (State.DOWN, Event.RX_DOWN): (State.INIT, _D.NONE, "neighbor_signal"),
-    (State.DOWN, Event.RX_INIT): (State.UP, _D.NONE, "neighbor_signal"),
+TRANSITIONS: dict[tuple[State, Event], tuple[State, Diag, StateChangeReason]] = {
+    (State.DOWN, Event.RX_DOWN): (State.INIT, _D.NONE, _R.NEIGHBOR_SIGNAL),
+    (State.DOWN, Event.RX_INIT): (State.UP, _D.NONE, _R.NEIGHBOR_SIGNAL),
     (State.INIT, Event.RX_ADMIN_DOWN): (
         State.DOWN,
         _D.NEIGHBOR_SIGNALED_SESSION_DOWN,
-        "neighbor_admin_down",
+        _R.NEIGHBOR_ADMIN_DOWN,
     ),
-    (State.INIT, Event.RX_INIT): (State.UP, _D.NONE, "neighbor_signal"),
-    (State.INIT, Event.RX_UP): (State.UP, _D.NONE, "neighbor_signal"),
+    (State.INIT, Event.RX_INIT): (State.UP, _D.NONE, _R.NEIGHBOR_SIGNAL),
+    (State.INIT, Event.RX_UP): (State.UP, _D.NONE, _R.NEIGHBOR_SIGNAL),
     (State.INIT, Event.TIMEOUT): (
         State.DOWN,
         _D.CONTROL_DETECTION_TIME_EXPIRED,
-        "detection_timeout",
+        _R.DETECTION_TIMEOUT,
     ),
     (State.UP, Event.RX_ADMIN_DOWN): (
         State.DOWN,
         _D.NEIGHBOR_SIGNALED_SESSION_DOWN,
-        "neighbor_admin_down",
+        _R.NEIGHBOR_ADMIN_DOWN,
     ),
-    (State.UP, Event.RX_DOWN): (State.DOWN, _D.NEIGHBOR_SIGNALED_SESSION_DOWN, "neighbor_down"),
-    (State.UP, Event.TIMEOUT): (State.DOWN, _D.CONTROL_DETECTION_TIME_EXPIRED, "detection_timeout"),
+    (State.UP, Event.RX_DOWN): (State.DOWN, _D.NEIGHBOR_SIGNALED_SESSION_DOWN, _R.NEIGHBOR_DOWN),
+    (State.UP, Event.TIMEOUT): (
+        State.DOWN,
+        _D.CONTROL_DETECTION_TIME_EXPIRED,
+        _R.DETECTION_TIMEOUT,
+    ),
 }
 _RX_EVENT = {s: Event(s) for s in State}
 
@@ -244,10 +245,11 @@ class Session:
         self.up_since: float | None = None
         self.last_change = now
         self.flaps = 0
-        self.last_down_reason = ""
+        self.last_down_reason: StateChangeReason | str = ""
         self.packets_in = 0
         self.packets_out = 0
-        self.drops: dict[str, int] = {}
+        #: by reason; the engine counts its own here too (a ``tx_<errno>`` has no member)
+        self.drops: dict[DropReason | str, int] = {}
         self._tx_key: tuple[Any, ...] | None = None
         self._tx_bytes = b""
 
@@ -286,7 +288,7 @@ class Session:
             return a
         return b
 
-    def drop(self, reason: str) -> None:
+    def drop(self, reason: DropReason | str) -> None:
         """Count one discarded packet for this session (also used by the transport)."""
         self.drops[reason] = self.drops.get(reason, 0) + 1
 
@@ -342,13 +344,13 @@ class Session:
         """§6.8.16: enter AdminDown, diag 7."""
         if self.state == State.ADMIN_DOWN:
             return []
-        return self._set_state(State.ADMIN_DOWN, Diag.ADMINISTRATIVELY_DOWN, "admin_down", now)
+        return self._set_state(State.ADMIN_DOWN, Diag.ADMINISTRATIVELY_DOWN, _R.ADMIN_DOWN, now)
 
     def admin_up(self, now: float) -> list[Effect]:
         """Leave AdminDown to Down."""
         if self.state != State.ADMIN_DOWN:
             return []
-        return self._set_state(State.DOWN, Diag.NONE, "admin_up", now)
+        return self._set_state(State.DOWN, Diag.NONE, _R.ADMIN_UP, now)
 
     def update(self, params: SessionParams, now: float) -> list[Effect]:
         """Apply new parameters; timer changes in Init/Up run a Poll Sequence (§6.8.3)."""
@@ -385,7 +387,7 @@ class Session:
         return tx, p.required_min_rx
 
     def _set_state(
-        self, new: State, diag: Diag, reason: str, now: float, send: bool = True
+        self, new: State, diag: Diag, reason: StateChangeReason, now: float, send: bool = True
     ) -> list[Effect]:
         old = self.state
         self.state = new
@@ -495,21 +497,21 @@ class Session:
         self.xmit_auth_seq = (self.xmit_auth_seq + 1) & U32
         return Auth(a.type, a.key_id, self.xmit_auth_seq)
 
-    def _check_auth(self, pkt: ControlPacket, now: float) -> str | None:
+    def _check_auth(self, pkt: ControlPacket, now: float) -> DropReason | None:
         """§6.8.6 A bit vs configuration, then §6.7.2-6.7.4. Returns a drop reason or None."""
         cfg = self.params.auth
         a = pkt.auth
         if cfg is None:
-            return None if a is None else "auth_unexpected"
+            return None if a is None else DropReason.AUTH_UNEXPECTED
         if a is None:
-            return "auth_missing"
+            return DropReason.AUTH_MISSING
         if a.type != cfg.type:
-            return "auth_type_mismatch"
+            return DropReason.AUTH_TYPE_MISMATCH
         key = cfg.key_for(a.key_id)
         if key is None:
-            return "auth_key_id_mismatch"
+            return DropReason.AUTH_KEY_ID_MISMATCH
         if cfg.type == AuthType.SIMPLE_PASSWORD:
-            return None if verify(pkt, key) else "auth_failed"
+            return None if verify(pkt, key) else DropReason.AUTH_FAILED
         if (
             self.auth_seq_known
             and self._last_rx is not None
@@ -521,9 +523,9 @@ class Session:
             # in [0 (keyed) or 1 (meticulous), 3 * Detect Mult]
             first = 1 if cfg.type.meticulous else 0
             if not first <= (a.sequence - self.rcv_auth_seq) & U32 <= 3 * pkt.detect_mult:
-                return "auth_sequence"
+                return DropReason.AUTH_SEQUENCE
         if not verify(pkt, key):
-            return "auth_failed"
+            return DropReason.AUTH_FAILED
         self.rcv_auth_seq = a.sequence
         self.auth_seq_known = True
         return None
@@ -531,7 +533,7 @@ class Session:
     # ------------------------------------------------------------------ observability
 
     def snapshot(self, now: float) -> dict[str, Any]:
-        """JSON-safe per-session state (issue 9 item 4)."""
+        """JSON-safe per-session state."""
         return {
             "state": self.state.name.lower(),
             "diag": int(self.local_diag),

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import wire
+from .reasons import DropReason, UpdateReason, malformed
 
 __all__ = ["Neighbor", "Receiver", "ReceiverParams", "RemoteUpdate"]
 
@@ -112,7 +113,7 @@ class RemoteUpdate:
 
     node_id: int
     entries: wire.Entries | None
-    reason: str  # "new" | "changed" | "expired" | "neighbor_removed"
+    reason: UpdateReason
 
 
 @dataclass(slots=True)
@@ -183,7 +184,7 @@ class Receiver:
         self._nodes: dict[int, _NodeState] = {}
         self._seqs: dict[int, _SeqState] = {}
         self._deadline_lb: float | None = None
-        self.drops: Counter[str] = Counter()
+        self.drops: Counter[DropReason] = Counter()
         self.accepted = 0
         #: suspect chains adopted: ahead of the reference (restart), behind it (recovery)
         self.sequence_jumps = 0
@@ -223,7 +224,7 @@ class Receiver:
             old = sorted((s.last_rx, n) for n, s in self._seqs.items() if n not in live)
             for _t, n in old[: len(self._seqs) - MAX_REMEMBERED]:
                 del self._seqs[n]
-        return [RemoteUpdate(n, None, "neighbor_removed") for n in gone]
+        return [RemoteUpdate(n, None, UpdateReason.NEIGHBOR_REMOVED) for n in gone]
 
     # --- datagrams -----------------------------------------------------------------------
 
@@ -232,39 +233,39 @@ class Receiver:
     ) -> list[RemoteUpdate]:
         drops = self.drops
         if ttl != REQUIRED_TTL:
-            drops["bad_ttl"] += 1
+            drops[DropReason.BAD_TTL] += 1
             return []
         st = self._ifs.get(ifname)
         if st is None:
-            drops["no_neighbor"] += 1
+            drops[DropReason.NO_NEIGHBOR] += 1
             return []
         try:
             msg = wire.decode(data)
         except wire.DecodeError as e:
-            drops["malformed"] += 1
-            drops["malformed_" + e.reason] += 1
+            drops[DropReason.MALFORMED] += 1
+            drops[malformed(e.reason)] += 1
             return []
         nb = st.neighbor
         if nb.address is not None and src != nb.address and not _same_address(src, nb.address):
-            drops["wrong_source"] += 1
+            drops[DropReason.WRONG_SOURCE] += 1
             return []
         if msg.sender_id != nb.node_id:
-            drops["wrong_sender"] += 1
+            drops[DropReason.WRONG_SENDER] += 1
             return []
         keys = self._params.keys
         if keys:
             if msg.auth is None:
-                drops["auth_missing"] += 1
+                drops[DropReason.AUTH_MISSING] += 1
                 return []
             key = keys.get(msg.auth.key_id)
             if key is None:
-                drops["auth_unknown_key"] += 1
+                drops[DropReason.AUTH_UNKNOWN_KEY] += 1
                 return []
             if not wire.verify(data, key):
-                drops["auth_bad_digest"] += 1
+                drops[DropReason.AUTH_BAD_DIGEST] += 1
                 return []
         if msg.interval_us > self._params.max_interval_us:
-            drops["interval_too_long"] += 1
+            drops[DropReason.INTERVAL_TOO_LONG] += 1
             return []
         seq = msg.sequence
         sq = self._seqs.get(nb.node_id)
@@ -279,7 +280,7 @@ class Receiver:
                     st.accepted += 1
                     self.parallel_copies += 1
                 else:
-                    drops["stale_sequence"] += 1
+                    drops[DropReason.STALE_SEQUENCE] += 1
                 return []
             if not (d < _SERIAL_HALF and d <= _bound(now - sq.last_rx)) and not self._adopt(
                 nb.node_id, sq, seq, msg.interval_us, d < _SERIAL_HALF, now
@@ -300,7 +301,7 @@ class Receiver:
             self._nodes[nb.node_id] = node
             if self._deadline_lb is None or expires < self._deadline_lb:
                 self._deadline_lb = expires
-            return [RemoteUpdate(nb.node_id, entries, "new")]
+            return [RemoteUpdate(nb.node_id, entries, UpdateReason.NEW)]
         node.last = msg
         node.last_rx = now
         node.accepted += 1
@@ -311,7 +312,7 @@ class Receiver:
             return []
         node.key = key_
         node.changes += 1
-        return [RemoteUpdate(nb.node_id, entries, "changed")]
+        return [RemoteUpdate(nb.node_id, entries, UpdateReason.CHANGED)]
 
     def _adopt(
         self, node_id: int, sq: _SeqState, seq: int, interval_us: int, ahead: bool, now: float
@@ -319,7 +320,7 @@ class Receiver:
         """A suspect datagram: extend (or start) a candidate chain of the node and say whether
         that chain is now adopted as the new reference. Counts the drop when it is not."""
         hold = self._params.hold_multiplier
-        drop = "sequence_jump" if ahead else "stale_sequence"
+        drop = DropReason.SEQUENCE_JUMP if ahead else DropReason.STALE_SEQUENCE
         chains = [c for c in sq.chains if now - c.rx <= hold * c.interval_us / 1e6]
         chain = None
         for c in chains:
@@ -368,7 +369,7 @@ class Receiver:
         for nid, node in list(self._nodes.items()):
             if node.expires <= now:
                 del self._nodes[nid]
-                out.append(RemoteUpdate(nid, None, "expired"))
+                out.append(RemoteUpdate(nid, None, UpdateReason.EXPIRED))
                 log.info("heartbeats from %s expired", wire.node_str(nid))
             elif lb is None or node.expires < lb:
                 lb = node.expires

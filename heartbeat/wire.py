@@ -50,6 +50,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
+from .reasons import DecodeReason
+
 __all__ = [
     "AUTH_TRAILER_LEN",
     "ENTRY_LEN",
@@ -96,10 +98,10 @@ _SERIAL_HALF = 1 << (SERIAL_BITS - 1)
 
 
 class DecodeError(ValueError):
-    """A heartbeat that cannot be decoded. ``reason`` is a stable snake_case name."""
+    """A heartbeat that cannot be decoded. ``reason`` names the failed check."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
+    def __init__(self, reason: DecodeReason, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else str(reason))
         self.reason = reason
         self.detail = detail
 
@@ -358,22 +360,22 @@ def decode(data: bytes) -> Heartbeat:
     (see :func:`verify`)."""
     n = len(data)
     if n < HEADER_LEN:
-        raise DecodeError("too_short", f"{n} < {HEADER_LEN} octets")
+        raise DecodeError(DecodeReason.TOO_SHORT, f"{n} < {HEADER_LEN} octets")
     magic, version, flags, sender, seq, interval, count, elen, _res = _unpack_header(data)
     if magic != MAGIC:
-        raise DecodeError("bad_magic", magic.hex())
+        raise DecodeError(DecodeReason.BAD_MAGIC, magic.hex())
     if version != VERSION:
-        raise DecodeError("bad_version", str(version))
+        raise DecodeError(DecodeReason.BAD_VERSION, str(version))
     if flags & ~FLAG_AUTH:
-        raise DecodeError("unknown_flags", f"0x{flags:02x}")
+        raise DecodeError(DecodeReason.UNKNOWN_FLAGS, f"0x{flags:02x}")
     if elen < ENTRY_LEN:
-        raise DecodeError("bad_entry_len", f"{elen} < {ENTRY_LEN}")
+        raise DecodeError(DecodeReason.BAD_ENTRY_LEN, f"{elen} < {ENTRY_LEN}")
     if interval == 0:
-        raise DecodeError("bad_interval", "0")
+        raise DecodeError(DecodeReason.BAD_INTERVAL, "0")
     body_end = HEADER_LEN + count * elen
     expected = body_end + (AUTH_TRAILER_LEN if flags else 0)
     if n != expected:
-        raise DecodeError("length_mismatch", f"{n} octets, header implies {expected}")
+        raise DecodeError(DecodeReason.LENGTH_MISMATCH, f"{n} octets, header implies {expected}")
     bdata = bytes(data)
     if elen == ENTRY_LEN:
         raw = bdata[HEADER_LEN:body_end]
@@ -381,9 +383,9 @@ def decode(data: bytes) -> Heartbeat:
         raw = b"".join(bdata[off : off + ENTRY_LEN] for off in range(HEADER_LEN, body_end, elen))
     if count:
         if max(raw[_BAND_OFF::ENTRY_LEN]) > MAX_BAND:
-            raise DecodeError("bad_band", "band above 7")
+            raise DecodeError(DecodeReason.BAD_BAND, "band above 7")
         if raw[_FLAGS_OFF::ENTRY_LEN].translate(None, _OK_ENTRY_FLAGS):
-            raise DecodeError("bad_entry_flags", "only the down bit (0x80) is defined")
+            raise DecodeError(DecodeReason.BAD_ENTRY_FLAGS, "only the down bit (0x80) is defined")
     auth = Auth(bdata[body_end], bdata[body_end + 1 :]) if flags else None
     hb = object.__new__(Heartbeat)
     object.__setattr__(hb, "sender_id", sender)

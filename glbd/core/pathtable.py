@@ -76,6 +76,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from glbd.core.reasons import QualitySource, RemoteStatus
 from glbd.core.rib import Role
 from heartbeat import wire
 
@@ -226,7 +227,7 @@ class WeightInputs(NamedTuple):
     remote_capacity_mbps: float | None
     #: why the remote part is what it is: ok | down | nnhn_missing | no_heartbeat |
     #: nnh_not_reported | not_load_balancer
-    remote_status: str
+    remote_status: RemoteStatus
     nnh: tuple[int, ...] | None
     quality: float
     capacity_mbps: float
@@ -257,7 +258,7 @@ class WeightInputs(NamedTuple):
 
 class Weight(NamedTuple):
     value: int
-    source: str  # "glb" | "dlb" | "static"
+    source: QualitySource
     inputs: WeightInputs
 
     def to_dict(self) -> dict[str, Any]:
@@ -307,12 +308,12 @@ class _Profile:
     #: (next hop, sorted NNH tuple or None), fixed for the profile's life
     items: list[tuple[NextHop, tuple[int, ...] | None]] = field(default_factory=list)
     #: (value, source) per next hop in ``items`` order, to detect a change cheaply
-    summary: list[tuple[int, str]] = field(default_factory=list)
+    summary: list[tuple[int, QualitySource]] = field(default_factory=list)
     #: the controller's memory per next hop in ``items`` order (1.0 = nothing held)
     mem: list[float] = field(default_factory=list)
     #: per next hop in ``items`` order: (the inputs it was computed from, its row), so that a
     #: recompute after one remote link changed rebuilds one row, not 64 (see _compute)
-    rows: list[tuple[tuple[Any, ...], tuple[str, WeightInputs]] | None] = field(
+    rows: list[tuple[tuple[Any, ...], tuple[QualitySource, WeightInputs]] | None] = field(
         default_factory=list
     )
 
@@ -588,33 +589,38 @@ class PathTable:
 
     def _remote_of(
         self, bgp_id: int, nnh: tuple[int, ...] | None, consume: bool
-    ) -> tuple[str, float | None, float | None, bool]:
+    ) -> tuple[RemoteStatus, float | None, float | None, bool]:
         """(status, quality, usable capacity, down) of a next hop's compound remote part."""
         if not consume:
-            return "not_load_balancer", None, None, False
+            return RemoteStatus.NOT_LOAD_BALANCER, None, None, False
         if not nnh:
-            return "nnhn_missing", None, None, False
+            return RemoteStatus.NNHN_MISSING, None, None, False
         if bgp_id not in self._remote:
-            return "no_heartbeat", None, None, False
+            return RemoteStatus.NO_HEARTBEAT, None, None, False
         agg = self._agg
         if len(nnh) == 1:  # the 3-stage case, fast
             a = agg.get((bgp_id, nnh[0]))
             if a is None:
-                return "nnh_not_reported", None, None, False
+                return RemoteStatus.NNH_NOT_REPORTED, None, None, False
             if a.down:
-                return "down", 0.0, 0.0, True
-            return "ok", a.quality, a.usable, False
+                return RemoteStatus.DOWN, 0.0, 0.0, True
+            return RemoteStatus.OK, a.quality, a.usable, False
         known = [a for s in nnh if (a := agg.get((bgp_id, s))) is not None]
         if not known:
-            return "nnh_not_reported", None, None, False
+            return RemoteStatus.NNH_NOT_REPORTED, None, None, False
         live = [a for a in known if not a.down]
         if not live:
             if len(known) == len(nnh):
-                return "down", 0.0, 0.0, True
-            return "nnh_not_reported", None, None, False  # known ones down, others unknown
+                return RemoteStatus.DOWN, 0.0, 0.0, True
+            return (
+                RemoteStatus.NNH_NOT_REPORTED,
+                None,
+                None,
+                False,
+            )  # known ones down, others unknown
         usable = sum(a.usable for a in live)
         q = sum(a.quality * a.usable for a in live) / usable if usable else 0.0
-        return "ok", q, usable, False
+        return RemoteStatus.OK, q, usable, False
 
     def _compute(self, prof: _Profile, *, step: bool = True) -> bool:
         p = self._p
@@ -634,7 +640,7 @@ class PathTable:
         for (nh, _), loc in zip(prof.items, locs, strict=True):
             if loc is not None and not loc.down:
                 spine_cap[nh.bgp_id] = spine_cap.get(nh.bgp_id, 0.0) + loc.capacity_mbps
-        rows: list[tuple[str, WeightInputs]] = []
+        rows: list[tuple[QualitySource, WeightInputs]] = []
         cache = prof.rows
         top = 0.0
         for i, ((nh, nnh), loc) in enumerate(zip(prof.items, locs, strict=True)):
@@ -667,7 +673,7 @@ class PathTable:
                 lband = 0 if ldown else loc.band
                 lcap = loc.capacity_mbps
             if rq is not None:
-                source = "glb"
+                source = QualitySource.GLB
                 if lband is None:
                     q = rq
                 elif bottleneck:
@@ -675,9 +681,9 @@ class PathTable:
                 else:
                     q = (lband + rq) / 2.0
             elif lband is not None:
-                source, q = "dlb", float(lband)
+                source, q = QualitySource.DLB, float(lband)
             else:
-                source, q = "static", MAX_Q
+                source, q = QualitySource.STATIC, MAX_Q
             if not cap_aware:
                 cap = 1.0
             elif rcap is not None:
@@ -698,7 +704,7 @@ class PathTable:
             cache[i] = (sig, row)
         old = prof.weights
         new: dict[NextHop, Weight] = {}
-        summary: list[tuple[int, str]] = []
+        summary: list[tuple[int, QualitySource]] = []
         if top <= 0.0:
             for (nh, _), (source, wi) in zip(prof.items, rows, strict=True):
                 new[nh] = Weight(1, source, wi._replace(guard=True))
@@ -800,7 +806,7 @@ class PathTable:
 
 
 def _step_memory(
-    p: PathTableParams, mem: list[float], rows: list[tuple[str, WeightInputs]], top: float
+    p: PathTableParams, mem: list[float], rows: list[tuple[QualitySource, WeightInputs]], top: float
 ) -> None:
     """One step of the weight controller (function 6 in the module docstring), in place.
 
@@ -816,7 +822,7 @@ def _step_memory(
     top_mem = 0.0
     for i, (source, wi) in enumerate(rows):
         rq = wi.remote_quality
-        if source != "glb" or wi.raw <= 0.0 or rq is None:
+        if source != QualitySource.GLB or wi.raw <= 0.0 or rq is None:
             mem[i] = 1.0
             continue
         m = mem[i]
@@ -832,7 +838,7 @@ def _step_memory(
             top_mem = m
     if 0.0 < top_mem < 1.0:
         for i, (source, wi) in enumerate(rows):
-            if source == "glb" and wi.raw > 0.0 and wi.remote_quality is not None:
+            if source == QualitySource.GLB and wi.raw > 0.0 and wi.remote_quality is not None:
                 mem[i] = min(1.0, mem[i] / top_mem)
 
 
