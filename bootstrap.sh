@@ -65,7 +65,7 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ] || [ lab
   step "venv: .venv with glbd, its lab and its test tools ($PY)"
   [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]' -e ./lab
+  .venv/bin/pip install -q -e '.[test,bench]' -e ./lab
   touch .venv/.installed
 fi
 
