@@ -1,0 +1,452 @@
+"""The engine loop: every session, their sockets and one timer heap, on one thread.
+
+A plain ``select.epoll`` loop with one ``heapq`` of deadlines for all sessions and the
+once-a-second housekeeping (no asyncio: no per-packet callbacks, handles or futures). The heap
+is lazy: a session pushes a deadline only when its next one moved earlier, and an item whose
+generation is not the session's current one is skipped when popped.
+
+Hot path per received packet: ``recvmsg`` (batched until EAGAIN), TTL check, dict lookup by
+Your Discriminator, :func:`decode` unless the bytes equal the session's last accepted packet
+(the steady state), :meth:`Session.on_packet`, and at most one ``heappush``. Periodic
+transmissions reuse the session's cached packet bytes.
+
+Demultiplexing (RFC 5880 §6.8.6, RFC 5881 §3): by Your Discriminator; when it is 0 (only legal
+in Down/AdminDown, checked by the codec) by (interface, source address). Drops are counted by
+name, per receive socket (before a session is known) and per session (after).
+
+A failed session's armed failover requests go to the kernel before its event is emitted (see
+:mod:`bfd.failover`). Every method runs on the loop's own thread; :meth:`Loop.call` is the one
+entry for control operations.
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import itertools
+import logging
+import os
+import random
+import select
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..packet import DecodeError, decode
+from ..session import Effect, Session, StateChange, Transmit
+from ..transport import Datagram, recv_batch
+from .model import EngineError, EventWire, SessionConfig, arrival_time, norm_ip
+from .sockets import Entry, FailoverPort, RxSock, SocketTable
+
+__all__ = ["LagStats", "Loop"]
+
+log = logging.getLogger(__name__)
+
+#: sockets that could not be opened are retried this often
+_HOUSEKEEPING_S = 1.0
+_LAG_BUCKET_S = 0.0001  # 0.1 ms
+_LAG_BUCKETS = 1001  # the last one is ">= 100 ms"
+_U32 = struct.Struct("!I")
+#: (deadline, tie-breaker, session or None for housekeeping, the session's generation)
+_HeapItem = tuple[float, int, "Entry | None", int]
+_OPS = frozenset({"add", "update", "remove", "admin", "failover", "snapshot", "reset_lag"})
+
+
+class LagStats:
+    """How late timers fired (0.1 ms buckets up to 100 ms), for the snapshot and benchmarks."""
+
+    def __init__(self) -> None:
+        self.hist = [0] * _LAG_BUCKETS
+        self.max = 0.0
+        self.fired = 0
+
+    def record(self, lag: float) -> None:
+        self.fired += 1
+        if lag > self.max:
+            self.max = lag
+        i = int(lag / _LAG_BUCKET_S)
+        self.hist[i if i < _LAG_BUCKETS else _LAG_BUCKETS - 1] += 1
+
+    def pct_ms(self, q: float) -> float:
+        """The ``q`` quantile in ms (upper edge of its bucket)."""
+        total = sum(self.hist)
+        if not total:
+            return 0.0
+        want = q * total
+        acc = 0
+        for i, n in enumerate(self.hist):
+            acc += n
+            if acc >= want:
+                return (i + 1) * _LAG_BUCKET_S * 1e3
+        return self.max * 1e3
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "timers_fired": self.fired,
+            "timer_lag_max_ms": self.max * 1e3,
+            "timer_lag_p50_ms": self.pct_ms(0.50),
+            "timer_lag_p99_ms": self.pct_ms(0.99),
+            "timer_lag_p999_ms": self.pct_ms(0.999),
+            "timers_late_1ms": sum(self.hist[10:]),
+            "timers_late_5ms": sum(self.hist[50:]),
+        }
+
+
+class Loop:
+    """Sessions, sockets, timers. Every method runs on the loop's own thread."""
+
+    def __init__(
+        self,
+        emit: Callable[[EventWire], None],
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.emit = emit
+        #: called at the end of every loop iteration (the engine process flushes events)
+        self.after: Callable[[], None] | None = None
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.ep = select.epoll()
+        self.heap: list[_HeapItem] = []
+        self.seq = itertools.count()
+        self.by_key: dict[tuple[str, str], Entry] = {}
+        self.by_discr: dict[int, Entry] = {}
+        self.sockets = SocketTable(self.ep, self.rng)
+        self.fo = FailoverPort(self.ep)
+        #: source address as read -> normalised form (bounded: cleared past 4096 entries)
+        self.norm: dict[str, str] = {}
+        self.buf: list[Datagram] = []
+        self.lag = LagStats()
+        self.rx_packets = 0
+        #: receive-side notes that are not drops (``truncated_datagram``: processed, counted)
+        self.rx_counts: dict[str, int] = {}
+        self.iterations = 0
+        self.started = clock()
+        self._push(self.started + _HOUSEKEEPING_S, None)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, ctl_fd: int, on_ctl: Callable[[int], bool]) -> None:
+        """Serve until ``on_ctl(epoll_events)``, called when ``ctl_fd`` is ready, returns
+        False. ``ctl_fd`` is registered for EPOLLIN; its owner may ``modify`` that."""
+        ep, heap, clock = self.ep, self.heap, self.clock
+        ep.register(ctl_fd, select.EPOLLIN)
+        rx_by_fd = self.sockets.by_fd
+        try:
+            while True:
+                self.iterations += 1
+                timeout = max(0.0, heap[0][0] - clock()) if heap else 1.0
+                try:
+                    events = ep.poll(timeout, 128)
+                except InterruptedError:
+                    continue
+                now = clock()
+                for fd, mask in events:
+                    rx = rx_by_fd.get(fd)
+                    if rx is not None:
+                        self._read(rx, now)
+                    elif fd == ctl_fd:
+                        if not on_ctl(mask):
+                            return
+                    elif fd == self.fo.fd:
+                        self.fo.answers()
+                self._run_timers(clock())
+                if self.after is not None:
+                    self.after()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for ent in list(self.by_key.values()):
+            self._close_entry(ent)
+        self.fo.close()
+        self.ep.close()
+
+    # ------------------------------------------------------------------ receive
+
+    def _read(self, rx: RxSock, now: float) -> None:
+        buf = self.buf
+        buf.clear()
+        err = recv_batch(rx.sock, buf, counts=self.rx_counts)
+        if err is not None:
+            rx.drop(err)
+        wall = time.time()
+        for data, host, ttl, ts in buf:
+            rx.packets += 1
+            t = arrival_time(now, wall, ts)
+            try:
+                self._rx_one(rx, data, host, ttl, t)
+            except Exception:  # a bug must not end the engine
+                log.exception("bfd: internal error on a packet from %s", host)
+                rx.drop("internal_error")
+        self.rx_packets += len(buf)
+
+    def _rx_one(self, rx: RxSock, data: bytes, host: str, ttl: int, now: float) -> None:
+        if ttl != 255:  # RFC 5881 §5 (GTSM); Linux IP_MINTTL does not filter UDP
+            rx.drop("bad_ttl" if ttl >= 0 else "no_ttl")
+            return
+        # Steady state: the peer sends the same bytes every time. A packet equal to the last
+        # one accepted for the session its Your Discriminator names reuses that decode.
+        ent = self.by_discr.get(_U32.unpack_from(data, 8)[0]) if len(data) >= 24 else None
+        cached = ent.rx_pkt if ent is not None and data == ent.rx_bytes else None
+        if cached is not None:
+            pkt = cached
+        else:
+            ent = None
+            try:
+                pkt = decode(data)
+            except DecodeError as exc:
+                rx.drop(exc.reason)
+                return
+        peer = self.norm.get(host)
+        if peer is None:
+            if len(self.norm) > 4096:
+                self.norm.clear()
+            peer = self.norm[host] = norm_ip(host)
+        your = pkt.your_discriminator
+        if your:
+            if ent is None:
+                ent = self.by_discr.get(your)
+                if ent is None:
+                    rx.drop("unknown_discriminator")
+                    return
+            if ent.rx is not rx:
+                ent.sess.drop("wrong_interface")
+                return
+            if ent.peer != peer:
+                ent.sess.drop("wrong_peer")
+                return
+        else:
+            ent = self.by_key.get((rx.ifname, peer))
+            if ent is None:
+                rx.drop("no_session")
+                return
+        ent.rx_bytes = data
+        ent.rx_pkt = pkt
+        effects = ent.sess.on_packet(pkt, now)
+        if effects:
+            self._apply(ent, effects, now)
+        self._arm(ent)
+
+    # ------------------------------------------------------------------ timers
+
+    def _push(self, when: float, ent: Entry | None) -> None:
+        heapq.heappush(self.heap, (when, next(self.seq), ent, ent.gen if ent else 0))
+
+    def _arm(self, ent: Entry) -> None:
+        """Push the session's next deadline if it is earlier than the one already pushed."""
+        d = ent.sess.next_deadline()
+        if d is not None and (ent.armed is None or d < ent.armed):
+            ent.gen += 1
+            ent.armed = d
+            self._push(d, ent)
+
+    def _run_timers(self, now: float) -> None:
+        heap = self.heap
+        pop = heapq.heappop
+        while heap and heap[0][0] <= now:
+            _, _, ent, gen = pop(heap)
+            if ent is None:
+                self._housekeeping()
+                self._push(now + _HOUSEKEEPING_S, None)
+            elif gen == ent.gen and not ent.removed:
+                ent.armed = None
+                self._fire(ent, now)
+
+    def _fire(self, ent: Entry, now: float) -> None:
+        sess = ent.sess
+        d = sess.next_deadline()
+        if d is None:
+            return
+        if d > now:
+            self._arm(ent)
+            return
+        det = sess.detect_at
+        if det is not None and det <= now:
+            ent.detect_lag_max = max(ent.detect_lag_max, now - det)
+            self.lag.record(now - det)
+        ntx = sess.next_tx_at
+        if ntx is not None and ntx <= now:
+            ent.tx_lag_max = max(ent.tx_lag_max, now - ntx)
+            self.lag.record(now - ntx)
+        try:
+            effects = sess.on_timer(now)
+        except Exception:
+            log.exception("bfd: internal error in the timer of %s", ent.key)
+            effects = []
+        if effects:
+            self._apply(ent, effects, now)
+        self._arm(ent)
+
+    def _housekeeping(self) -> None:
+        for ent in self.by_key.values():
+            if ent.tx is None or ent.rx is None:
+                self.sockets.open(ent)
+
+    # ------------------------------------------------------------------ effects
+
+    def _apply(self, ent: Entry, effects: list[Effect], now: float) -> None:
+        for e in effects:
+            if type(e) is Transmit:
+                tx = ent.tx
+                if tx is None:
+                    ent.sess.drop("tx_no_socket")
+                    continue
+                try:
+                    tx.send(e.data)
+                except OSError as exc:
+                    ent.sess.drop("tx_" + errno.errorcode.get(exc.errno or 0, "error").lower())
+                    if exc.errno in (errno.ENODEV, errno.ENXIO):  # interface gone: reopen later
+                        self.sockets.release(ent, stale=True)
+                        ent.socket_error = exc.strerror or "interface gone"
+            elif isinstance(e, StateChange):
+                self._state_change(ent, e, now)
+
+    def _state_change(self, ent: Entry, e: StateChange, now: float) -> None:
+        s = ent.sess
+        # the failover goes to the kernel first: the event and the log line can wait
+        sent = bool(e.failure and ent.failover) and self.fo.send(ent)
+        # a plain tuple (see BfdEvent.from_wire): cheap to pickle across the process
+        wire: EventWire = (
+            ent.key[0],
+            ent.peer,
+            int(e.old),
+            int(e.new),
+            int(e.diag),
+            e.reason,
+            e.failure,
+            s.remote_cpi,
+            s.remote_diag,
+            s.local_discr,
+            now,
+            s.last_rx,
+            sent,
+        )
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "bfd %s %s: %s -> %s (%s)", ent.key[0], ent.peer, e.old.name, e.new.name, e.reason
+            )
+        try:
+            self.emit(wire)
+        except Exception:
+            log.exception("bfd: the event callback raised")
+
+    # ------------------------------------------------------------------ control
+
+    def call(self, op: str, args: tuple[Any, ...]) -> Any:
+        """Run one control operation (one of ``_OPS``) and return its result."""
+        if op not in _OPS:
+            raise EngineError(f"unknown engine operation {op!r}")
+        return getattr(self, op)(*args)
+
+    def _get(self, interface: str, peer: str) -> Entry:
+        ent = self.by_key.get((interface, norm_ip(peer)))
+        if ent is None:
+            raise EngineError(f"no BFD session for {peer} on {interface}")
+        return ent
+
+    def _close_entry(self, ent: Entry) -> None:
+        ent.removed = True
+        self.sockets.release(ent)
+        self.by_key.pop(ent.key, None)
+        self.by_discr.pop(ent.sess.local_discr, None)
+
+    def add(self, cfg: SessionConfig) -> int:
+        key = cfg.key
+        if key in self.by_key:
+            raise EngineError(f"BFD session for {key[1]} on {key[0]} exists")
+        now = self.clock()
+        while True:
+            discr = self.rng.randrange(1, 2**32)
+            if discr not in self.by_discr:
+                break
+        ent = Entry(cfg, Session(discr, cfg.params, self.rng, now))
+        self.by_key[key] = ent
+        self.by_discr[discr] = ent
+        self.sockets.open(ent)
+        self._arm(ent)
+        return discr
+
+    def update(self, cfg: SessionConfig) -> None:
+        ent = self._get(cfg.interface, cfg.peer)
+        if cfg.local != ent.cfg.local:
+            self.remove(cfg.interface, cfg.peer)
+            self.add(cfg)
+            return
+        ent.cfg = cfg
+        now = self.clock()
+        self._apply(ent, ent.sess.update(cfg.params, now), now)
+        self._arm(ent)
+
+    def remove(self, interface: str, peer: str) -> None:
+        ent = self._get(interface, peer)
+        now = self.clock()
+        # one AdminDown packet so the peer does not count a failure (§6.8.16); no event
+        tx = [e for e in ent.sess.admin_down(now) if isinstance(e, Transmit)]
+        self._apply(ent, list(tx), now)
+        self._close_entry(ent)
+
+    def failover(self, interface: str, peer: str, data: bytes) -> int:
+        """Arm (or with ``b""`` disarm) the session's failover requests; returns how many."""
+        ent = self._get(interface, peer)
+        reqs = self.fo.check(interface, peer, data)
+        ent.failover = bytes(data) if reqs else b""
+        ent.failover_requests = len(reqs)
+        return len(reqs)
+
+    def admin(self, interface: str, peer: str, down: bool) -> None:
+        ent = self._get(interface, peer)
+        now = self.clock()
+        effects = ent.sess.admin_down(now) if down else ent.sess.admin_up(now)
+        self._apply(ent, effects, now)
+        self._arm(ent)
+
+    def reset_lag(self) -> None:
+        """Forget the lag statistics (benchmarks call this after the warm-up)."""
+        self.lag = LagStats()
+        for ent in self.by_key.values():
+            ent.tx_lag_max = ent.detect_lag_max = 0.0
+
+    def snapshot(self) -> dict[str, Any]:
+        now = self.clock()
+        sessions = [self._session_row(ent, now) for ent in self.by_key.values()]
+        session_drops: dict[str, int] = {}
+        for d in sessions:
+            for reason, n in d["drops"].items():
+                session_drops[reason] = session_drops.get(reason, 0) + n
+        return {
+            "engine": {
+                "pid": os.getpid(),
+                "uptime_s": now - self.started,
+                "sessions": len(self.by_key),
+                "packets_in": self.rx_packets,
+                "loop_iterations": self.iterations,
+                **self.lag.snapshot(),
+                "failover": self.fo.snapshot(),
+            },
+            "sockets": self.sockets.snapshot(),
+            "sessions": sessions,
+            # what `glbctl counters` shows for BFD
+            "counters": {
+                "packets_in": self.rx_packets,
+                "unmatched_drops": dict(self.sockets.unmatched_drops),
+                "session_drops": session_drops,
+                "truncated_datagrams": self.rx_counts.get("truncated_datagram", 0),
+            },
+        }
+
+    def _session_row(self, ent: Entry, now: float) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "interface": ent.key[0],
+            "peer": ent.peer,
+            "local": ent.cfg.local,
+            "source_port": ent.port,
+        }
+        d.update(ent.sess.snapshot(now))
+        d["tx_lag_max_ms"] = ent.tx_lag_max * 1e3
+        d["detect_lag_max_ms"] = ent.detect_lag_max * 1e3
+        d["socket_error"] = ent.socket_error
+        d["failover_requests"] = ent.failover_requests
+        d["failovers"] = ent.failovers
+        return d
