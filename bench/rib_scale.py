@@ -74,7 +74,7 @@ def make_rib(mod: Any, peers: int, coalesce_s: float | None = None) -> Any:
         **kw,
     )
     rib = mod.Rib(params)
-    rib.initial_commands()
+    rib.initial_decisions()
     for i in range(peers):
         rib.on_open(peer_addr(i), ipaddress.IPv4Address(f"10.1.{i // 256}.{i % 256}"))
         rib.on_state(peer_addr(i), "up", 0.0)

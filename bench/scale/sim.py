@@ -4,10 +4,9 @@ What runs per node (all real glbd code, driven with ``now`` arguments):
 
 * every node: a :class:`glbd.core.rib.Rib` (leaves: load balancer, spines of a 3-stage Clos and
   super-spines: helper, pod spines of a 5-stage Clos: both). The ExaBGP hop is a direct call:
-  an :class:`glbd.codec.exabgp_api.Announce` / ``Withdraw`` a Rib emits towards neighbour N
-  becomes the
-  :class:`glbd.codec.exabgp_api.UpdateEvent` N's Rib receives (peer = the sender's address on that
-  link, the NHC attribute *bytes* from the command, which the receiving Rib decodes with
+  an :class:`glbd.core.rib.Advertise` / ``Retract`` a Rib decides towards neighbour N becomes
+  the :class:`glbd.codec.exabgp_api.UpdateEvent` N's Rib receives (peer = the sender's address on
+  that link, the NHC attribute *bytes* from the decision, which the receiving Rib decodes with
   :func:`glbd.codec.nhc.decode_value` and validates).
 * spines: a :class:`heartbeat.sender.Sender` with one entry per link (3-stage: the downstream
   links to the leaves; 5-stage: the links to the leaves and to the super-spines); each datagram
@@ -27,7 +26,7 @@ What is synthesized (documented in bench/scale/README.md):
 * ``rib="sample"`` (the default for the 128 x 64 3-stage Clos, where a real leaf Rib costs
   O(spines^2) per prefix): every spine and super-spine Rib is real, every leaf Rib is real as an
   originator, but only ``rib_sample`` leaves receive their UPDATEs into their real Rib. For the
-  other leaves the NextHopsChanged events are derived from the *same* Announce commands the real
+  other leaves the NextHopsChanged events are derived from the *same* Advertise decisions the real
   spine Ribs produced for them: NHC bytes decoded with ``glbd.codec.nhc.decode_value``, the Rib's
   checks (header next hop matches, NNHN[0] is the peer's BGP ID), multipath = every path of the
   shortest AS path. The run asserts that, on every sampled leaf, this derivation equals the real
@@ -52,7 +51,7 @@ from typing import Any
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
 from glbd.core.pathtable import LocalLink, PathTable, PathTableParams
-from glbd.core.rib import NeighborParams, NextHopsChanged, Rib, RibParams, Role
+from glbd.core.rib import Advertise, NeighborParams, NextHopsChanged, Retract, Rib, RibParams, Role
 from glbd.core.rib import NextHop as RibNextHop
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
@@ -62,6 +61,8 @@ IPv4 = ipaddress.IPv4Address
 CAPACITY_MBPS = 100_000
 GOOD_BAND = 7
 _FAMILY = "ipv4 unicast"
+#: NHC attribute flags as ExaBGP reports a received one: optional, transitive, extended length
+_NHC_FLAGS_RECEIVED = 0xE0
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -135,7 +136,7 @@ class Node:
     rx: Receiver | None = None
     table: PathTable | None = None
     rib_real_in: bool = True  # this node's UPDATEs go into its real Rib
-    inbox: dict[Any, dict[IPv4, api.Announce]] = field(default_factory=dict)
+    inbox: dict[Any, dict[IPv4, Advertise]] = field(default_factory=dict)
     timer_at: float | None = None
     # measurements
     cpu_rx: float = 0.0
@@ -317,7 +318,7 @@ class Sim:
                 self._effects(n, n.rib.on_state(p.peer.addr, "up", 0.0), work)
         for n in fab.nodes:
             assert n.rib is not None
-            self._effects(n, n.rib.initial_commands(), work)
+            self._effects(n, n.rib.initial_decisions(), work)
         # rounds: every command emitted in one round is delivered in the next; a later command
         # for the same (speaker, neighbour, prefix) replaces an undelivered one (what BGP's
         # Adj-RIB-Out / MRAI batching does). The converged state does not depend on it.
@@ -336,38 +337,38 @@ class Sim:
 
     def _effects(self, n: Node, effects: Iterable[Any], work: dict[Any, tuple[Node, Any]]) -> None:
         for e in effects:
-            if isinstance(e, api.Announce | api.Withdraw):
-                work[(id(n), e.neighbor, e.prefix)] = (n, e)
+            if isinstance(e, Advertise | Retract):
+                work[(id(n), e.peer, e.prefix)] = (n, e)
             elif isinstance(e, NextHopsChanged) and n.table is not None:
                 ch = n.table.on_next_hops_changed(e)
                 n.table.take_changes()  # the daemon's FIB sync consumes them
                 if ch and self.track_changes:
                     n.change_times.append(self.loop.now)
 
-    def _deliver_bgp(self, src: Node, cmd: api.Announce | api.Withdraw, work: Any) -> None:
-        """The ExaBGP hop, as a direct call: a command from ``src`` becomes the UPDATE the far
+    def _deliver_bgp(self, src: Node, cmd: Advertise | Retract, work: Any) -> None:
+        """The ExaBGP hop, as a direct call: a decision of ``src`` becomes the UPDATE the far
         end's Rib receives from it."""
         self.bgp_messages += 1
-        port = src.by_peer[cmd.neighbor]  # type: ignore[index]
+        port = src.by_peer[cmd.peer]  # type: ignore[index]
         assert port.peer is not None
         dst = port.peer.node
         if not dst.rib_real_in:  # sampled mode: keep the command for the derivation
             box = dst.inbox.setdefault(cmd.prefix, {})
-            if isinstance(cmd, api.Announce):
+            if isinstance(cmd, Advertise):
                 box[port.addr] = cmd
             else:
                 box.pop(port.addr, None)
             return
         assert dst.rib is not None
-        if isinstance(cmd, api.Announce):
+        if isinstance(cmd, Advertise):
             attrs = api.PathAttributes(
                 origin=cmd.origin,
                 as_path=cmd.as_path,
                 as_path_length=len(cmd.as_path),
-                med=cmd.med,
+                med=None,
                 communities=cmd.communities,
                 nhc=cmd.nhc,
-                nhc_flags=None if cmd.nhc is None else cmd.nhc_flags | 0x20,
+                nhc_flags=None if cmd.nhc is None else _NHC_FLAGS_RECEIVED,
             )
             ev = api.UpdateEvent(
                 port.addr,
@@ -390,7 +391,7 @@ class Sim:
         self._effects(dst, dst.rib.on_update(ev, self.loop.now), work)
 
     def _derived(self, lf: Node) -> dict[Any, tuple[RibNextHop, ...]]:
-        """A leaf's forwarding state derived from the Announce commands addressed to it (see
+        """A leaf's forwarding state derived from the Advertise decisions addressed to it (see
         the module docstring): real NHC decode, the Rib's NNHN checks, shortest-AS-path
         multipath."""
         out: dict[Any, tuple[RibNextHop, ...]] = {}
@@ -409,7 +410,6 @@ class Sim:
                 status = "absent"
                 if c.nhc is not None:
                     d = nhcmod.decode_value(c.nhc)
-                    assert c.next_hop is not None
                     if d.next_hop_match(c.next_hop) is nhcmod.NextHopMatch.MISMATCH:
                         status = "nhc_nh_mismatch"
                     elif d.nnhn is None:
@@ -418,7 +418,6 @@ class Sim:
                         status = "nnhn_nh_bgp_id_mismatch"
                     else:
                         nnh, status = d.nnhn.nnh_ids, "valid"
-                assert c.next_hop is not None
                 nhs.append(RibNextHop(addr, peer_id, c.next_hop, port.ifname, nnh, status))
             out[prefix] = tuple(sorted(nhs, key=lambda nh: int(nh.peer)))
         return out
@@ -441,8 +440,8 @@ class Sim:
             lf.inbox = {}
             for p in lf.ports.values():
                 assert p.peer is not None and p.peer.node.rib is not None
-                for cmd in p.peer.node.rib.adj_rib_out_commands():
-                    if cmd.neighbor == p.addr:
+                for cmd in p.peer.node.rib.adj_rib_out():
+                    if cmd.peer == p.addr:
                         lf.inbox.setdefault(cmd.prefix, {})[p.peer.addr] = cmd
             assert lf.rib is not None
             derived = self._derived(lf)

@@ -3,12 +3,12 @@ NNHN origination (helper) and validation (load balancer), BFD strict mode, stale
 across ExaBGP restarts.
 
 No sockets, no clock, no asyncio: every method takes ``now`` (monotonic seconds) where time
-matters and returns a list of effects. Effects are the ExaBGP commands to send
-(:class:`glbd.codec.exabgp_api.Announce` / ``Withdraw`` / ``Teardown``) and the events for the
-rest of
-the daemon (:class:`PeerUp`, :class:`PeerDown`, :class:`NextHopsChanged`,
-:class:`StaleTimerExpired`). Events for the FIB side always come before the commands of the same
-call, so a BFD failure leaves forwarding before any BGP message is written.
+matters and returns a list of effects. Effects are the RIB's decisions for the BGP speaker
+(:class:`Advertise`, :class:`Retract`, :class:`ResetPeer`; ``glbd.io.bgp`` turns them into
+ExaBGP commands) and the events for the rest of the daemon (:class:`PeerUp`, :class:`PeerDown`,
+:class:`NextHopsChanged`, :class:`StaleTimerExpired`). Events for the FIB side always come before
+the decisions of the same call, so a BFD failure leaves forwarding before any BGP message is
+written.
 
 Selection (eBGP only, as in a Clos fabric):
 
@@ -51,8 +51,11 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
+from glbd.core.reasons import ResetReason
 
 __all__ = [
+    "Advertise",
+    "Decision",
     "Effect",
     "NeighborParams",
     "NextHop",
@@ -60,6 +63,8 @@ __all__ = [
     "Path",
     "PeerDown",
     "PeerUp",
+    "ResetPeer",
+    "Retract",
     "Rib",
     "RibParams",
     "Role",
@@ -193,7 +198,44 @@ class StaleTimerExpired:
 
 
 Event = NextHopsChanged | PeerUp | PeerDown | StaleTimerExpired
-Effect = Event | api.Announce | api.Withdraw | api.Teardown
+
+
+# -- decisions for the BGP speaker ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Advertise:
+    """Advertise ``prefix`` to ``peer`` with these attributes (``nhc``: the NHC attribute
+    value, :meth:`glbd.codec.nhc.Nhc.encode_value`)."""
+
+    peer: IPAddress
+    prefix: Prefix
+    next_hop: IPAddress
+    as_path: tuple[int, ...]
+    origin: str = "igp"
+    communities: tuple[tuple[int, int], ...] = ()
+    nhc: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retract:
+    """Withdraw ``prefix`` (advertised with ``next_hop``) from ``peer``."""
+
+    peer: IPAddress
+    prefix: Prefix
+    next_hop: IPAddress
+
+
+@dataclass(frozen=True, slots=True)
+class ResetPeer:
+    """Close the BGP session with ``peer`` (a Cease NOTIFICATION that says why)."""
+
+    peer: IPAddress
+    reason: ResetReason
+
+
+Decision = Advertise | Retract | ResetPeer
+Effect = Event | Decision
 
 
 # -- state ---------------------------------------------------------------------------------
@@ -250,7 +292,7 @@ class PeerState:
     stale: bool = False
     #: how many prefixes this peer has a path for (its Adj-RIB-In lives in the index)
     n_paths: int = 0
-    adj_out: dict[Prefix, api.Announce] = field(default_factory=dict)
+    adj_out: dict[Prefix, Advertise] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
     last_down_reason: str = ""
     index: dict[Prefix, _Entry] = field(default_factory=dict, repr=False)
@@ -412,7 +454,7 @@ class Rib:
         if self.params.bfd_strict or not st.bfd_down:
             st.bfd_down = True
             out += self._recompute({p for p, _ in st.paths()})
-        out.append(api.Teardown(peer, 10))
+        out.append(ResetPeer(peer, ResetReason.BFD_DOWN))
         return _events_first(out)
 
     def peer_bfd_up(self, peer: IPAddress, now: float) -> list[Effect]:
@@ -536,12 +578,12 @@ class Rib:
             changed |= self.originated
         return self._recompute(changed), touched
 
-    def adj_rib_out_commands(self) -> list[api.Announce]:
-        """Everything glbd announces, per peer (replayed into a restarted ExaBGP)."""
+    def adj_rib_out(self) -> list[Advertise]:
+        """Everything glbd advertises, per peer (replayed into a restarted ExaBGP)."""
         return [cmd for st in self.peers.values() for cmd in st.adj_out.values()]
 
-    def initial_commands(self) -> list[Effect]:
-        """Announcements for the originated prefixes (call once after construction)."""
+    def initial_decisions(self) -> list[Effect]:
+        """Advertisements of the originated prefixes (call once after construction)."""
         return self._recompute(set(self.originated))
 
     # ---- views -------------------------------------------------------------------------
@@ -800,7 +842,7 @@ class Rib:
             if not self._dirty:
                 self._flush_at = None
         events: list[Effect] = []
-        commands: list[Effect] = []
+        decisions: list[Effect] = []
         for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
             best, mp_states = self._select_states(prefix)
             mp_peers = {st for st, _p in mp_states}
@@ -835,11 +877,11 @@ class Rib:
                 if want is None:
                     assert have is not None
                     del st.adj_out[prefix]
-                    commands.append(api.Withdraw(have.neighbor, prefix, have.next_hop))
+                    decisions.append(Retract(have.peer, prefix, have.next_hop))
                 else:
                     st.adj_out[prefix] = want
-                    commands.append(want)
-        return events + commands
+                    decisions.append(want)
+        return events + decisions
 
     def _intern_fwd(self, fwd: tuple[NextHop, ...]) -> tuple[NextHop, ...]:
         """One tuple object per next-hop set: prefixes with the same next hops share it, and
@@ -884,7 +926,7 @@ class Rib:
         mp_peers: set[PeerState],
         mp_ids: tuple[ipaddress.IPv4Address, ...],
         nhcs: dict[IPAddress, bytes] | None,
-    ) -> api.Announce | None:
+    ) -> Advertise | None:
         if not originated and (
             best is None or st in mp_peers or st.params.remote_as in best.as_path
         ):
@@ -899,7 +941,7 @@ class Rib:
         if nh is None:
             return None
         if originated:
-            return api.Announce(n.address, prefix, nh, as_path=(self.params.local_as,))
+            return Advertise(n.address, prefix, nh, as_path=(self.params.local_as,))
         assert best is not None
         value: bytes | None = None
         if nhcs is not None:
@@ -908,7 +950,7 @@ class Rib:
                 value = nhcs[nh] = nhcmod.Nhc.for_next_hop(
                     nh, nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids)
                 ).encode_value()
-        return api.Announce(
+        return Advertise(
             n.address,
             prefix,
             nh,
@@ -934,6 +976,6 @@ def _with_stale(path: Path, stale: bool) -> Path:
 
 
 def _events_first(effects: list[Effect]) -> list[Effect]:
-    events = [e for e in effects if not isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
-    commands = [e for e in effects if isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
-    return events + commands
+    events = [e for e in effects if not isinstance(e, Advertise | Retract | ResetPeer)]
+    decisions = [e for e in effects if isinstance(e, Advertise | Retract | ResetPeer)]
+    return events + decisions

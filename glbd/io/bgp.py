@@ -24,6 +24,9 @@ forwarding next
 hops with their validated NNH sets; empty = unreachable), :class:`glbd.core.rib.StaleTimerExpired`,
 :class:`SpeakerLost` (ExaBGP died: keep the FIB as it is; paths are stale until refreshed or
 the stale timer) and :class:`SpeakerReady` (ExaBGP (re)started and connected).
+
+The RIB's decisions (:class:`glbd.core.rib.Advertise`, ``Retract``, ``ResetPeer``) become
+ExaBGP API commands here (:func:`command_for`); the RIB knows nothing of the speaker's transport.
 """
 
 from __future__ import annotations
@@ -40,11 +43,16 @@ from typing import Any
 import structlog
 
 from glbd.codec import exabgp_api as api
+from glbd.core.reasons import ResetReason
 from glbd.core.rib import (
+    Advertise,
+    Decision,
     Effect,
     NextHopsChanged,
     PeerDown,
     PeerUp,
+    ResetPeer,
+    Retract,
     Rib,
     RibParams,
     StaleTimerExpired,
@@ -61,6 +69,7 @@ __all__ = [
     "SpeakerLost",
     "SpeakerReady",
     "StaleTimerExpired",
+    "command_for",
 ]
 
 log = structlog.get_logger(__name__)
@@ -82,6 +91,26 @@ class SpeakerReady:
 
 
 BgpEvent = PeerUp | PeerDown | NextHopsChanged | StaleTimerExpired | SpeakerLost | SpeakerReady
+
+#: Cease subcodes (RFC 4486, RFC 9384) by why the RIB resets a session
+_CEASE_SUBCODE = {ResetReason.BFD_DOWN: 10}
+
+
+def command_for(d: Decision) -> api.Command:
+    """The ExaBGP API command that carries out one RIB decision."""
+    if isinstance(d, Advertise):
+        return api.Announce(
+            d.peer,
+            d.prefix,
+            d.next_hop,
+            as_path=d.as_path,
+            origin=d.origin,
+            communities=d.communities,
+            nhc=d.nhc,
+        )
+    if isinstance(d, Retract):
+        return api.Withdraw(d.peer, d.prefix, d.next_hop)
+    return api.Teardown(d.peer, _CEASE_SUBCODE[d.reason])
 
 
 @dataclass(frozen=True)
@@ -114,7 +143,7 @@ class BgpSpeaker:
         self._on_event = on_event or (lambda ev: None)
         self.process = process
         self.rib = Rib(params)
-        self.rib.initial_commands()  # fills Adj-RIB-Out; sent when ExaBGP is ready
+        self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
         self.parser = api.ApiParser()
         self.supervisor = ExabgpSupervisor(
             self._exabgp_params(),
@@ -136,8 +165,8 @@ class BgpSpeaker:
     async def stop(self) -> None:
         """Withdraw everything glbd announces, wait for the acks, stop ExaBGP."""
         for st in self.rib.peers.values():
-            for prefix, cmd in list(st.adj_out.items()):
-                self.supervisor.send(api.Withdraw(cmd.neighbor, prefix, cmd.next_hop))
+            for prefix, adv in list(st.adj_out.items()):
+                self.supervisor.send(api.Withdraw(adv.peer, prefix, adv.next_hop))
         await self.supervisor.stop()
         if self._timer is not None:
             self._timer.cancel()
@@ -174,8 +203,8 @@ class BgpSpeaker:
         for addr in touched:
             st = self.rib.peers.get(addr)
             if st is not None:
-                for cmd in st.adj_out.values():
-                    self.supervisor.send(cmd)
+                for adv in st.adj_out.values():
+                    self.supervisor.send(command_for(adv))
 
     # ---- views -------------------------------------------------------------------------
 
@@ -255,14 +284,14 @@ class BgpSpeaker:
         self._emit(SpeakerLost(self.supervisor.generation))
 
     def _on_ready(self) -> None:
-        for cmd in self.rib.adj_rib_out_commands():
-            self.supervisor.send(cmd)
+        for adv in self.rib.adj_rib_out():
+            self.supervisor.send(command_for(adv))
         self._emit(SpeakerReady(self.supervisor.generation))
 
     def _apply(self, effects: list[Effect]) -> None:
         for e in effects:
-            if isinstance(e, api.Announce | api.Withdraw | api.Teardown):
-                self.supervisor.send(e)
+            if isinstance(e, Advertise | Retract | ResetPeer):
+                self.supervisor.send(command_for(e))
             else:
                 self._emit(e)
         self._rearm.set()

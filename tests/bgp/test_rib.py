@@ -9,16 +9,21 @@ import pytest
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
+from glbd.core.reasons import ResetReason
 from glbd.core.rib import (
+    Advertise,
     NeighborParams,
     NextHopsChanged,
     PeerDown,
     PeerUp,
+    ResetPeer,
+    Retract,
     Rib,
     RibParams,
     Role,
     StaleTimerExpired,
 )
+from glbd.io.bgp import command_for
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network
@@ -70,7 +75,8 @@ def upd(
 
 
 def cmds(effects: list[object]) -> list[api.Command]:
-    return [e for e in effects if isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
+    """The RIB's decisions as the speaker adapter sends them to ExaBGP."""
+    return [command_for(e) for e in effects if isinstance(e, Advertise | Retract | ResetPeer)]
 
 
 def nnhn_of(cmd: api.Announce) -> tuple[str, list[str], str]:
@@ -185,7 +191,7 @@ def test_originated_prefixes() -> None:
         V4("10.0.0.11"), 65100, Role.HELPER, tuple(LEAVES.values()), (N("10.11.0.0/24"),)
     )
     r = Rib(params)
-    eff = r.initial_commands()
+    eff = r.initial_decisions()
     assert sorted(str(c.neighbor) for c in cmds(eff)) == [str(n.address) for n in LEAVES.values()]
     assert all(
         isinstance(c, api.Announce) and c.as_path == (65100,) and c.nhc is None for c in cmds(eff)
@@ -298,8 +304,9 @@ def test_bfd_down_strict_mode() -> None:
     # forwarding change first, then BGP commands, teardown last-ish with subcode 10
     kinds = [type(e).__name__ for e in eff]
     assert kinds[0] == "NextHopsChanged"
-    assert api.Teardown(LEAVES[3].address, 10) in eff
-    assert kinds.index("NextHopsChanged") < kinds.index("Teardown")
+    assert ResetPeer(LEAVES[3].address, ResetReason.BFD_DOWN) in eff
+    assert api.Teardown(LEAVES[3].address, 10) in cmds(eff)
+    assert kinds.index("NextHopsChanged") < kinds.index("ResetPeer")
     assert [str(nh.peer) for nh in r.next_hops(N("10.200.0.0/24"))] == ["172.16.12.1"]
     # the session flaps and comes back while BFD is still down: its paths stay unused
     r.on_state(LEAVES[3].address, "down", 2.1)
@@ -430,3 +437,26 @@ def test_session_failing_after_restart_drops_stale_paths_too() -> None:
     gone = {e.prefix for e in eff if isinstance(e, NextHopsChanged) and not e.next_hops}
     assert gone == {N("10.202.0.0/24"), N("10.212.0.0/24")}
     assert not r.peers[n].stale
+
+
+def test_rib_decides_the_speaker_adapter_writes_exabgp_commands() -> None:
+    """The table returns its own decisions; only glbd.io.bgp knows ExaBGP's commands."""
+    r = rib(Role.BOTH)
+    eff = r.on_update(upd(3, "10.200.0.0/24"), 1.0)
+    eff += r.on_update(upd(3, withdraw=("10.200.0.0/24",)), 2.0)
+    eff += r.peer_bfd_down(LEAVES[2].address, 3.0)
+    decisions = [e for e in eff if isinstance(e, Advertise | Retract | ResetPeer)]
+    assert {type(d) for d in decisions} == {Advertise, Retract, ResetPeer}
+    assert not [e for e in eff if isinstance(e, api.Announce | api.Withdraw | api.Teardown)]
+    adv = next(d for d in decisions if isinstance(d, Advertise))
+    cmd = command_for(adv)
+    assert isinstance(cmd, api.Announce)
+    assert (cmd.neighbor, cmd.prefix, cmd.next_hop, cmd.as_path, cmd.nhc) == (
+        adv.peer,
+        adv.prefix,
+        adv.next_hop,
+        adv.as_path,
+        adv.nhc,
+    )
+    ret = next(d for d in decisions if isinstance(d, Retract))
+    assert command_for(ret) == api.Withdraw(ret.peer, ret.prefix, ret.next_hop)
