@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bfd import packet
 from bfd.packet import Auth, AuthType, ControlPacket, DecodeError, Diag, State
+from bfd.reasons import DropReason
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 
@@ -265,7 +266,8 @@ def test_stateless_checks(hexstr: str, reason: str) -> None:
     with pytest.raises(DecodeError) as ei:
         packet.decode(_h(hexstr))
     assert ei.value.reason == reason
-    assert isinstance(ei.value, ValueError)
+    assert isinstance(ei.value.reason, DropReason)
+    assert issubclass(DecodeError, ValueError)  # glbctl decode catches ValueError
 
 
 def test_down_and_admin_down_may_have_zero_your_discriminator() -> None:
