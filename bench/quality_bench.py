@@ -37,9 +37,10 @@ from typing import NamedTuple
 
 from timing import module_at
 
+from glbd.core import linkq
+from glbd.core.linkq import Columns, LinkMonitor, LinkMonParams, LinkSample
 from glbd.core.pathtable import LocalLink, NextHop, PathTable
-from glbd.io import linkmon as linkmon_now
-from glbd.io.linkmon import Columns, LinkMonitor, LinkMonParams, LinkSample
+from glbd.io import linkrunner, linkstats
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
 from heartbeat.wire import Entry, Heartbeat, HmacKey
@@ -49,6 +50,14 @@ KEY = HmacKey(1, b"benchmark-secret-0123456789")
 SPINES = [wire.node_id(f"10.0.{i // 250}.{i % 250 + 1}") for i in range(N_SPINES)]
 LEAVES = [wire.node_id(f"10.1.{i // 250}.{i % 250 + 1}") for i in range(N_LEAVES)]
 ME = LEAVES[0]
+# the current monitor as one module, like the baseline's single glbd/linkmon.py
+linkmon_now = ModuleType("linkmon_now")
+linkmon_now.__dict__.update(
+    LinkMonitor=linkq.LinkMonitor,
+    LinkMonParams=linkq.LinkMonParams,
+    StatsReader=linkstats.StatsReader,
+    MonitorRunner=linkrunner.MonitorRunner,
+)
 
 
 def cpu(fn: Callable[[], object], repeat: int = 5) -> float:
@@ -392,7 +401,7 @@ def main() -> None:
     ap.add_argument(
         "--baseline-ref",
         default=BASELINE_REF,
-        help="git ref of the baseline glbd/io/linkmon.py ('' = none)",
+        help="git ref of the baseline glbd/linkmon.py ('' = none)",
     )
     args = ap.parse_args()
     if not args.monitor_only:

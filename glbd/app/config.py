@@ -401,7 +401,7 @@ class LinkQualitySection(_Model):
     @field_validator("foreign_classes")
     @classmethod
     def _handles(cls, v: list[str]) -> list[str]:
-        from glbd.io.linkmon import parse_tc_handle
+        from glbd.core.linkq import parse_tc_handle
 
         for h in v:
             parse_tc_handle(h)

@@ -3,7 +3,7 @@
 Inputs (plain method calls, no clock, no I/O):
 
 * **local** link quality per fabric interface (:meth:`PathTable.set_local`; from
-  :class:`glbd.io.linkmon.LinkMonitor`): band 0..7, down flag, capacity;
+  :class:`glbd.core.linkq.LinkMonitor`): band 0..7, down flag, capacity;
 * **remote** link qualities per helper (:meth:`PathTable.set_remote`; from a heartbeat
   :class:`heartbeat.receiver.RemoteUpdate`): every entry keyed by (spine BGP id, far-end node id,
   link id), or None when the helper's heartbeats expired (unknown);
@@ -123,7 +123,7 @@ class NextHop(NamedTuple):
 
 
 class LocalLike(Protocol):
-    """What :meth:`PathTable.set_local` reads (``glbd.io.linkmon.LinkQuality`` fits)."""
+    """What :meth:`PathTable.set_local` reads (``glbd.core.linkq.LinkQuality`` fits)."""
 
     @property
     def band(self) -> int: ...

@@ -10,15 +10,8 @@ from collections.abc import Generator
 
 import pytest
 
-from glbd.io.linkmon import (
-    Columns,
-    LinkMonitor,
-    LinkMonParams,
-    LinkSample,
-    MonitorRunner,
-    band_of,
-    score,
-)
+from glbd.core.linkq import Columns, LinkMonitor, LinkMonParams, LinkSample, band_of, score
+from glbd.io.linkrunner import MonitorRunner
 from heartbeat import wire
 
 DT = 0.010

@@ -12,14 +12,9 @@ from collections.abc import Callable
 import pytest
 from glbdlab.netns import Lab, Netns
 
-from glbd.io.linkmon import (
-    LinkMonitor,
-    LinkMonParams,
-    LinkSample,
-    MonitorRunner,
-    QualityChanged,
-    StatsReader,
-)
+from glbd.core.linkq import LinkMonitor, LinkMonParams, LinkSample, QualityChanged
+from glbd.io.linkrunner import MonitorRunner
+from glbd.io.linkstats import StatsReader
 
 RATE_MBIT = 20
 

@@ -13,16 +13,15 @@ import pytest
 from glbdlab.netns import Lab
 
 from glbd.app import config as cfgmod
-from glbd.io.linkmon import (
+from glbd.core.linkq import (
     LinkMonitor,
     LinkMonParams,
     LinkSample,
-    MonitorRunner,
     QualityChanged,
-    StatsReader,
-    foreign_bytes,
     parse_tc_handle,
 )
+from glbd.io.linkrunner import MonitorRunner
+from glbd.io.linkstats import StatsReader, foreign_bytes
 
 CLS = parse_tc_handle("10:2")
 

@@ -1,0 +1,152 @@
+"""The link-quality monitor's asyncio runner: one timer, re-armed every sample interval.
+
+:class:`MonitorRunner` reads the counters with :class:`glbd.io.linkstats.StatsReader`, feeds
+them to the pure core :class:`glbd.core.linkq.LinkMonitor` and hands the core's changes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import structlog
+
+from glbd.core.linkq import Columns, LinkMonitor, QualityChanged
+from glbd.io.linkstats import StatsReader, Steps
+
+__all__ = ["MonitorRunner"]
+
+log = structlog.get_logger(__name__)
+
+
+class MonitorRunner:
+    """Samples every ``params.sample_interval_s`` (on the loop's clock, without drift) and
+    calls ``on_update(changes, monitor)`` after every sample; ``changes`` may be empty (the
+    raw figures moved). A failed dump is logged and counted; the next tick tries again.
+
+    Each tick is a plain ``loop.call_at`` callback that runs the reader's
+    :meth:`StatsReader.read_steps` to its end (it does not wait: the kernel answers a dump
+    inside send/recv), then the core. Only if the socket had nothing queued yet does the rest
+    of that sample continue in a task that awaits it (a task per sample would cost an extra
+    future, task step and loop turn every 10 ms: docs/heartbeat.md §6)."""
+
+    def __init__(
+        self,
+        monitor: LinkMonitor,
+        reader: StatsReader,
+        on_update: Callable[[list[QualityChanged], LinkMonitor], None],
+    ) -> None:
+        self.monitor = monitor
+        self._reader = reader
+        self._on_update = on_update
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._next = 0.0
+        self._running = False
+        self.errors = 0
+        self.samples = 0
+        self.overruns = 0
+        self.waits = 0  # samples that had to wait for the socket (continued in a task)
+        self.foreign_skipped = 0  # foreign-class readings dropped (socket not ready at once)
+
+    def start(self) -> None:
+        if not self._running:
+            self._running = True
+            loop = asyncio.get_running_loop()
+            self._next = loop.time()
+            self._handle = loop.call_at(self._next, self._tick)
+
+    async def stop(self) -> None:
+        self._running = False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _tick(self) -> None:
+        self._handle = None
+        loop = asyncio.get_running_loop()
+        reader = self._reader
+        try:
+            if not reader.can_step:
+                self._task = loop.create_task(self._sample_async(None), name="linkmon")
+                return
+            steps = reader.read_steps(self.monitor.interface_set, loop.time())
+            try:
+                next(steps)
+            except StopIteration as done:
+                self._sampled(done.value, loop)
+            else:  # the socket had nothing queued yet: finish this sample in a task
+                self.waits += 1
+                self._task = loop.create_task(self._sample_async(steps), name="linkmon")
+                return
+        except Exception as e:
+            self.errors += 1
+            log.warning("link stats dump failed", error=str(e))
+        self._arm(loop)
+
+    async def _sample_async(self, steps: Steps[Columns] | None) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            if steps is None:
+                cols = await self._reader.read_columns(self.monitor.interface_set)
+            else:
+                cols = await self._reader.finish(steps)
+            self._sampled(cols, loop)
+        except asyncio.CancelledError:
+            if steps is not None:
+                steps.close()
+            raise
+        except Exception as e:
+            self.errors += 1
+            log.warning("link stats dump failed", error=str(e))
+        self._task = None
+        self._arm(loop)
+
+    def _sampled(self, cols: Columns, loop: asyncio.AbstractEventLoop) -> None:
+        mon = self.monitor
+        changes = mon.on_columns(cols, loop.time())
+        self.samples += 1
+        p = mon.params
+        if p.foreign_classes and self.samples % p.foreign_every == 0 and self._reader.can_step:
+            more = self._read_foreign(p.foreign_classes, loop)
+            if more:
+                seen = {ch.quality.ifname for ch in changes}
+                changes = changes + [ch for ch in more if ch.quality.ifname not in seen]
+        self._on_update(changes, mon)
+
+    def _read_foreign(
+        self, parents: frozenset[int], loop: asyncio.AbstractEventLoop
+    ) -> list[QualityChanged]:
+        """The foreign classes' counters (one more qdisc dump), fed to the core before this
+        sample's update is handed on, so the heartbeat built from it carries the residual. Its
+        changes (reason "residual") join the sample's."""
+        try:
+            steps = self._reader.foreign_steps(parents)
+            try:
+                next(steps)
+            except StopIteration as done:
+                return self.monitor.on_foreign(done.value, loop.time())
+            steps.close()  # not ready at once (rare): skip this reading, not the sample
+            self._reader.drain()
+            self.foreign_skipped += 1
+        except Exception as e:
+            self.errors += 1
+            log.warning("foreign class dump failed", error=str(e))
+        return []
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._running:
+            return
+        step = self.monitor.params.sample_interval_s
+        self._next += step
+        now = loop.time()
+        if self._next < now:  # fell behind (loop busy): skip ticks instead of bursting
+            self.overruns += 1
+            self._next = now + step
+        self._handle = loop.call_at(self._next, self._tick)
