@@ -1,6 +1,7 @@
 """Two BFD engines in two namespaces joined by a veth (glbdlab harness): Up over IPv4 and IPv6,
-an nftables drop gives Down within the detection time, AdminDown is not a failure, a Poll while
-Up does not flap, GTSM drops, and the thread-mode engine does the same."""
+an nftables drop gives Down once a detection time passed without packets, AdminDown is not a
+failure, a Poll while Up does not flap, GTSM drops, and the thread-mode engine does the same.
+Waits are on conditions (events, snapshot values); timeouts are generous upper bounds."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import queue
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from glbdlab.netns import Lab, Netns
@@ -23,6 +24,9 @@ from bfd.session import SessionParams
 pytestmark = pytest.mark.netns
 
 FAST = SessionParams(desired_min_tx=50_000, required_min_rx=50_000, detect_mult=3)
+T = TypeVar("T")
+#: FAST's detection time (3 x 50 ms)
+DETECT_S = 0.150
 A4, B4 = "198.18.0.1", "198.18.0.2"
 A6, B6 = "2001:db8:bfd::1", "2001:db8:bfd::2"
 
@@ -58,6 +62,29 @@ class Side:
 
     def session(self, peer: str) -> dict[str, Any]:
         return next(s for s in self.snap()["sessions"] if s["peer"] == peer)
+
+    def settled(self, peer: str, tx_ms: float, packets: int = 0) -> dict[str, Any]:
+        """Wait until the session is Up at ``tx_ms`` with no Poll running and has received
+        ``packets``; returns it."""
+
+        def done(s: dict[str, Any]) -> bool:
+            return bool(
+                s["state"] == "up"
+                and not s["polling"]
+                and s["tx_interval_ms"] == pytest.approx(tx_ms)
+                and s["packets_in"] >= packets
+            )
+
+        return _until(lambda: self.session(peer), done, f"{peer} settled at {tx_ms} ms")
+
+
+def _until(get: Callable[[], T], cond: Callable[[T], bool], what: str, timeout: float = 5.0) -> T:
+    """Poll ``get()`` until ``cond`` holds for its value (``timeout``: an upper bound)."""
+    deadline = time.monotonic() + timeout
+    while not cond(value := get()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout}s: {value}"
+        time.sleep(0.02)  # polling interval of the condition, not a wait for an outcome
+    return value
 
 
 def _pair(lab: Lab, mode: str = "process") -> tuple[Side, Side]:
@@ -102,9 +129,8 @@ def test_up_ipv4_and_ipv6_then_drop_detected(sides: tuple[Side, Side]) -> None:
     a, b = sides
     _up(a, b, B4, A4)
     _up(a, b, B6, A6)
-    time.sleep(0.5)  # the Poll to 50 ms has completed
     for peer in (B4, B6):
-        s = a.session(peer)
+        s = a.settled(peer, 50, packets=6)  # the Poll to 50 ms has completed
         assert s["state"] == "up" and not s["polling"]
         assert s["tx_interval_ms"] == pytest.approx(50) and s["detect_time_ms"] == pytest.approx(
             150
@@ -116,8 +142,10 @@ def test_up_ipv4_and_ipv6_then_drop_detected(sides: tuple[Side, Side]) -> None:
     _nft_drop(b.ns)
     ev = b.wait(A4, State.DOWN, timeout=3.0)
     assert ev.reason == "detection_timeout" and ev.failure
-    # last accepted packet -> Down: the detection time plus a generous scheduling margin
-    assert ev.last_rx is not None and 0.150 <= ev.at - ev.last_rx < 0.150 + 0.1
+    # last accepted packet -> Down: never before a whole detection time without packets
+    # (RFC 5880 §6.8.4), and well before several more would have passed (an upper bound on
+    # behaviour, not speed: the latency itself is measured by bench/bfd_bench.py)
+    assert ev.last_rx is not None and DETECT_S <= ev.at - ev.last_rx < 10 * DETECT_S
     assert ev.at - t0 < 2.0  # includes starting nft in the namespace
     ev6 = b.wait(A6, State.DOWN, timeout=3.0)
     assert ev6.failure
@@ -140,13 +168,16 @@ def test_admin_down_is_not_a_failure_and_poll_does_not_flap(sides: tuple[Side, S
     a.engine.admin_up(a.ifname, B4)
     b.wait(A4, State.UP)
     # timers changed while Up: a Poll/Final, no flap; b's detection time follows
-    time.sleep(0.3)
+    a.settled(B4, 50)
+    b.settled(A4, 50)
     cfg = SessionConfig(
         peer=B4, interface=a.ifname, local=A4, params=replace(FAST, desired_min_tx=100_000)
     )
     a.engine.update_session(cfg)
-    time.sleep(0.5)
-    sa, sb = a.session(B4), b.session(A4)
+    sa = a.settled(B4, 100)
+    sb = _until(
+        lambda: b.session(A4), lambda s: s["detect_time_ms"] == pytest.approx(300), "b follows a"
+    )
     assert sa["state"] == sb["state"] == "up" and not sa["polling"]
     assert sa["tx_interval_ms"] == pytest.approx(100)
     assert sb["detect_time_ms"] == pytest.approx(300)
@@ -167,8 +198,13 @@ def test_gtsm_and_unknown_discriminator_drops(sides: tuple[Side, Side]) -> None:
     with a.ns.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 255)
         s.sendto(b"\x20\x40\x03", (B4, 3784))
-    time.sleep(0.2)
-    sock = next(x for x in b.snap()["sockets"] if x["family"] == "ipv4")
+
+    reasons = {"bad_ttl", "unknown_discriminator", "too_short"}
+
+    def v4(snap: dict[str, Any]) -> dict[str, Any]:
+        return next(x for x in snap["sockets"] if x["family"] == "ipv4")
+
+    sock = _until(lambda: v4(b.snap()), lambda x: set(x["drops"]) >= reasons, "the drops counted")
     assert sock["drops"].get("bad_ttl") == 1
     assert sock["drops"].get("unknown_discriminator") == 1
     assert sock["drops"].get("too_short") == 1
@@ -278,9 +314,7 @@ def test_armed_failover_reaches_the_kernel_before_the_event(netns_lab: Lab, mode
     assert [g["id"] for g in nhs[904]["group"]] == [903]
     routes = a.ns.ip("route", "show").stdout
     assert "10.77.1.0/24" not in routes and "10.77.2.0/24 nhid 904" in routes
-    deadline = time.monotonic() + 2
-    while (fo := a.snap()["engine"]["failover"])["refused"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    fo = _until(lambda: a.snap()["engine"]["failover"], lambda f: f["refused"] > 0, "refusal")
     assert (fo["sent"], fo["acks_ok"], fo["refused"], fo["send_errors"]) == (1, 1, 1, 0)
     assert "seq 999" in fo["last_error"] and "ENOENT" in fo["last_error"]
     assert a.session(B4)["failovers"] == 1
