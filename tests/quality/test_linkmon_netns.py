@@ -61,7 +61,7 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
         runner.start()
         await until(lambda: band() == 7, 3.0)  # idle link: best band
         server = b.popen(["iperf3", "-s", "-1", "-B", "198.18.0.2", "-p", "5299"])
-        await asyncio.sleep(0.3)
+        await until(lambda: b.run(["ss", "-Hltn", "sport = :5299"]).stdout.strip() != "", 5.0)
         client = a.popen(
             ["iperf3", "-c", "198.18.0.2", "-p", "5299", "-u", "-b", f"{3 * RATE_MBIT}M",
              "-t", "3", "-l", "1200"]

@@ -5,12 +5,14 @@ core in virtual time, the config, and the qdisc reader against a real prio qdisc
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import socket
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
-from glbdlab.netns import Lab
+from glbdlab.netns import Lab, Netns
 
 from glbd.app import config as cfgmod
 from glbd.core.linkq import (
@@ -203,8 +205,12 @@ async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: L
         ifindex = json.loads(a.ip("-j", "link", "show", "fo-fi").stdout)[0]["ifindex"]
         with a.socket(socket.AF_INET, socket.SOCK_DGRAM) as warm:  # resolve the neighbour
             warm.sendto(b"w", ("198.18.0.2", 9))
-        await asyncio.sleep(0.3)
-        before = await reader.finish(reader.foreign_steps(frozenset({CLS})), started=False)
+        assert await _until(lambda: _neigh_resolved(a, "198.18.0.2", "fo-fi"), 5.0)
+
+        async def foreign() -> dict[int, int]:
+            return await reader.finish(reader.foreign_steps(frozenset({CLS})), started=False)
+
+        before = await foreign()
         with (
             a.socket(socket.AF_INET, socket.SOCK_DGRAM) as be,
             a.socket(socket.AF_INET, socket.SOCK_DGRAM) as bulk,
@@ -213,9 +219,14 @@ async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: L
             for _ in range(50):
                 be.sendto(b"x" * 1000, ("198.18.0.2", 9))
                 bulk.sendto(b"y" * 1000, ("198.18.0.2", 9))
-        await asyncio.sleep(0.2)  # 100 kB through 20 Mbit/s: 40 ms (counted when sent)
-        after = await reader.finish(reader.foreign_steps(frozenset({CLS})), started=False)
-        sent = after.get(ifindex, 0) - before.get(ifindex, 0)
+        sent = 0
+
+        async def counted() -> bool:  # 100 kB through 20 Mbit/s: 40 ms (counted when sent)
+            nonlocal sent
+            sent = (await foreign()).get(ifindex, 0) - before.get(ifindex, 0)
+            return sent >= 50 * 1028
+
+        await _until(counted, 5.0)  # all 50 counted (or the assertion below says how many)
         assert 50 * 1028 <= sent < 2 * 50 * 1028  # the best-effort datagrams only
         # 15 Mbit/s of best effort for a second: residual 5 of 20 Mbit/s
         runner.start()
@@ -242,3 +253,21 @@ async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: L
     finally:
         await runner.stop()
         reader.close()
+
+
+def _neigh_resolved(ns: Netns, addr: str, dev: str) -> bool:
+    rows = json.loads(ns.ip("-j", "neigh", "show", addr, "dev", dev).stdout or "[]")
+    return any(set(r.get("state", [])) & {"REACHABLE", "STALE", "DELAY", "PROBE"} for r in rows)
+
+
+async def _until(cond: Callable[[], bool | Awaitable[bool]], timeout: float) -> bool:
+    """Poll ``cond`` until it holds (True) or ``timeout``, a generous upper bound, passes."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        got = cond()
+        if await got if inspect.isawaitable(got) else got:
+            return True
+        if loop.time() >= end:
+            return False
+        await asyncio.sleep(0.01)
