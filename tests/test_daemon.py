@@ -256,7 +256,7 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
     a next hop without a session is not armed, an unchanged one is not re-sent, and with
     ``bfd.kernel_failover = false`` every session is disarmed."""
     from glbd.app.node import Node
-    from glbd.io.fibkernel import failover_wire
+    from glbd.codec.netlink.fibmsg import failover_wire
 
     f = _write_cfg(tmp_path)
     node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
@@ -271,22 +271,21 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
 
     node.bfd = Engine()  # type: ignore[assignment]
     gw, other = ipaddress.ip_address("198.18.1.0"), ipaddress.ip_address("198.18.2.0")
-    node._failover_map_changed({(gw, "leaf1-sw1"): (7, 9), (other, "leaf1-sw2"): (8,)})
-    assert node._fo_task is not None
-    await node._fo_task
+    node.failover.map_changed({(gw, "leaf1-sw1"): (7, 9), (other, "leaf1-sw2"): (8,)})
+    assert await node.failover.settled()
     assert armed == [("leaf1-sw1", "198.18.1.0", failover_wire([7, 9]))]
-    node._failover_map_changed({(gw, "leaf1-sw1"): (7, 9)})  # only the other one changed
-    await node._fo_task
+    node.failover.map_changed({(gw, "leaf1-sw1"): (7, 9)})  # only the other one changed
+    await node.failover.settled()
     assert len(armed) == 1
-    node._failover_map_changed({})  # the member is gone: disarm
-    await node._fo_task
+    node.failover.map_changed({})  # the member is gone: disarm
+    await node.failover.settled()
     assert armed[-1] == ("leaf1-sw1", "198.18.1.0", b"")
-    node._failover_map_changed({(gw, "leaf1-sw1"): (7,)})
-    await node._fo_task
+    node.failover.map_changed({(gw, "leaf1-sw1"): (7,)})
+    await node.failover.settled()
     assert armed[-1] == ("leaf1-sw1", "198.18.1.0", failover_wire([7]))
     node.cfg = cfgmod.load(_write_cfg(tmp_path, "[bfd]\nkernel_failover = false\n"))
-    node._schedule_failover_push()
-    await node._fo_task
+    node.failover.rearm()
+    await node.failover.settled()
     assert armed[-1] == ("leaf1-sw1", "198.18.1.0", b"")
     assert node.counters["bfd_failover_arms"] == 4
 

@@ -202,7 +202,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="app.daemon <-> app.node: broken by the node split")
 def test_no_import_cycles() -> None:
     cycles = _cycles(_graph(DAEMON_PACKAGES))
     assert not cycles, cycles

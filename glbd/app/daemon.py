@@ -1,4 +1,4 @@
-"""glbd's composition root: builds the cores and transports from the config and wires them.
+"""The daemon: runs the components it is given (``glbd.cli.glbd`` builds them from the config).
 
 Data flow (each arrow is a plain method call on the event loop, or an event hopped onto it)::
 
@@ -27,36 +27,21 @@ import signal
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from glbd import __version__
 from glbd.app import config as cfgmod
 from glbd.app import log as logmod
+from glbd.app.component import Component
 from glbd.io import systemd
 from glbd.io.control import ControlServer
 from glbd.io.metrics import MetricsServer, Sample
 
 log = structlog.get_logger(__name__)
-
-
-class Component(Protocol):
-    """What the daemon needs of every part it runs."""
-
-    name: str
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None: ...
-
-    def snapshot(self) -> dict[str, Any]: ...
-
-    def samples(self) -> Iterable[Sample]: ...
 
 
 class StartError(Exception):
@@ -118,7 +103,7 @@ class Daemon:
         self.state = "starting"
         self.lag = LoopLag()
         self.last_reload: ReloadResult | None = None
-        self._factory = components or default_components
+        self._factory = components or _no_components
         self.components: list[Component] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -367,18 +352,21 @@ def _section_of(c: Component, key: str) -> Any:
     return c.snapshot().get(key)
 
 
-def default_components(d: Daemon) -> list[Component]:
-    """The parts a config asks for, in start order (stop runs in reverse)."""
-    from glbd.app.node import build_components
-
-    return build_components(d)
+def _no_components(d: Daemon) -> list[Component]:
+    return []
 
 
 #: ``sys.setswitchinterval`` for the daemon (see ``main``)
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
-def main(config_path: str, log_level: str | None = None, log_format: str | None = None) -> int:
+def main(
+    config_path: str,
+    log_level: str | None = None,
+    log_format: str | None = None,
+    components: ComponentFactory | None = None,
+) -> int:
+    """Run the daemon with the parts ``components`` builds (the CLI passes the node's)."""
     try:
         cfg = cfgmod.load(config_path)
     except cfgmod.ConfigError as e:
@@ -392,15 +380,13 @@ def main(config_path: str, log_level: str | None = None, log_format: str | None 
             "glbd: must run as root (netlink, BFD/heartbeat sockets, BGP port 179)", file=sys.stderr
         )
         return 3
-    # import every part before the loop runs: imports on the loop would stall it at start-up
-
     # the BFD engine's events arrive on a reader thread; while the loop runs Python code that
     # thread waits for the GIL up to the switch interval (default 5 ms) before it can hand an
     # event over, which is the whole failover budget (detection + 5 ms)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
     try:
-        return asyncio.run(Daemon(config_path, cfg).run())
+        return asyncio.run(Daemon(config_path, cfg, components).run())
     except KeyboardInterrupt:
         return 130
     except OSError as e:

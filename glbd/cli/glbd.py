@@ -70,8 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(args.file, args.quiet)
     if args.cmd == "run":
         from glbd.app.daemon import main as run_daemon
+        from glbd.app.parts import build_components
 
-        return run_daemon(args.config, log_level=args.log_level, log_format=args.log_format)
+        return run_daemon(
+            args.config,
+            log_level=args.log_level,
+            log_format=args.log_format,
+            components=build_components,
+        )
     _parser().print_help()
     return 2
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from glbd.app import config
-from glbd.app.node import heartbeat_keys
+from glbd.app.params import heartbeat_keys
 from glbd.cli.glbd import check_config
 from heartbeat.wire import HmacKey
 

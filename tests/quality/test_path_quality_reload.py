@@ -51,7 +51,7 @@ async def test_path_quality_reload_applies_weight_memory_and_combine(tmp_path: P
     assert w(t, "p3") == [255] * 4
     assert synced == [1]
     # only leaf 2's profile moved: the FIB sync gets that one, not leaf 3's
-    assert node._fib_changes.updated == {t.profile_of("p2")}
+    assert node.fibsync.pending().updated == {t.profile_of("p2")}
     assert t.to_dict()["weight_memory"] is False
 
     # and back: the memory starts empty (a config change is not a measurement)

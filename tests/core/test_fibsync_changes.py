@@ -1,11 +1,12 @@
-"""The FIB sync's change accumulator merges in place exactly as ``Changes.__or__`` does."""
+"""The FIB sync's change accumulator (``glbd.core.fibsync.ChangeSet``) merges in place exactly
+as ``Changes.__or__`` does."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from glbd.app.node import _ChangeSet
+from glbd.core.fibsync import ChangeSet
 from glbd.core.pathtable import Changes
 
 _keys = hs.frozensets(hs.sampled_from(["pf-a", "pf-b", "pf-c", "pf-d"]), max_size=3)
@@ -14,7 +15,7 @@ _changes = hs.builds(Changes, _keys, _keys, hs.frozensets(hs.sampled_from(["p1",
 
 @given(hs.lists(_changes, max_size=12), hs.integers(0, 12))
 def test_in_place_merge_equals_the_frozen_algebra(seq: list[Changes], cut: int) -> None:
-    acc = _ChangeSet()
+    acc = ChangeSet()
     folded = Changes()
     for ch in seq[:cut]:
         acc.add(ch)

@@ -1,0 +1,205 @@
+"""The validated config turned into the parameters each core owns (plain functions, no state).
+
+The one lookup outside the config is a neighbor's local address when the config leaves it out:
+the kernel's source address selection toward the peer (:func:`local_address_for`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+
+from bfd.engine import SessionConfig
+from bfd.packet import AuthType
+from bfd.session import AuthConfig, SessionParams
+from glbd.app import config as cfgmod
+from glbd.core.fibmodel import Resilient
+from glbd.core.linkq import LinkMonParams, parse_tc_handle
+from glbd.core.pathtable import PathTableParams
+from glbd.core.rib import NeighborParams, RibParams, Role
+from heartbeat import wire
+from heartbeat.receiver import ReceiverParams
+from heartbeat.sender import SenderParams
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_BFD_AUTH = {
+    "simple": AuthType.SIMPLE_PASSWORD,
+    "keyed-md5": AuthType.KEYED_MD5,
+    "meticulous-keyed-md5": AuthType.METICULOUS_KEYED_MD5,
+    "keyed-sha1": AuthType.KEYED_SHA1,
+    "meticulous-keyed-sha1": AuthType.METICULOUS_KEYED_SHA1,
+}
+
+
+def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
+    """Our address toward ``peer`` as the kernel would choose it (source address selection)."""
+    fam = socket.AF_INET if peer.version == 4 else socket.AF_INET6
+    with socket.socket(fam, socket.SOCK_DGRAM) as s:
+        with contextlib.suppress(OSError):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, interface.encode())
+        try:
+            s.connect((str(peer), 179))
+        except OSError as e:
+            raise RuntimeError(
+                f"neighbor {peer}: no local address toward it on {interface} ({e.strerror}); "
+                "set neighbors.local_address or configure the interface"
+            ) from None
+        return ipaddress.ip_address(s.getsockname()[0].split("%")[0])
+
+
+def local_address(n: cfgmod.NeighborSection) -> IPAddress:
+    return n.local_address or local_address_for(n.address, n.interface)
+
+
+def unscoped(a: IPAddress) -> IPAddress:
+    """``a`` without its IPv6 zone (``fe80::1%eth0`` -> ``fe80::1``)."""
+    if isinstance(a, ipaddress.IPv6Address) and a.scope_id is not None:
+        return ipaddress.IPv6Address(str(a).split("%", 1)[0])
+    return a
+
+
+def interfaces(cfg: cfgmod.Config) -> list[str]:
+    """The fabric interfaces the link monitor watches."""
+    return sorted({n.interface for n in cfg.neighbors})
+
+
+def table_params(cfg: cfgmod.Config) -> PathTableParams:
+    role = Role(cfg.role)
+    if not cfg.heartbeat.enabled and role.load_balancer:
+        role = Role.HELPER if role is Role.BOTH else role
+    pq = cfg.path_quality
+    return PathTableParams(
+        role=role,
+        combine=pq.combine,
+        weight_table=tuple(pq.weight_table),
+        max_weight=pq.max_weight,
+        capacity_aware=pq.capacity_aware,
+        memory=pq.weight_memory,
+    )
+
+
+def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
+    q = cfg.link_quality
+    return LinkMonParams(
+        sample_interval_s=q.sample_interval_ms / 1e3,
+        ewma_alpha=q.ewma_alpha,
+        load_min_pct=q.load_min_pct,
+        load_max_pct=q.load_max_pct,
+        queue_min_bytes=q.queue_min_bytes,
+        queue_max_bytes=q.queue_max_bytes,
+        rate_weight=q.rate_weight,
+        hysteresis_margin=q.hysteresis_margin,
+        hysteresis_samples=q.hysteresis_samples,
+        default_capacity_mbps=q.default_capacity_mbps,
+        capacity_mbps=dict(q.capacity_mbps),
+        foreign_classes=frozenset(parse_tc_handle(h) for h in q.foreign_classes),
+    )
+
+
+def heartbeat_keys(
+    hb: cfgmod.HeartbeatSection,
+) -> tuple[wire.HmacKey | None, dict[int, wire.HmacKey]]:
+    """The key heartbeats are signed with and every key accepted, by key id (a rollover
+    configures two)."""
+    accept = {
+        k.key_id: wire.HmacKey(k.key_id, k.secret.reveal())
+        for k in hb.all_keys()
+        if k.secret is not None
+    }
+    send = hb.send_key()
+    return (None if send is None else accept.get(send.key_id)), accept
+
+
+def sender_params(cfg: cfgmod.Config) -> SenderParams:
+    hb = cfg.heartbeat
+    return SenderParams(
+        node_id=wire.node_id(str(cfg.router_id)),
+        interval_s=hb.interval_ms / 1e3,
+        min_spacing_s=hb.min_spacing_ms / 1e3,
+        on_change=hb.on_change,
+        key=heartbeat_keys(hb)[0],
+    )
+
+
+def receiver_params(cfg: cfgmod.Config) -> ReceiverParams:
+    hb = cfg.heartbeat
+    return ReceiverParams(hold_multiplier=hb.hold_multiplier, keys=heartbeat_keys(hb)[1])
+
+
+def rib_params(cfg: cfgmod.Config) -> RibParams:
+    c = cfg
+    return RibParams(
+        router_id=c.router_id,
+        local_as=c.local_as,
+        role=Role(c.role),
+        neighbors=tuple(
+            NeighborParams(
+                address=n.address,
+                remote_as=n.remote_as,
+                local_address=local_address(n),
+                interface=n.interface,
+                hold_time=n.hold_time or c.bgp.hold_time,
+                description=n.description,
+                passive=None if n.passive == "auto" else n.passive,
+            )
+            for n in c.neighbors
+        ),
+        originated=tuple(c.originate),
+        multipath_relax=c.bgp.multipath_relax,
+        max_paths=c.bgp.max_paths,
+        nnhn_strict_next_hop=c.bgp.nnhn_strict_next_hop,
+        stale_timer_s=c.bgp.stale_timer_s,
+        bfd_strict=c.bgp.bfd_strict,
+        trust_packed_nnhn=c.bgp.trust_packed_nnhn,
+        update_coalesce_s=c.bgp.update_coalesce_ms / 1e3,
+    )
+
+
+def bfd_auth(a: cfgmod.BfdAuth | None) -> AuthConfig | None:
+    if a is None or a.secret is None:
+        return None
+    accept = tuple((k.key_id, k.secret.reveal()) for k in a.accept if k.secret is not None)
+    return AuthConfig(_BFD_AUTH[a.type], a.key_id, a.secret.reveal(), accept)
+
+
+def bfd_sessions(cfg: cfgmod.Config) -> list[SessionConfig]:
+    """One session per neighbor with BFD on (resolves source addresses: can raise while an
+    interface is down)."""
+    out = []
+    for n in cfg.neighbors:
+        b = cfg.neighbor_bfd(n)
+        if not b.enabled:
+            continue
+        out.append(
+            SessionConfig(
+                peer=str(n.address),
+                interface=n.interface,
+                local=str(local_address(n)),
+                params=SessionParams(
+                    desired_min_tx=b.min_tx_ms * 1000,
+                    required_min_rx=b.min_rx_ms * 1000,
+                    detect_mult=b.detect_mult,
+                    passive=b.passive,
+                    cpi=b.cpi,
+                    auth=bfd_auth(b.auth),
+                ),
+            )
+        )
+    return out
+
+
+def bfd_session_keys(cfg: cfgmod.Config) -> set[tuple[str, str]]:
+    """(interface, peer) of every BFD session, from the config alone (no address lookup)."""
+    return {(n.interface, str(n.address)) for n in cfg.neighbors if cfg.neighbor_bfd(n).enabled}
+
+
+def resilient(f: cfgmod.FibSection) -> Resilient | None:
+    if f.group_type != "resilient":
+        return None
+    return Resilient(
+        buckets=f.resilient_buckets,
+        idle_timer_s=f.resilient_idle_timer_s,
+        unbalanced_timer_s=f.resilient_unbalanced_timer_s,
+    )

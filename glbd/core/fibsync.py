@@ -1,0 +1,232 @@
+"""When and how the FIB follows the path table: the decision, without the clock or the kernel.
+
+The app feeds it path-table :class:`~glbd.core.pathtable.Changes` (``add``), tells it when BGP
+first came up (``bgp_up(now)``) and asks for a sync (``request(now)``); while one runs, further
+changes only mark it dirty and one more sync follows. ``plan(table, resilient)`` turns what
+accumulated into one :class:`Step` for the FIB programmer; the app runs it and reports back
+(``done(step)`` / ``failed()``).
+
+* Hold-down: until BGP has been up for ``hold_s``, adopted kernel state is left alone (a
+  restarted glbd must not withdraw routes it has not re-learned yet). ``next_deadline()`` is the
+  end of the hold; ``on_timer(now)`` then asks for the first sync.
+* The first sync, one after an error and one after a FIB config change are a full ``apply``.
+* Weight-only changes: one group replace per changed profile (``set_weights``).
+* New/removed profiles and prefix moves: a full apply, or one incremental ``update`` when
+  ``incremental_profiles`` is on (off until that path has run the e2e suite a while; see
+  ``docs/fib.md``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Literal
+
+from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
+from glbd.core.pathtable import Changes, PathTable
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class ChangeSet:
+    """Path-table changes accumulated between two FIB syncs, merged in place: a burst of
+    10k prefix moves costs 10k set inserts, where merging frozen ``Changes`` copies the
+    growing set each time."""
+
+    def __init__(self) -> None:
+        self.updated: set[str] = set()
+        self.removed: set[str] = set()
+        self.prefixes: set[str] = set()
+
+    def add(self, ch: Changes) -> None:
+        # the algebra of Changes.__or__: a later removal cancels an update and vice versa
+        self.updated |= ch.updated
+        self.updated -= ch.removed
+        self.removed |= ch.removed
+        self.removed -= ch.updated
+        self.prefixes |= ch.prefixes
+
+    def clear(self) -> None:
+        self.updated, self.removed, self.prefixes = set(), set(), set()
+
+    def peek(self) -> Changes:
+        return Changes(frozenset(self.updated), frozenset(self.removed), frozenset(self.prefixes))
+
+    def take(self) -> Changes:
+        ch = self.peek()
+        self.clear()
+        return ch
+
+
+@dataclass(frozen=True)
+class Step:
+    """One FIB sync, for the app to run against the FIB programmer.
+
+    ``kind``: ``apply`` (``desired``), ``set_weights`` (``groups``: one replace each),
+    ``update`` (``groups``, ``remove_groups``, ``add``, ``remove``) or ``none`` (the
+    incremental path found it needs a full sync: nothing to send, a full step follows)."""
+
+    mode: Literal["full", "incremental"]
+    kind: Literal["apply", "set_weights", "update", "none"]
+    desired: Desired | None = None
+    groups: dict[str, GroupSpec] = field(default_factory=dict)
+    remove_groups: frozenset[str] = frozenset()
+    add: dict[Network, str] = field(default_factory=dict)
+    remove: list[Network] = field(default_factory=list)
+    keys: frozenset[str] | None = None  # the FIB's profile keys once this step succeeded
+
+
+class FibSync:
+    def __init__(self, hold_s: float, *, incremental_profiles: bool = False) -> None:
+        self.hold_s = hold_s
+        #: new/removed profiles as one incremental ``update`` (True) or a full apply (False)
+        self.incremental_profiles = incremental_profiles
+        self.dirty = False
+        self.full = True  # the first sync, and after errors or config changes
+        self._ready_at: float | None = None  # when BGP first came up
+        self._released = False  # the hold-down's end was delivered (on_timer)
+        self._keys: set[str] = set()  # profile keys the FIB has groups for
+        # profile keys the last full sync left out (no member it could program), routes too
+        self._left_out: set[str] = set()
+        self._changes = ChangeSet()
+        self._nets: dict[str, Network] = {}  # table prefix -> network object
+
+    # ---- inputs -----------------------------------------------------------------------------
+
+    def add(self, changes: Changes) -> None:
+        """Path-table changes the next sync has to bring over."""
+        if changes:
+            self._changes.add(changes)
+
+    def pending(self) -> Changes:
+        """What the next sync would bring over (a copy)."""
+        return self._changes.peek()
+
+    def bgp_up(self, now: float) -> None:
+        """A BGP session came up; the first one starts the hold-down."""
+        if self._ready_at is None:
+            self._ready_at = now
+
+    def held(self, now: float) -> bool:
+        return self._ready_at is None or now - self._ready_at < self.hold_s
+
+    def request(self, now: float) -> bool:
+        """A sync is wanted. True: the app runs ``plan`` (now, or after the one running)."""
+        if self.held(now):
+            # the first sync is a full apply, so pending changes are not needed: drop them
+            if self.full:
+                self._changes.clear()
+            return False
+        self.dirty = True
+        return True
+
+    def request_full(self, now: float) -> bool:
+        """The FIB config changed: the next sync is a full apply."""
+        self.full = True
+        return self.request(now)
+
+    def next_deadline(self) -> float | None:
+        if self._ready_at is None or self._released:
+            return None
+        return self._ready_at + self.hold_s
+
+    def on_timer(self, now: float) -> bool:
+        """The hold-down's end: the first sync (True: run ``plan``)."""
+        deadline = self.next_deadline()
+        if deadline is None or now < deadline:
+            return False
+        self._released = True
+        return self.request(now)
+
+    # ---- planning -------------------------------------------------------------------------
+
+    def plan(self, table: PathTable, resilient: Resilient | None) -> Step | None:
+        """The next step, or None when nothing is dirty."""
+        if not self.dirty:
+            return None
+        self.dirty = False
+        ch = self._changes.take()
+        if self.full or (
+            not self.incremental_profiles
+            and (ch.removed or any(k not in self._keys for k in ch.updated))
+        ):
+            desired = self.desired(table, resilient)
+            self._left_out = set(table.profiles()) - desired.groups.keys()
+            return Step("full", "apply", desired=desired, keys=frozenset(desired.groups))
+        return self._incremental(table, resilient, ch)
+
+    def _incremental(self, table: PathTable, res: Resilient | None, ch: Changes) -> Step:
+        specs: dict[str, GroupSpec] = {}
+        self._left_out -= ch.removed
+        for key in sorted(ch.updated):
+            spec = _group_spec(table, key, res)
+            # nothing usable left, or usable again after a full sync left the profile out
+            # together with its routes (those prefixes did not move, so ch.prefixes does not
+            # name them): let the full path decide
+            if spec is None or key in self._left_out:
+                self.full = True
+                self.dirty = True
+                return Step("incremental", "none")
+            specs[key] = spec
+        if not ch.prefixes and not ch.removed and all(k in self._keys for k in specs):
+            return Step("incremental", "set_weights", groups=specs)  # no route touched
+        keys = (self._keys | specs.keys()) - ch.removed
+        add: dict[Network, str] = {}
+        remove: list[Network] = []
+        for p in ch.prefixes:
+            pkey = table.profile_of(p)
+            if pkey is not None and pkey in keys:
+                add[self._net(p)] = pkey
+            else:
+                remove.append(self._net(p))
+        return Step(
+            "incremental",
+            "update",
+            groups=specs,
+            remove_groups=frozenset(ch.removed & self._keys),
+            add=add,
+            remove=remove,
+            keys=frozenset(keys),
+        )
+
+    def done(self, step: Step) -> None:
+        """The FIB took ``step``."""
+        if step.keys is not None:
+            self._keys = set(step.keys)
+        if step.kind == "apply":
+            self.full = False
+
+    def failed(self) -> None:
+        """The kernel said no: redo it fully next time."""
+        self.full = True
+
+    def desired(self, table: PathTable, resilient: Resilient | None) -> Desired:
+        """What a full sync programs: every profile with a member the FIB can program, and the
+        routes of those profiles."""
+        groups = {}
+        for key in table.profiles():
+            spec = _group_spec(table, key, resilient)
+            if spec is not None:
+                groups[key] = spec
+        prefixes = table.prefixes()
+        routes = {self._net(p): k for p, k in prefixes.items() if k in groups}
+        if len(self._nets) > 2 * len(prefixes) + 1024:  # forget prefixes long gone
+            self._nets = {p: self._nets[p] for p in prefixes if p in self._nets}
+        return Desired(groups=groups, routes=routes)
+
+    def _net(self, prefix: str) -> Network:
+        """The network object of a table prefix, parsed once (``ip_network`` dominated a full
+        sync of 10k routes)."""
+        net = self._nets.get(prefix)
+        if net is None:
+            net = self._nets[prefix] = ipaddress.ip_network(prefix)
+        return net
+
+
+def _group_spec(table: PathTable, key: str, res: Resilient | None) -> GroupSpec | None:
+    weights: dict[Member, int] = {
+        Member(ipaddress.ip_address(nh.address), nh.ifname): w.value
+        for nh, w in table.weights(key).items()
+        if w.value > 0 and nh.ifname
+    }
+    return GroupSpec(weights=weights, resilient=res) if weights else None

@@ -1,0 +1,284 @@
+"""The FIB sync core (``glbd.core.fibsync.FibSync``), in virtual time.
+
+Its incremental steps (``set_weights`` / ``update``) must leave the FIB programmer with exactly
+the desired state a full sync (``FibSync.desired``) would give it, whatever the sequence of
+path-table changes. The FIB here is a model of FibProgrammer's desired-state bookkeeping (no
+kernel): this checks the sync's profile keys and change handling, not the planner. The
+hold-down after BGP's first session, the coalescing of syncs and the full sync after an error
+or a config change run on a clock passed in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from glbd.core.fibmodel import Desired, GroupSpec, Member
+from glbd.core.fibsync import FibSync, Step
+from glbd.core.pathtable import Changes, LocalLink, NextHop, PathTable
+
+
+class ModelFib:
+    """FibProgrammer's desired-state semantics for apply / set_weights / update."""
+
+    def __init__(self) -> None:
+        self.desired: Desired | None = None
+        self.calls: list[str] = []
+        self.fail_next = False
+
+    def run(self, step: Step) -> None:
+        """What the node does with a step (``Node._run_step``)."""
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("the kernel said no")
+        if step.kind == "apply":
+            assert step.desired is not None
+            self.apply(step.desired)
+        elif step.kind == "set_weights":
+            for key, spec in step.groups.items():
+                self.set_weights(key, spec.weights)
+        elif step.kind == "update":
+            self.update(step.groups, step.remove_groups, step.add, step.remove)
+
+    def apply(self, desired: Desired) -> None:
+        self.calls.append("apply")
+        self.desired = desired
+
+    def set_weights(self, key: str, weights: Mapping[Member, int], resilient: Any = True) -> None:
+        self.calls.append("set_weights")
+        d = self.desired
+        if d is None or key not in d.groups:
+            raise KeyError(key)
+        groups = dict(d.groups)
+        groups[key] = GroupSpec(dict(weights), d.groups[key].resilient)
+        self.desired = Desired(groups=groups, routes=d.routes)
+
+    def update(
+        self,
+        groups: Mapping[str, GroupSpec] | None = None,
+        remove_groups: Iterable[str] = (),
+        add: Mapping[Any, str] | None = None,
+        remove: Iterable[Any] = (),
+    ) -> None:
+        self.calls.append("update")
+        d = self.desired
+        if d is None:
+            raise RuntimeError("apply() a desired state first")
+        add = dict(add or {})
+        new_groups = dict(d.groups)
+        new_groups.update(groups or {})
+        for key in set(remove_groups):
+            new_groups.pop(key, None)
+        routes = dict(d.routes)
+        routes.update(add)
+        for pfx in remove:
+            if pfx not in add:
+                routes.pop(pfx, None)
+        self.desired = Desired(groups=new_groups, routes=routes)
+
+
+class Rig:
+    """The node's part of the loop: routes table changes in, runs the planned steps."""
+
+    def __init__(self, incremental: bool = True, hold_s: float = 0.0) -> None:
+        self.sync = FibSync(hold_s, incremental_profiles=incremental)
+        self.fib = ModelFib()
+        self.table = PathTable()
+        self.now = 0.0
+        self.steps: list[Step] = []
+
+    def changed(self, ch: Changes) -> bool:
+        self.sync.add(ch)
+        return self.sync.request(self.now)
+
+    def run(self) -> None:
+        while (step := self.sync.plan(self.table, None)) is not None:
+            self.steps.append(step)
+            try:
+                self.fib.run(step)
+            except OSError:
+                self.sync.failed()
+                continue
+            self.sync.done(step)
+
+    def desired(self) -> Desired:
+        return self.sync.desired(self.table, None)
+
+
+# two spines on interfaces, one next hop without an interface (e.g. a multihop peer): a profile
+# of such next hops has no member the FIB can program while its interface members are down
+NHS = [
+    NextHop(1, "198.18.1.0", "spine1"),
+    NextHop(2, "198.18.2.0", "spine2"),
+    NextHop(3, "198.18.3.0", None),
+]
+PREFIXES = [f"198.19.{i}.0/24" for i in range(1, 5)]
+
+
+def canon(d: Desired) -> tuple[dict[str, Any], dict[str, str]]:
+    return (
+        {k: (dict(g.weights), g.resilient) for k, g in d.groups.items()},
+        {str(p): k for p, k in d.routes.items()},
+    )
+
+
+_nh_sets = hs.frozensets(hs.sampled_from(NHS), min_size=1, max_size=3)
+_op = hs.one_of(
+    hs.tuples(hs.just("prefix"), hs.sampled_from(PREFIXES), _nh_sets),
+    hs.tuples(hs.just("withdraw"), hs.sampled_from(PREFIXES), hs.just(frozenset())),
+    hs.tuples(
+        hs.just("link"),
+        hs.sampled_from(["spine1", "spine2"]),
+        hs.sampled_from([(7, False), (3, False), (0, True)]),
+    ),
+    hs.tuples(hs.just("sync"), hs.just(""), hs.just(None)),
+)
+
+
+def sync(rig: Rig) -> None:
+    rig.sync.request(rig.now)
+    rig.run()
+
+
+def play(ops: list[tuple[str, str, Any]], incremental: bool) -> None:
+    rig = Rig(incremental)
+    rig.sync.bgp_up(rig.now)  # no hold-down here
+    table, fib = rig.table, rig.fib
+    for ifname in ("spine1", "spine2"):
+        rig.changed(table.set_local(ifname, LocalLink(7)))
+    rig.changed(table.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[1]: None}))
+    sync(rig)  # the first sync is the full one
+    for kind, what, arg in ops:
+        if kind == "prefix":
+            rig.changed(table.set_prefix(what, dict.fromkeys(arg)))
+        elif kind == "withdraw":
+            rig.changed(table.remove_prefix(what))
+        elif kind == "link":
+            rig.changed(table.set_local(what, LocalLink(arg[0], arg[1])))
+        else:
+            sync(rig)
+            assert fib.desired is not None
+            assert canon(fib.desired) == canon(rig.desired()), fib.calls
+    sync(rig)
+    assert fib.desired is not None
+    assert canon(fib.desired) == canon(rig.desired()), fib.calls
+
+
+@pytest.mark.parametrize("incremental", [True, False], ids=["update", "apply"])
+@settings(max_examples=300, deadline=None)
+@given(ops=hs.lists(_op, max_size=25))
+def test_incremental_sync_equals_a_full_sync(
+    incremental: bool, ops: list[tuple[str, str, Any]]
+) -> None:
+    """``incremental``: new/removed profiles as ``update`` steps (the path switched off by
+    default) or as full applies."""
+    play(ops, incremental)
+
+
+def test_profile_back_from_no_usable_member_gets_its_routes() -> None:
+    """A profile whose only programmable member is down is left out of the FIB (with its
+    routes); when the member comes back, its routes must come back too, though no prefix
+    moved."""
+    rig = Rig(incremental=True)
+    rig.sync.bgp_up(0.0)
+    table, fib = rig.table, rig.fib
+    rig.changed(table.set_local("spine1", LocalLink(7)))
+    rig.changed(table.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[2]: None}))
+    sync(rig)
+    rig.changed(table.set_local("spine1", LocalLink(0, True)))
+    sync(rig)
+    assert fib.desired is not None and not fib.desired.routes
+    rig.changed(table.set_local("spine1", LocalLink(7)))
+    sync(rig)
+    assert canon(fib.desired) == canon(rig.desired())
+    assert {str(p) for p in fib.desired.routes} == {PREFIXES[0]}
+
+
+# ---- the hold-down and the sync policy, in virtual time -------------------------------------
+
+
+def _learn(rig: Rig, n: int = 1) -> Changes:
+    rig.changed(rig.table.set_local("spine1", LocalLink(7)))
+    ch = Changes()
+    for p in PREFIXES[:n]:
+        c = rig.table.set_prefix(p, {NHS[0]: None})
+        ch = ch | c
+        rig.changed(c)
+    return ch
+
+
+def test_nothing_is_synced_before_bgp_is_up_and_the_hold_has_passed() -> None:
+    rig = Rig(hold_s=1.0)
+    assert rig.sync.next_deadline() is None  # no BGP session yet: no timer either
+    _learn(rig)
+    assert not rig.sync.dirty and rig.sync.plan(rig.table, None) is None
+    # changes learned while held are dropped: the first sync is a full apply anyway
+    assert not rig.sync.pending()
+    rig.now = 10.0
+    rig.sync.bgp_up(rig.now)
+    rig.sync.bgp_up(rig.now + 0.5)  # later sessions do not move the hold
+    assert rig.sync.next_deadline() == 11.0
+    rig.now = 10.5
+    assert not rig.changed(rig.table.set_prefix(PREFIXES[1], {NHS[0]: None}))
+    assert not rig.sync.pending() and rig.fib.calls == []
+    assert not rig.sync.on_timer(10.999)  # early: still held, the timer stays armed
+    assert rig.sync.next_deadline() == 11.0
+    rig.now = 11.0
+    assert rig.sync.on_timer(rig.now)  # the hold's end asks for the first sync ...
+    assert rig.sync.next_deadline() is None
+    rig.run()
+    assert rig.fib.calls == ["apply"]  # ... a full one, with everything the table has
+    assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
+    assert {str(p) for p in rig.fib.desired.routes} == set(PREFIXES[:2])  # type: ignore[union-attr]
+
+
+def test_after_the_hold_changes_are_synced_at_once_and_coalesced() -> None:
+    rig = Rig(hold_s=1.0)
+    rig.sync.bgp_up(0.0)
+    rig.now = 1.0  # the hold has passed: a change asks for a sync without the timer
+    assert rig.changed(rig.table.set_local("spine1", LocalLink(7)))
+    rig.changed(rig.table.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[1]: None}))
+    rig.changed(rig.table.set_local("spine2", LocalLink(7)))
+    rig.run()
+    assert rig.fib.calls == ["apply"]  # three changes, one sync
+    rig.changed(rig.table.set_local("spine1", LocalLink(3)))
+    rig.changed(rig.table.set_local("spine2", LocalLink(5)))
+    assert len(rig.sync.pending().updated) == 1  # one profile, two of its links
+    rig.run()
+    assert rig.fib.calls == ["apply", "set_weights"]  # weights only: one replace per profile
+    assert rig.steps[-1].mode == "incremental"
+    assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
+    assert rig.sync.plan(rig.table, None) is None  # nothing dirty
+
+
+def test_an_error_or_a_config_change_makes_the_next_sync_full() -> None:
+    rig = Rig()
+    rig.sync.bgp_up(0.0)
+    _learn(rig, 2)
+    rig.run()
+    rig.fib.fail_next = True
+    rig.changed(rig.table.set_local("spine1", LocalLink(3)))
+    rig.run()
+    assert rig.steps[-1].kind == "set_weights" and rig.sync.full
+    rig.changed(rig.table.set_local("spine1", LocalLink(5)))
+    rig.run()
+    assert rig.steps[-1].mode == "full" and not rig.sync.full
+    assert rig.sync.request_full(rig.now)  # a FIB config change
+    rig.run()
+    assert rig.steps[-1].mode == "full" and rig.fib.calls[-1] == "apply"
+    assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
+
+
+def test_new_profiles_are_a_full_apply_unless_the_incremental_switch_is_on() -> None:
+    for incremental, want in ((False, "apply"), (True, "update")):
+        rig = Rig(incremental)
+        rig.sync.bgp_up(0.0)
+        _learn(rig)
+        rig.run()
+        rig.changed(rig.table.set_prefix(PREFIXES[1], {NHS[0]: None, NHS[1]: None}))
+        rig.run()
+        assert rig.fib.calls == ["apply", want]
+        assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
