@@ -13,7 +13,7 @@ Each section prints a ratio against a baseline measured in the same run:
    whole spine expiring (every profile). Baseline: recomputing every profile.
 3. monitor: 128 interfaces (64 veth pairs in a namespace) sampled every 10 ms by the module's
    own ``MonitorRunner`` (RTM_GETSTATS + RTM_GETQDISC dumps, the core), as the daemon runs it.
-   Baseline: ``glbd/io/linkmon.py`` of git ``--baseline-ref`` (default 179d892, before the columns
+   Baseline: ``glbd/linkmon.py`` of git ``--baseline-ref`` (default 179d892, before the columns
    reader), loaded with ``git show`` and run in the same namespace in the same run, rounds
    interleaved so both see the same machine load; also the core alone on synthetic samples and
    a bare 10 ms asyncio wake-up (the floor). Monitor only: ``--monitor-only``.
