@@ -38,7 +38,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -169,43 +171,16 @@ def run_glbd(
     params = SessionParams(interval_ms * 1000, interval_ms * 1000, mult)
     with Lab() as lab:
         a, b = build(lab, n)
-        ev_a: queue.SimpleQueue[BfdEvent] = queue.SimpleQueue()
-        ev_b: queue.SimpleQueue[BfdEvent] = queue.SimpleQueue()
-        ea = BfdEngine(
-            ev_a.put,
-            mode=mode,
-            netns=a.name,
-            rt_priority=rt_priority,  # type: ignore[arg-type]
-            call_timeout=30,
-        )
-        eb = BfdEngine(
-            ev_b.put,
-            mode=mode,
-            netns=b.name,
-            rt_priority=rt_priority,  # type: ignore[arg-type]
-            call_timeout=30,
-        )
-        ea.start()
-        lab.on_close(ea.stop)
-        eb.start()
-        lab.on_close(eb.stop)
+        (ea, ev_a), (eb, ev_b) = (_engine(lab, ns, mode, rt_priority) for ns in (a, b))
         t0 = time.monotonic()
         for i in range(n):
             ea.add_session(SessionConfig(addr(B_NET, i), "a-b", addr(A_NET, i), params))
             eb.add_session(SessionConfig(addr(A_NET, i), "b-a", addr(B_NET, i), params))
-        deadline = time.monotonic() + 30 + n / 50
-        while time.monotonic() < deadline:
-            ups = sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
-            if ups == n and all(s["state"] == "up" for s in eb.snapshot()["sessions"]):
-                break
-            time.sleep(0.2)
+        res.up = _wait_all_up(ea, eb, n)
         res.up_time_s = time.monotonic() - t0
-        res.up = sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
         time.sleep(1.0)  # the Polls to the fast rate are done
-        while not ev_a.empty():
-            ev_a.get()
-        while not ev_b.empty():
-            ev_b.get()
+        _drain(ev_a)
+        _drain(ev_b)
         load = Load(busy_process, busy_main)
         try:
             time.sleep(0.5)
@@ -231,30 +206,64 @@ def run_glbd(
             res.lag["timers_late_5ms"] = (
                 sa["engine"]["timers_late_5ms"] + sb["engine"]["timers_late_5ms"]
             )
-            # detection latency: cut everything that reaches a
-            cut = time.monotonic()
-            nft_drop(a)
-            lat: list[float] = []
-            deadline = cut + 10.0 + mult * interval_ms / 1000  # events may queue; `at` is exact
-            while len(lat) < n and time.monotonic() < deadline:
-                try:
-                    e = ev_a.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if e.new == State.DOWN and e.reason == "detection_timeout" and e.last_rx:
-                    lat.append((e.at - e.last_rx) * 1e3)
-            theo = mult * interval_ms
-            res.detect = {
-                "theoretical_ms": theo,
-                "n": len(lat),
-                "min_ms": min(lat) if lat else float("nan"),
-                "p50_ms": pct(lat, 0.5),
-                "p99_ms": pct(lat, 0.99),
-                "max_ms": max(lat) if lat else float("nan"),
-            }
+            res.detect = _detection(a, ev_a, n, mult, interval_ms)
         finally:
             load.close()
     return res
+
+
+def _engine(
+    lab: Lab, ns: Netns, mode: str, rt_priority: int | None
+) -> tuple[BfdEngine, queue.SimpleQueue[BfdEvent]]:
+    """A started engine in ``ns`` (stopped with the lab) and the queue of its events."""
+    events: queue.SimpleQueue[BfdEvent] = queue.SimpleQueue()
+    eng = BfdEngine(
+        events.put,
+        mode=mode,  # type: ignore[arg-type]
+        netns=ns.name,
+        rt_priority=rt_priority,
+        call_timeout=30,
+    )
+    eng.start()
+    lab.on_close(eng.stop)
+    return eng, events
+
+
+def _wait_all_up(ea: BfdEngine, eb: BfdEngine, n: int) -> int:
+    """Wait (bounded) until all ``n`` sessions are Up on both sides; returns a's Up count."""
+    deadline = time.monotonic() + 30 + n / 50
+    while time.monotonic() < deadline:
+        ups = sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
+        if ups == n and all(s["state"] == "up" for s in eb.snapshot()["sessions"]):
+            break
+        time.sleep(0.2)
+    return sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
+
+
+def _detection(
+    a: Netns, ev_a: queue.SimpleQueue[BfdEvent], n: int, mult: int, interval_ms: int
+) -> dict[str, float]:
+    """Cut everything that reaches ``a``; the latency from each session's last packet to its
+    Down (ms) against the theoretical detection time."""
+    cut = time.monotonic()
+    nft_drop(a)
+    lat: list[float] = []
+    deadline = cut + 10.0 + mult * interval_ms / 1000  # events may queue; `at` is exact
+    while len(lat) < n and time.monotonic() < deadline:
+        try:
+            e = ev_a.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if e.new == State.DOWN and e.reason == "detection_timeout" and e.last_rx:
+            lat.append((e.at - e.last_rx) * 1e3)
+    return {
+        "theoretical_ms": mult * interval_ms,
+        "n": len(lat),
+        "min_ms": min(lat) if lat else float("nan"),
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+        "max_ms": max(lat) if lat else float("nan"),
+    }
 
 
 def _drain(q: queue.SimpleQueue[BfdEvent]) -> list[BfdEvent]:
@@ -364,7 +373,7 @@ def fmt(r: Result) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, nargs="*", help="session counts (default per row)")
     ap.add_argument("--interval-ms", type=int, help="only this interval (50 or 10 typically)")
@@ -381,29 +390,28 @@ def main(argv: list[str] | None = None) -> int:
         help="thread vs process engine with a busy main loop (64 x 3x10ms)",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
-    args = ap.parse_args(argv)
-    busy = not args.no_load
+    return ap.parse_args(argv)
 
-    rows: list[tuple[int, int]] = []
+
+def _rows(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(sessions, interval ms) of each scenario row."""
     if args.isolation:
-        rows = [(args.sessions[0] if args.sessions else 64, args.interval_ms or 10)]
-    elif args.sessions and args.interval_ms:
-        rows = [(s, args.interval_ms) for s in args.sessions]
-    elif args.interval_ms:
-        rows = [(256 if args.interval_ms >= 50 else 64, args.interval_ms)]
-    else:
-        rows = [(256, 50), (64, 10)]
+        return [(args.sessions[0] if args.sessions else 64, args.interval_ms or 10)]
+    if args.sessions and args.interval_ms:
+        return [(s, args.interval_ms) for s in args.sessions]
+    if args.interval_ms:
+        return [(256 if args.interval_ms >= 50 else 64, args.interval_ms)]
+    return [(256, 50), (64, 10)]
 
-    print(
-        f"# bfd_bench: {os.cpu_count()} cpus, load={'busy core + busy main' if busy else 'idle'}"
-        f", duration {args.duration:.0f}s",
-        flush=True,
-    )
-    results: list[Result] = []
-    for n, iv in rows:
-        if args.isolation:
-            for mode, rt in (("thread", None), ("process", None), ("thread", 10), ("process", 10)):
-                r = run_glbd(
+
+def _run_row(args: argparse.Namespace, n: int, iv: int, busy: bool) -> list[Result]:
+    """Every implementation/mode the arguments ask for, on one row; printed as they finish."""
+    runs: list[Callable[[], Result]] = []
+    if args.isolation:
+        for mode, rt in (("thread", None), ("process", None), ("thread", 10), ("process", 10)):
+            runs.append(
+                partial(
+                    run_glbd,
                     n,
                     iv,
                     args.mult,
@@ -413,34 +421,52 @@ def main(argv: list[str] | None = None) -> int:
                     busy_process=busy,
                     busy_main=True,
                 )
-                print(fmt(r), flush=True)
-                results.append(r)
-            continue
+            )
+    else:
         if not args.skip_glbd:
-            r = run_glbd(
-                n,
-                iv,
-                args.mult,
-                args.duration,
-                mode=args.mode,
-                rt_priority=args.rt_priority,
-                busy_process=busy,
-                busy_main=busy,
+            runs.append(
+                partial(
+                    run_glbd,
+                    n,
+                    iv,
+                    args.mult,
+                    args.duration,
+                    mode=args.mode,
+                    rt_priority=args.rt_priority,
+                    busy_process=busy,
+                    busy_main=busy,
+                )
             )
-            print(fmt(r), flush=True)
-            results.append(r)
         if args.frr:
-            f = run_frr(
-                n,
-                iv,
-                args.mult,
-                args.duration,
-                busy_process=busy,
-                busy_main=busy,
-                rt_priority=args.rt_priority,
+            runs.append(
+                partial(
+                    run_frr,
+                    n,
+                    iv,
+                    args.mult,
+                    args.duration,
+                    busy_process=busy,
+                    busy_main=busy,
+                    rt_priority=args.rt_priority,
+                )
             )
-            print(fmt(f), flush=True)
-            results.append(f)
+    results = []
+    for run in runs:
+        r = run()
+        print(fmt(r), flush=True)
+        results.append(r)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    busy = not args.no_load
+    print(
+        f"# bfd_bench: {os.cpu_count()} cpus, load={'busy core + busy main' if busy else 'idle'}"
+        f", duration {args.duration:.0f}s",
+        flush=True,
+    )
+    results = [r for n, iv in _rows(args) for r in _run_row(args, n, iv, busy)]
     if args.json:
         args.json.write_text(
             json.dumps(
