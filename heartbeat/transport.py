@@ -357,7 +357,8 @@ class HeartbeatEndpoint:
     """Binds a :class:`Sender` (helper role) and/or a :class:`Receiver` (load-balancer role) to
     a :class:`McastTransport` and one timer. Roles: pass only the core(s) the role needs.
 
-    ``on_remote`` receives every :class:`RemoteUpdate` (feed it to the path table)."""
+    ``on_remote`` receives every :class:`RemoteUpdate` (feed it to the path table); it is a
+    public attribute, so a caller may route the updates elsewhere after construction."""
 
     def __init__(
         self,
@@ -373,7 +374,7 @@ class HeartbeatEndpoint:
         self._loop = loop
         self.sender = sender
         self.receiver = receiver
-        self._on_remote = on_remote
+        self.on_remote = on_remote
         self.transport = McastTransport(loop, self._datagram, group=group, group6=group6, port=port)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -398,7 +399,7 @@ class HeartbeatEndpoint:
         if self.sender is not None:
             self._transmit(self.sender.set_interfaces(self.transport.interfaces, now))
         if updates:
-            self._on_remote(updates)
+            self.on_remote(updates)
         self._rearm()
 
     @property
@@ -436,7 +437,7 @@ class HeartbeatEndpoint:
             return
         ups = self.receiver.on_datagram(data, ifname=ifname, src=src, ttl=ttl, now=now)
         if ups:
-            self._on_remote(ups)
+            self.on_remote(ups)
             self._rearm()
         elif self._timer is None:
             self._rearm()
@@ -454,7 +455,7 @@ class HeartbeatEndpoint:
         if self.receiver is not None:
             ups = self.receiver.on_timer(now)
             if ups:
-                self._on_remote(ups)
+                self.on_remote(ups)
         self._rearm()
 
     def _rearm(self) -> None:

@@ -146,7 +146,7 @@ class BgpSpeaker:
         self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
         self.parser = api.ApiParser()
         self.supervisor = ExabgpSupervisor(
-            self._exabgp_params(),
+            self.exabgp_params(),
             netns=netns,
             on_line=self._on_line,
             on_lost=self._on_lost,
@@ -198,7 +198,7 @@ class BgpSpeaker:
         }
         self.params = params
         if neighbors_changed:
-            self.supervisor.reload(self._exabgp_params())
+            self.supervisor.reload(self.exabgp_params())
         self._apply(effects)
         for addr in touched:
             st = self.rib.peers.get(addr)
@@ -227,9 +227,8 @@ class BgpSpeaker:
             },
         }
 
-    # ---- internals ---------------------------------------------------------------------
-
-    def _exabgp_params(self) -> ExabgpParams:
+    def exabgp_params(self) -> ExabgpParams:
+        """ExaBGP's configuration for the current :attr:`params` (what the supervisor runs)."""
         p = self.params
         return ExabgpParams(
             router_id=str(p.router_id),
@@ -249,6 +248,8 @@ class BgpSpeaker:
             drain_timeout_s=self.process.drain_timeout_s,
             log_level=self.process.exabgp_log_level,
         )
+
+    # ---- internals ---------------------------------------------------------------------
 
     @staticmethod
     def _now() -> float:

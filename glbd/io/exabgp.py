@@ -417,7 +417,10 @@ class ExabgpSupervisor:
     async def _reader(self) -> None:
         await self._connected.wait()
         assert self._conn is not None
-        reader = self._conn[0]
+        await self.read_lines(self._conn[0])
+
+    async def read_lines(self, reader: asyncio.StreamReader) -> None:
+        """Handle what the bridge writes (acks and API lines) until EOF or a read error."""
         loop = asyncio.get_running_loop()
         slice_start = loop.time()
         while True:

@@ -114,14 +114,27 @@ EXPECTED = {
 NAMES = {"AdminDown": State.ADMIN_DOWN, "Down": State.DOWN, "Init": State.INIT, "Up": State.UP}
 
 
+#: the peer's state in a packet at t = 0 that leaves (or brings) a Down session in each state
+_VIA = {
+    State.DOWN: State.ADMIN_DOWN,
+    State.INIT: State.DOWN,
+    State.UP: State.INIT,
+    State.ADMIN_DOWN: State.DOWN,
+}
+
+
 def _in_state(state: State) -> Session:
+    """A session in ``state`` whose peer (discriminator 9, Detect Mult 3, 50 ms) was last heard
+    at t = 0, reached through the public inputs only."""
     s = Session(1, FAST, random.Random(0), 0.0)
-    s.state = state
-    s.remote_discr = 9
-    s.remote_detect_mult = 3
-    s.remote_desired_tx = 50_000
-    s._detect_at = 0.15  # as if a packet arrived at t = 0
-    s._last_rx = 0.0
+    if state == State.ADMIN_DOWN:
+        s.admin_down(0.0)
+    heard = ControlPacket(
+        _VIA[state], detect_mult=3, my_discriminator=9, your_discriminator=1, desired_min_tx=50_000
+    )
+    s.on_packet(heard, 0.0)
+    assert (s.state, s.remote_discr, s.remote_detect_mult) == (state, 9, 3)
+    assert s.remote_desired_tx == 50_000 and s.last_rx == 0.0 and s.detect_at == 0.15
     return s
 
 

@@ -170,7 +170,7 @@ async def test_reconfigure_adds_neighbor_without_disturbing_others(netns_lab: La
     only_leaf1 = dataclasses.replace(full, neighbors=full.neighbors[:1])
     spine.speaker.rib.reconfigure(only_leaf1)  # start the spine knowing leaf1 only
     spine.speaker.params = only_leaf1
-    spine.speaker.supervisor.params = spine.speaker._exabgp_params()
+    spine.speaker.supervisor.params = spine.speaker.exabgp_params()
     nodes = (spine, leaf1, leaf2)
     try:
         await asyncio.gather(*(n.speaker.start() for n in nodes))

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bgp_helpers import wait_for
 
 from glbd.codec import exabgp_api as api
 from glbd.io.exabgp import (
@@ -91,7 +92,6 @@ def test_send_coalesces_per_neighbor_and_prefix() -> None:
 async def test_acks_window_restart_and_replay() -> None:
     """With a fake ExaBGP: windowed writes all acknowledged, errors counted, a crash restarts
     the child with backoff and calls on_lost then on_ready again (where the owner replays)."""
-    import asyncio
 
     fake = Path(__file__).with_name("fake_exabgp.py")
     lines: list[str] = []
@@ -125,10 +125,7 @@ async def test_acks_window_restart_and_replay() -> None:
         assert sup.stats.acked_error == 1
         first_pid = sup.pid
         sup.send(api.Announce(nb, ipaddress.ip_network("10.66.0.0/24"), None))
-        for _ in range(200):
-            if calls.count("ready") >= 2 and sup.connected:
-                break
-            await asyncio.sleep(0.05)
+        await wait_for(lambda: calls.count("ready") >= 2 and sup.connected, 10, "a restart")
         assert calls == ["ready", "lost", "ready"], calls
         assert sup.pid != first_pid and sup.generation == 2 and sup.stats.deaths == 1
         sup.send(api.Announce(nb, ipaddress.ip_network("10.2.0.0/24"), None))
@@ -155,18 +152,18 @@ async def test_reader_yields_to_the_loop_during_a_burst() -> None:
     reader = asyncio.StreamReader(limit=1 << 20)
     reader.feed_data(b"".join(b'{"type": "keepalive"}\n' for _ in range(6000)))
     reader.feed_eof()
-    sup._conn = (reader, None)  # type: ignore[assignment]
-    sup._connected.set()
     turns: list[int] = []  # lines processed when the other task got its turn
+    ticking = asyncio.Event()
 
     async def ticker() -> None:
+        ticking.set()
         while True:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the other task: takes every turn the loop gives it
             turns.append(len(seen))
 
     t = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    await sup._reader()
+    await ticking.wait()
+    await sup.read_lines(reader)
     t.cancel()
     assert len(seen) == 6000
     # ~2 ms slices of ~50 us lines: about 40 lines between turns (preemption only shortens a

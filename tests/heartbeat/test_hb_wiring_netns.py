@@ -78,7 +78,7 @@ async def test_nodes_exchange_ipv6_heartbeats_over_link_local_sessions(
     assert leaf.endpoint is not None and leaf.endpoint.receiver is not None
     receiver = leaf.endpoint.receiver
     remote: list[Any] = []
-    leaf.endpoint._on_remote = remote.extend  # no path table: collect what it would get
+    leaf.endpoint.on_remote = remote.extend  # no path table: collect what it would get
     entry = Entry(wire.node_id(LEAF_ID), 2, 10_000, 5, 0, 0, 0)
     try:
         spine.endpoint.update_links([entry])
