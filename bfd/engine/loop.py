@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..packet import DecodeError, decode
+from ..reasons import DropReason
 from ..session import Effect, Session, StateChange, Transmit
 from ..transport import Datagram, recv_batch
 from .model import EngineError, EventWire, SessionConfig, arrival_time, norm_ip
@@ -179,12 +180,12 @@ class Loop:
                 self._rx_one(rx, data, host, ttl, t)
             except Exception:  # a bug must not end the engine
                 log.exception("bfd: internal error on a packet from %s", host)
-                rx.drop("internal_error")
+                rx.drop(DropReason.INTERNAL_ERROR)
         self.rx_packets += len(buf)
 
     def _rx_one(self, rx: RxSock, data: bytes, host: str, ttl: int, now: float) -> None:
         if ttl != 255:  # RFC 5881 §5 (GTSM); Linux IP_MINTTL does not filter UDP
-            rx.drop("bad_ttl" if ttl >= 0 else "no_ttl")
+            rx.drop(DropReason.BAD_TTL if ttl >= 0 else DropReason.NO_TTL)
             return
         # Steady state: the peer sends the same bytes every time. A packet equal to the last
         # one accepted for the session its Your Discriminator names reuses that decode.
@@ -209,18 +210,18 @@ class Loop:
             if ent is None:
                 ent = self.by_discr.get(your)
                 if ent is None:
-                    rx.drop("unknown_discriminator")
+                    rx.drop(DropReason.UNKNOWN_DISCRIMINATOR)
                     return
             if ent.rx is not rx:
-                ent.sess.drop("wrong_interface")
+                ent.sess.drop(DropReason.WRONG_INTERFACE)
                 return
             if ent.peer != peer:
-                ent.sess.drop("wrong_peer")
+                ent.sess.drop(DropReason.WRONG_PEER)
                 return
         else:
             ent = self.by_key.get((rx.ifname, peer))
             if ent is None:
-                rx.drop("no_session")
+                rx.drop(DropReason.NO_SESSION)
                 return
         ent.rx_bytes = data
         ent.rx_pkt = pkt
@@ -291,7 +292,7 @@ class Loop:
             if type(e) is Transmit:
                 tx = ent.tx
                 if tx is None:
-                    ent.sess.drop("tx_no_socket")
+                    ent.sess.drop(DropReason.TX_NO_SOCKET)
                     continue
                 try:
                     tx.send(e.data)

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import failover as _fo
 from ..packet import ControlPacket
+from ..reasons import DropReason
 from ..session import Session
 from ..transport import open_rx_socket, open_tx_socket, peer_sockaddr
 from .model import EngineError, SessionConfig
@@ -38,18 +39,18 @@ class RxSock:
         sock: socket.socket,
         ifname: str,
         family: int,
-        totals: dict[str, int] | None = None,
+        totals: dict[DropReason | str, int] | None = None,
     ) -> None:
         self.sock = sock
         self.ifname = ifname
         self.family = family
         self.packets = 0
         self.refs = 0
-        self.drops: dict[str, int] = {}
+        self.drops: dict[DropReason | str, int] = {}
         #: the engine-wide counters of drops before any session, which outlive this socket
         self.totals = totals if totals is not None else {}
 
-    def drop(self, reason: str) -> None:
+    def drop(self, reason: DropReason | str) -> None:
         self.drops[reason] = self.drops.get(reason, 0) + 1
         self.totals[reason] = self.totals.get(reason, 0) + 1
 
@@ -118,7 +119,7 @@ class SocketTable:
         self.used_ports: set[int] = set()
         #: drops before any session matched (version, length, discriminator, TTL, ...), by
         #: reason, over every receive socket the engine ever had: no peer to attribute them to
-        self.unmatched_drops: dict[str, int] = {}
+        self.unmatched_drops: dict[DropReason | str, int] = {}
 
     def open(self, ent: Entry) -> None:
         """Give ``ent`` whatever socket it lacks; a failure is noted in ``socket_error``."""
