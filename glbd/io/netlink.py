@@ -42,15 +42,15 @@ from glbd.codec.netlink.codec import (
     ErrorMsg,
     FamilyHeader,
     Frame,
-    Header,
     Message,
+    Selected,
     decode_frame,
     iter_frames,
     pick_attrs,
 )
 from glbd.io.netns import in_netns
 
-__all__ = ["NetlinkError", "NetlinkSocket", "Selected"]
+__all__ = ["NetlinkError", "NetlinkSocket", "open_route_socket"]
 
 log = structlog.get_logger(__name__)
 
@@ -70,15 +70,6 @@ class NetlinkError(OSError):
         super().__init__(err, text)
         self.ext_msg = ext_msg
         self.seq = seq
-
-
-@dataclass(frozen=True, slots=True)
-class Selected:
-    """Fast-path dump row: the family header and the raw payloads that were asked for."""
-
-    type: int
-    header: Header
-    attrs: dict[int, bytes]
 
 
 @dataclass(slots=True)
@@ -109,6 +100,49 @@ def _wire(m: Message | bytes, seq: int, add_flags: int) -> bytes:
     flags = int.from_bytes(b[6:8], sys.byteorder) | add_flags
     _FLAGS_SEQ.pack_into(b, 6, flags, seq)
     return bytes(b)
+
+
+def open_route_socket(
+    *,
+    netns: str | None = None,
+    rcvbuf: int = _RCVBUF,
+    strict_check: bool = True,
+    ext_ack: bool = False,
+    groups: Iterable[int] = (),
+    force_rcvbuf: bool = True,
+) -> socket.socket:
+    """A bound, non-blocking NETLINK_ROUTE socket created inside ``netns`` (the one opener of
+    glbd's netlink sockets). ``ext_ack`` also asks for extended and capped ACKs and a larger
+    send buffer (request sockets); ``groups`` are joined by number. ``force_rcvbuf`` sets the
+    receive buffer past ``net.core.rmem_max`` when allowed (SO_RCVBUFFORCE)."""
+    with in_netns(netns):
+        sock = socket.socket(
+            socket.AF_NETLINK,
+            socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
+            c.NETLINK_ROUTE,
+        )
+    try:
+        forced = False
+        if force_rcvbuf:
+            with contextlib.suppress(PermissionError):
+                sock.setsockopt(socket.SOL_SOCKET, c.SO_RCVBUFFORCE, rcvbuf)
+                forced = True
+        if not forced:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if ext_ack:
+            with contextlib.suppress(PermissionError):
+                sock.setsockopt(socket.SOL_SOCKET, c.SO_SNDBUFFORCE, 1 << 20)
+            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_EXT_ACK, 1)
+            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_CAP_ACK, 1)
+        if strict_check:
+            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_GET_STRICT_CHK, 1)
+        sock.bind((0, 0))
+        for g in groups:
+            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_ADD_MEMBERSHIP, g)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class NetlinkSocket:
@@ -146,29 +180,9 @@ class NetlinkSocket:
         rcvbuf: int = _RCVBUF,
     ) -> NetlinkSocket:
         """Open a NETLINK_ROUTE socket, inside ``netns`` (``/run/netns/NAME``) if given."""
-        with in_netns(netns):
-            sock = socket.socket(
-                socket.AF_NETLINK,
-                socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
-                c.NETLINK_ROUTE,
-            )
-        try:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, c.SO_RCVBUFFORCE, rcvbuf)
-            except PermissionError:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-            with contextlib.suppress(PermissionError):
-                sock.setsockopt(socket.SOL_SOCKET, c.SO_SNDBUFFORCE, 1 << 20)
-            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_EXT_ACK, 1)
-            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_CAP_ACK, 1)
-            if strict_check:
-                sock.setsockopt(c.SOL_NETLINK, c.NETLINK_GET_STRICT_CHK, 1)
-            sock.bind((0, 0))
-            for g in groups:
-                sock.setsockopt(c.SOL_NETLINK, c.NETLINK_ADD_MEMBERSHIP, g)
-        except BaseException:
-            sock.close()
-            raise
+        sock = open_route_socket(
+            netns=netns, rcvbuf=rcvbuf, strict_check=strict_check, ext_ack=True, groups=groups
+        )
         return cls(sock, on_event=on_event, on_overrun=on_overrun)
 
     def close(self) -> None:

@@ -31,11 +31,11 @@ from glbd.codec.netlink.codec import (
     Message,
     NhMsg,
     RtMsg,
+    Selected,
     TcMsg,
     pick_attrs,
 )
 from glbd.codec.netlink.columns import attr_find
-from glbd.io.netlink import Selected
 
 __all__ = [
     "LINK_WANT",

@@ -12,8 +12,10 @@ datagram length; every message's length, type and flags (so ``NLM_F_DUMP_INTR`` 
 sequence number; and the header word (``nla_len``/``nla_type``) of every attribute a field was
 found in. Any difference (an interface or qdisc added or replaced, an interrupted dump, a stale
 reply) falls back to the walk, which also re-learns. The fast path therefore returns what the
-walk returns, or is not used. Malformed framing raises
-:class:`~glbd.codec.netlink.codec.DecodeError` from the walk.
+walk returns, or is not used. The walk frames messages with the codec's
+:func:`~glbd.codec.netlink.codec.iter_frames` (it runs only to learn or re-learn a layout, so
+the framer's per-message object costs nothing on the steady path); malformed framing raises
+:class:`~glbd.codec.netlink.codec.DecodeError` from it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import DecodeError
+from glbd.codec.netlink.codec import DecodeError, iter_frames
 
 __all__ = ["Chunk", "DumpColumns", "Locate", "attr_find", "attr_offsets"]
 
@@ -33,7 +35,6 @@ Buffer = bytes | bytearray | memoryview
 # when the message has none of the fields (every field 0)
 Locate = Callable[[Any, int, int], tuple[Sequence[int], Sequence[int]] | None]
 
-_NLHDR = struct.Struct("=IHHII")
 _NLA = struct.Struct("=HH")
 _S32 = struct.Struct("=i")
 _U32 = struct.Struct("=I")
@@ -188,16 +189,10 @@ class DumpColumns:
         learnable = start == 0
         rows: list[tuple[int, int, int, Sequence[int], Sequence[int]]] = []
         tail = -1
-        off = 0 + start
-        unpack = _NLHDR.unpack_from
-        while off < n:
-            if n - off < 16:
-                raise DecodeError("short_header", f"{n - off} bytes at {off}")
-            ln, typ, flags, rseq, _pid = unpack(buf, off)
-            if ln < 16:
-                raise DecodeError("bad_length", f"nlmsg_len {ln} at {off}")
-            if off + ln > n:
-                raise DecodeError("truncated", f"nlmsg_len {ln} at {off}, {n - off} available")
+        off = start
+        for fr in iter_frames(buf, start, n):
+            off = fr.start - 16
+            ln, typ, flags, rseq = fr.end - off, fr.type, fr.flags, fr.seq
             nxt = off + ((ln + 3) & ~3)
             if rseq != seq:
                 learnable = False

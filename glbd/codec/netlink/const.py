@@ -14,6 +14,8 @@ NETLINK_EXT_ACK = 11
 NETLINK_GET_STRICT_CHK = 12
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
+AF_INET = 2  # address families (socket.AF_*), for pure code that may not import socket
+AF_INET6 = 10
 
 NLMSG_NOOP = 1
 NLMSG_ERROR = 2
