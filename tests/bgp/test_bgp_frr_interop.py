@@ -358,8 +358,10 @@ async def test_exabgp_crash_with_frr_peer_keeps_forwarding(netns_lab: Lab) -> No
         )
         t_back = time.monotonic() - t_kill
         eor = not any(isinstance(e, StaleTimerExpired) for e in leaf1.events[mark:])
-        # wait past the stale timer in any case
-        await asyncio.sleep(max(0.0, 13.0 - (time.monotonic() - t_kill)))
+        # until nothing is left to settle: no stale path, no stale timer, no pending selection
+        await wait_for(
+            lambda: not peer.stale and leaf1.speaker.rib.next_deadline() is None, 60, "settled"
+        )
         after = leaf1.events[mark:]
         kinds = [type(e).__name__ for e in after]
         assert any(isinstance(e, SpeakerLost) for e in after), kinds

@@ -124,7 +124,11 @@ def test_congestion_two_hops_away_is_prefix_specific(
     settle(fab)
     dst = TOPO.link("spine1", "leaf2").end("leaf2")[1].split("/")[0]
     srv = fab.ns("leaf2").popen(["iperf3", "-s", "-1", "-B", dst])
-    time.sleep(0.3)
+    wait_until(
+        lambda: fab.ns("leaf2").run(["ss", "-Hltn", "sport = :5201"]).stdout.strip(),
+        10,
+        what="iperf3 server listening",
+    )
     cli = fab.ns("spine1").popen(
         ["iperf3", "-c", dst, "-u", "-b", f"{2 * RATE}M", "-t", "4", "-l", "1200"]
     )
@@ -140,14 +144,22 @@ def test_congestion_two_hops_away_is_prefix_specific(
         p2 = next(p for p in prof["profiles"] if P["leaf2"] in p["prefixes"])
         src = {w["next_hop"]: w["source"] for w in p2["weights"]}
         assert src == {s1: "glb", s2: "glb"}
+        # leaf3 toward leaf2 is also behind spine1->leaf2: it moves too. The same heartbeats
+        # reach every leaf, so once it has moved the other prefixes have been decided as well
+        g3 = wait_until(
+            lambda: (
+                (x := group(fab, "leaf3", P["leaf2"]))
+                and x[spine_addr("spine1", "leaf3")] < x[spine_addr("spine2", "leaf3")]
+                and x
+            ),
+            10,
+            what="leaf3 weights to move",
+        )
+        assert g3[spine_addr("spine1", "leaf3")] < g3[spine_addr("spine2", "leaf3")]
         # other prefixes and the other leaves' own weights stay equal
-        time.sleep(0.5)
         assert both_equal(fab, "leaf1", P["leaf3"]), group(fab, "leaf1", P["leaf3"])
         assert both_equal(fab, "leaf2", P["leaf1"]), group(fab, "leaf2", P["leaf1"])
         assert both_equal(fab, "leaf3", P["leaf1"])
-        # leaf3 toward leaf2 is also behind spine1->leaf2: it moves too
-        g3 = group(fab, "leaf3", P["leaf2"])
-        assert g3[spine_addr("spine1", "leaf3")] < g3[spine_addr("spine2", "leaf3")]
     finally:
         cli.wait(15)
         srv.wait(5)
@@ -174,7 +186,7 @@ def test_cut_two_hops_away_fails_over_from_heartbeat_before_bgp(
                 )
                 if r2 is None or all(nh["peer"] != s1 for nh in r2["next_hops"]):
                     t_withdraw = time.time()
-                time.sleep(0.005)
+                time.sleep(0.005)  # poll interval of this wait (it also times the withdraw)
             assert t_withdraw is not None, "BGP never withdrew spine1's path"
             t_out = watch.first_after(t_cut, lambda es: len(es) == 1)
             assert t_out is not None, "leaf1's group never lost spine1"
@@ -290,7 +302,7 @@ def test_exabgp_crash_restarts_without_touching_fib(
         new = [p for p, cmd in _children(leaf1.proc.pid).items() if "exabgp" in cmd]
         if new and new != exa and all(s == "up" for s in st.values()):
             break
-        time.sleep(0.05)
+        time.sleep(0.05)  # poll interval: the FIB is checked all along the restart
     else:
         raise AssertionError("ExaBGP not restarted / sessions not back within 30 s")
     assert leaf1.running()
@@ -340,7 +352,7 @@ def test_kill9_and_restart_keeps_and_readopts_kernel_state(
     )
     try:
         leaf1.kill9()
-        for _ in range(20):  # 1 s with glbd dead: the kernel keeps forwarding
+        for _ in range(20):  # the stimulus: 1 s with glbd dead; the kernel keeps forwarding
             for p, g in before.items():
                 assert group(fab, "leaf1", p) == g
             time.sleep(0.05)
@@ -351,7 +363,12 @@ def test_kill9_and_restart_keeps_and_readopts_kernel_state(
             30,
             what="leaf1 sessions back",
         )
-        time.sleep(2.0)  # past the FIB hold: glbd now owns the state again
+
+        def owns_again() -> bool:  # a FIB sync since the restart re-learned what it adopted
+            prof = leaf1.request("profiles")
+            return prof["last_sync"] is not None and not any(prof["fib"]["stale_held"].values())
+
+        wait_until(owns_again, 30, what="leaf1's first FIB sync after the restart")
         for p, g in before.items():
             assert group(fab, "leaf1", p) == g
         assert nh_ids() == ids_before  # adopted, not re-created
