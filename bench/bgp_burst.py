@@ -1,5 +1,5 @@
-"""BGP burst handling and codec speed (issue 5 "1000 prefix announcements and withdrawals in
-bursts"; issue 3 §4 NHC decode speed).
+"""BGP burst handling (1000 prefix announcements and withdrawals in bursts) and NHC decode
+speed.
 
 Run as root: ``.venv/bin/python bench/bgp_burst.py [N]`` (default N=1000).
 

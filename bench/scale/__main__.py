@@ -1,4 +1,4 @@
-"""Scale simulation (issue 7): the real pure cores of a 128-leaf x 64-spine 3-stage Clos and of a
+"""Scale simulation: the real pure cores of a 128-leaf x 64-spine 3-stage Clos and of a
 5-stage Clos (pods + super-spines) in one process, virtual links, virtual time.
 
 Run from the repository root::

@@ -1,4 +1,4 @@
-"""One-process Clos simulation in virtual time over the real pure cores (issue 7, scale part).
+"""One-process Clos simulation in virtual time over the real pure cores.
 
 What runs per node (all real glbd code, driven with ``now`` arguments):
 

@@ -34,6 +34,11 @@ hop equals the route's next hop (all-zero accepted as ``nhc_nh_unspecified`` unl
 stale relayed NNHN) -> not one of the later prefixes of a multi-prefix UPDATE (FRR 10.x computes
 one NNHN per UPDATE from its first prefix, so the others are not trusted unless
 ``trust_packed_nnhn``).
+
+Size: one module over 600 lines on purpose: the Adj-RIB-In is a single per-prefix index that
+only ``_get_path``/``_set_path``/``_del_path`` change, and selection, coalescing, stale
+handling and advertisement all work on it; a split would expose that index across modules.
+The parameter, event and decision types come first.
 """
 
 from __future__ import annotations

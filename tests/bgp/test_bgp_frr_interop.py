@@ -1,4 +1,4 @@
-"""Interop with real FRR (issue 5 "Interop"): FRR 10.x from the lab chroot, and bookworm's FRR 8.4
+"""Interop with real FRR: FRR 10.x from the lab chroot, and bookworm's FRR 8.4
 (``build="host"``). glbd speakers run ExaBGP 5.0.15 in the same lab namespaces."""
 
 from __future__ import annotations

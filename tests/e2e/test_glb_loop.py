@@ -381,7 +381,7 @@ def test_kill9_and_restart_keeps_and_readopts_kernel_state(
         settle(fab)
 
 
-# reload (issue 6 item 3): apply only what changed, without disturbing the rest
+# reload: apply only what changed, without disturbing the rest
 def test_reload_removes_and_adds_a_neighbor_and_retimes_bfd_without_disturbing_others(
     lab: tuple[Fabric, dict[str, GlbdNode]],
 ) -> None:
@@ -437,7 +437,7 @@ def test_reload_removes_and_adds_a_neighbor_and_retimes_bfd_without_disturbing_o
     assert bfd()[s1]["flaps"] == flaps_before
 
 
-# glbctl --json contract (issue 6 item 2): the key structure of every command is frozen
+# glbctl --json contract: the key structure of every command is frozen
 CONTRACT = Path(__file__).resolve().parent.parent / "vectors" / "glbctl_contract.json"
 QUERIES = QUERY_COMMANDS
 # objects keyed by data (interface names, node ids, drop reasons), not by field names
