@@ -114,10 +114,9 @@ class MonitorRunner:
         self.samples += 1
         p = mon.params
         if p.foreign_classes and self.samples % p.foreign_every == 0 and self._reader.can_step:
-            more = self._read_foreign(p.foreign_classes, loop)
-            if more:
-                seen = {ch.quality.ifname for ch in changes}
-                changes = changes + [ch for ch in more if ch.quality.ifname not in seen]
+            # after the sample's own changes: a link whose band and residual both moved gets
+            # both, the later one carrying its current quality (residual included)
+            changes = changes + self._read_foreign(p.foreign_classes, loop)
         self._on_update(changes, mon)
 
     def _read_foreign(

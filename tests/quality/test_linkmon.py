@@ -10,7 +10,15 @@ from collections.abc import Generator
 
 import pytest
 
-from glbd.core.linkq import Columns, LinkMonitor, LinkMonParams, LinkSample, band_of, score
+from glbd.core.linkq import (
+    Columns,
+    LinkMonitor,
+    LinkMonParams,
+    LinkSample,
+    QualityChanged,
+    band_of,
+    score,
+)
 from glbd.io.linkrunner import MonitorRunner
 from heartbeat import wire
 
@@ -274,3 +282,50 @@ async def test_runner_samples_waits_and_counts_errors(waits: int) -> None:
     n = runner.samples
     await asyncio.sleep(0.01)
     assert runner.samples == n  # stopped: no more ticks
+
+
+class _ForeignReader(_FakeReader):
+    """Also answers the foreign-class dump: nothing, then a burst far above the capacity."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.foreign_calls = 0
+
+    def foreign_steps(self, parents: frozenset[int]) -> Generator[None, None, dict[int, int]]:
+        self.foreign_calls += 1
+        return {3: 0 if self.foreign_calls == 1 else 10**9}
+        yield  # a generator that never waits
+
+    def drain(self) -> None:
+        pass
+
+
+async def test_runner_hands_on_a_residual_move_in_the_same_sample_as_a_band_change() -> None:
+    """The second sample brings the link's first band ("new") and, from the foreign classes,
+    a residual move: both reach on_update, the residual one with the residual."""
+    m = LinkMonitor(
+        LinkMonParams(
+            sample_interval_s=0.001,
+            capacity_mbps={"e1": 10.0},
+            foreign_classes=frozenset({0x00100002}),
+            foreign_every=1,
+        )
+    )
+    m.set_interfaces(["e1"])
+    updates: list[list[tuple[str, float | None]]] = []
+
+    def on_update(changes: list[QualityChanged], mm: LinkMonitor) -> None:
+        updates.append([(c.reason, c.quality.residual_mbps) for c in changes])
+
+    runner = MonitorRunner(m, _ForeignReader(), on_update)  # type: ignore[arg-type]
+    runner.start()
+    try:
+        for _ in range(5000):  # generous upper bound; ends after the second sample
+            if runner.samples >= 2:
+                break
+            await asyncio.sleep(0.001)
+    finally:
+        await runner.stop()
+    assert updates[:2] == [[], [("new", None), ("residual", pytest.approx(0.5))]]
+    q = m.quality("e1")
+    assert q is not None and q.residual_mbps == pytest.approx(0.5)
