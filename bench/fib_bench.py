@@ -39,8 +39,9 @@ from glbd.codec.netlink import const as c
 from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
 from glbd.core.fibmodel import Desired, GroupSpec, Member
 from glbd.core.fibplan import GroupSet, RouteSet
+from glbd.core.fibwire import op_message
 from glbd.io.fib import FibProgrammer
-from glbd.io.fibkernel import op_message, set_compat_mode
+from glbd.io.fibkernel import set_compat_mode
 from glbd.io.netlink import NetlinkSocket
 from glbd.io.rtnl import LINK_WANT, link_dump, link_state
 
@@ -233,7 +234,7 @@ async def failover(r: Netns, groups: int, reps: int) -> dict[str, float]:
         snap = fib.snapshot()
         ids = [(g["nhid"]) for g in snap["groups"].values()]
         assert fib._req is not None  # benchmark reaches in for the same socket
-        member_ids = sorted(fib._ids.members[m] for m in MEMBERS[1:])
+        member_ids = sorted(fib.cache.ids.members[m] for m in MEMBERS[1:])
         t = time.perf_counter()
         for gid in ids:
             op = GroupSet(gid, "", ((member_ids[0], 2), (member_ids[1], 3)), None, create=False)

@@ -103,6 +103,6 @@ def test_heartbeat_drops_are_members() -> None:
 
 
 def test_fib_conflict_reasons_match_the_fib() -> None:
-    from glbd.io import fib
+    from glbd.core import fibcache as fib
 
     assert tuple(FibConflict) == fib.CONFLICT_REASONS

@@ -102,7 +102,7 @@ class NexthopWatcher:
     async def _main(self) -> None:
         from glbd.codec.netlink import const as c
         from glbd.core.fibmodel import KGroup
-        from glbd.io.fibkernel import parse_nexthop, parse_route
+        from glbd.core.fibwire import parse_nexthop, parse_route
         from glbd.io.netlink import NetlinkSocket
 
         self._loop = asyncio.get_running_loop()

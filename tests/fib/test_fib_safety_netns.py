@@ -77,7 +77,7 @@ async def test_foreign_static_route_is_left_alone_counted_shown_then_taken_over(
     # the operator's routes appear between two syncs, unknown to glbd's route cache
     rig.r.ip("route", "add", str(PFX_C), "via", "198.18.10.10", "proto", "static")
     rig.r.ip("-6", "route", "add", str(PFX_6), "via", "2001:db8:10:3::2", "proto", "static")
-    res = await fib.update_routes(add={PFX_C: "a", PFX_6: "b"})
+    res = await fib.update(add={PFX_C: "a", PFX_6: "b"})
     assert res.errors == ()
     for pfx, gw in ((PFX_C, "198.18.10.10"), (PFX_6, "2001:db8:10:3::2")):
         r = route(rig, str(pfx))

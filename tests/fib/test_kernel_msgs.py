@@ -11,16 +11,10 @@ import pytest
 
 from glbd.codec.netlink import const as c
 from glbd.codec.netlink.codec import NhMsg, RtMsg, decode
+from glbd.codec.netlink.fibmsg import encode_group, parse_group_entries
 from glbd.core.fibmodel import KGroup, KNexthop, Member, Resilient
 from glbd.core.fibplan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
-from glbd.io.fibkernel import (
-    encode_group,
-    observe,
-    op_message,
-    op_wire,
-    parse_group_entries,
-    parse_nexthop,
-)
+from glbd.core.fibwire import observe, op_message, op_wire, parse_nexthop
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "netlink_rtnl_kernel618.jsonl"
 N = ipaddress.ip_network
@@ -126,9 +120,8 @@ def test_fast_wire_equals_message_encoding(op: RouteSet | RouteDel | GroupDel, t
 
 
 def test_routes_from_select_rows_match_full_parse() -> None:
-    from glbd.codec.netlink.codec import iter_frames, pick_attrs
-    from glbd.io.fibkernel import ROUTE_WANT, routes_from_rows
-    from glbd.io.netlink import Selected
+    from glbd.codec.netlink.codec import Selected, iter_frames, pick_attrs
+    from glbd.core.fibwire import ROUTE_WANT, routes_from_rows
 
     rows = []
     for line in VECTORS.read_text().splitlines():

@@ -16,9 +16,9 @@ PFX = ipaddress.ip_network("203.0.113.0/24")
 
 async def test_snapshot_keys_and_diff_flag() -> None:
     f = FibProgrammer(netns=None, protocol=200)
-    f._desired = Desired(groups={"p": GroupSpec({M1: 3, M2: 1})}, routes={PFX: "p"})
-    f._ids = IdMap(members={M1: 11, M2: 12}, groups={"p": 21})
-    f._obs = Observed(
+    f.cache.desired = Desired(groups={"p": GroupSpec({M1: 3, M2: 1})}, routes={PFX: "p"})
+    f.cache.ids = IdMap(members={M1: 11, M2: 12}, groups={"p": 21})
+    f.cache.obs = Observed(
         links={"eth1": KLink(2, "eth1", True, True), "eth2": KLink(3, "eth2", True, False)},
         groups={21: KGroup(21, 200, ((11, 2),))},
         routes={(PFX, 0): KRoute(PFX, 254, 200, 0, 21)},
