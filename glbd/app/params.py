@@ -14,6 +14,7 @@ from bfd.engine import SessionConfig
 from bfd.packet import AuthType
 from bfd.session import AuthConfig, SessionParams
 from glbd.app import config as cfgmod
+from glbd.codec.ipzone import strip_zone
 from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
 from glbd.core.pathtable import PathTableParams
@@ -46,7 +47,7 @@ def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
                 f"neighbor {peer}: no local address toward it on {interface} ({e.strerror}); "
                 "set neighbors.local_address or configure the interface"
             ) from None
-        return ipaddress.ip_address(s.getsockname()[0].split("%")[0])
+        return ipaddress.ip_address(strip_zone(s.getsockname()[0]))
 
 
 def local_address(n: cfgmod.NeighborSection) -> IPAddress:
@@ -56,7 +57,7 @@ def local_address(n: cfgmod.NeighborSection) -> IPAddress:
 def unscoped(a: IPAddress) -> IPAddress:
     """``a`` without its IPv6 zone (``fe80::1%eth0`` -> ``fe80::1``)."""
     if isinstance(a, ipaddress.IPv6Address) and a.scope_id is not None:
-        return ipaddress.IPv6Address(str(a).split("%", 1)[0])
+        return ipaddress.IPv6Address(strip_zone(str(a)))
     return a
 
 

@@ -26,12 +26,9 @@ After an adopting start, glbd-owned objects that glbd has not re-learned (not in
 state since the start) are kept for ``stale_s`` (like BGP graceful restart), then removed; one
 that was re-learned and then withdrawn goes with the next sync.
 
-Ownership (create-only writes, foreign routes left alone) and failover done by the BFD engine
-(``failover_map``, ``failed_over``, the ``foreign_delete_hold_s`` hold) are described in
-docs/fib.md and :mod:`glbd.core.fibcache`.
-
 The cache, the failover bookkeeping and the snapshot are pure (:mod:`glbd.core.fibcache`,
 :mod:`glbd.core.fibsnap`); this module moves bytes, holds the lock and re-arms one timer.
+Ownership rules and failover by the BFD engine: docs/fib.md.
 """
 
 from __future__ import annotations
@@ -143,10 +140,7 @@ class FibProgrammer:
         self._wake = asyncio.Event()
         self._adopted = 0
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def stats(self) -> FibStats:
-        return self.cache.stats
+        self.stats: FibStats = self.cache.stats
 
     @property
     def foreign_delete_hold_s(self) -> float:
@@ -331,11 +325,9 @@ class FibProgrammer:
 
     # -- failover -----------------------------------------------------------------------------
     async def remove_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
-        """Fast failover: next hop ``gateway`` (on ``ifname``, or on any interface) is gone.
-        Every glbd group that contains it is replaced without it at once (one message per
-        group, all in a few datagrams; a group left empty is deleted with its routes), keeping
-        the other members' installed weights. The member stays excluded until
-        :meth:`restore_nexthop`. Returns the number of groups changed."""
+        """Fast failover: next hop ``gateway`` (on ``ifname``, or any) is gone. Every group
+        that holds it is replaced without it at once (see ``FibCache.failover_ops``); it stays
+        excluded until :meth:`restore_nexthop`. Returns the number of groups changed."""
         # No lock: failover must not wait behind a long reconcile. Ops that a concurrent
         # reconcile planned before this exclusion are stripped of it when they are encoded
         # (see _execute); ones already sent reach the kernel before these.
@@ -346,12 +338,10 @@ class FibProgrammer:
         return len(ops)
 
     def failed_over(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
-        """The kernel side of a failover was done by someone else (the BFD engine deleted the
-        member nexthops of ``gateway`` on ``ifname``, see :meth:`failover_map`): mirror the
-        deletion in the cache and exclude the member until :meth:`restore_nexthop`, exactly as
-        :meth:`remove_nexthop` would. Synchronous; returns the number of nexthops mirrored (0
-        when the kernel event was already seen). A deletion the kernel refused is found by the
-        reconcile this wakes, which then takes the excluded member out of its groups."""
+        """The BFD engine deleted the member nexthops of ``gateway`` on ``ifname`` (see
+        :meth:`failover_map`): mirror it and exclude the member until :meth:`restore_nexthop`.
+        Returns the nexthops mirrored (0 when the kernel event came first); a deletion the
+        kernel refused is found by the reconcile this wakes."""
         n = self.cache.failed_over(ipaddress.ip_address(gateway), ifname)
         self._kick()
         return n
