@@ -1,4 +1,4 @@
-"""FIB programmer benchmark (issue 4 "Performance"), side by side in one run.
+"""FIB programmer benchmark, side by side in one run.
 
 Run as root (creates and deletes its own namespaces)::
 

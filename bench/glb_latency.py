@@ -1,4 +1,4 @@
-"""End-to-end GLB latency in the lab (issue 6 "Performance"): real glbd daemons, real kernel.
+"""End-to-end GLB latency in the lab: real glbd daemons, real kernel.
 
 Run as root (builds and deletes its own namespaces)::
 

@@ -1,4 +1,4 @@
-"""Resident memory of glbd on a wide leaf (issue 6 "Performance"): 64 neighbors, 10k prefixes.
+"""Resident memory of glbd on a wide leaf: 64 neighbors, 10k prefixes.
 
 Run as root (creates and deletes its own two namespaces)::
 

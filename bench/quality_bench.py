@@ -1,4 +1,4 @@
-"""Link-quality benchmarks (issue 8): receiver CPU share, table recompute time, monitor CPU share.
+"""Link-quality benchmarks: receiver CPU share, table recompute time, monitor CPU share.
 
 Run as root: ``.venv/bin/python bench/quality_bench.py [--no-netns]``. CPU is process (thread)
 time of this process on one core, so other load on the machine inflates it only a little.
@@ -235,7 +235,7 @@ def table_bench() -> None:
 # --- 3. monitor ------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINE_REF = "179d892"  # glbd/linkmon.py before the columns reader (issue #8, 11-16 %)
+BASELINE_REF = "179d892"  # glbd/linkmon.py before the columns reader
 
 
 def load_linkmon(ref: str) -> ModuleType | None:

@@ -1,4 +1,4 @@
-"""Heartbeat v1 codec speed on one core (issue 3 §4: decode of a 64-entry message >= 50k msg/s).
+"""Heartbeat v1 codec speed on one core (target: decode of a 64-entry message >= 50k msg/s).
 
 Run: ``.venv/bin/python bench/quality_codec_bench.py``. Prints messages/s and the ratio against a
 baseline measured in the same run: ``struct.unpack`` of the same bytes into plain tuples, i.e.

@@ -40,8 +40,8 @@ from glbd.core import rib as rib_now  # noqa: E402
 
 A = ipaddress.ip_address
 LOCAL_AS = 65100
-#: ``leaf``: a load-balancer leaf (AS 65001) under 64 spines of one AS (65100), the issue-6
-#: case: nothing is re-advertised. ``mesh``: a helper+load-balancer whose peers each have
+#: ``leaf``: a load-balancer leaf (AS 65001) under 64 spines of one AS (65100): nothing is
+#: re-advertised. ``mesh``: a helper+load-balancer whose peers each have
 #: their own AS, so every multipath change is re-advertised with a new NNHN to the others.
 SCENARIO = {"name": "mesh"}
 

@@ -1,4 +1,4 @@
-"""Fabric benchmark (issue 7): GLB against ECMP, DLB-only, FRR's static NNHN weights and the
+"""Fabric benchmark: GLB against ECMP, DLB-only, FRR's static NNHN weights and the
 offline optimum, on a 4 x 4 leaf-spine fabric in namespaces, under a downstream hotspot.
 
 Run as root from the repository root (creates and deletes its own namespaces)::
@@ -781,7 +781,7 @@ def targets(p: Params, by: dict[tuple[str, str], list[Exchange]], keys: list[str
         s = model.summarize([e.completion_s for e in by.get((case, k), []) if e.ok])
         return s.median if s.n else None
 
-    out = ["## Targets (issue 7)", ""]
+    out = ["## Targets", ""]
     same = [m for k in ("ecmp", "frr", "optimum") if (m := med("none", k)) is not None]
     if len(same) >= 2:
         mid = (max(same) + min(same)) / 2

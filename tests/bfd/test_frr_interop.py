@@ -1,5 +1,5 @@
-"""Interop with real FRR 10.x bfdd (glbdlab.frr, sid chroot) in a neighbouring namespace
-(issue 9 "Interop"). glbd's engine runs in namespace a (198.18.0.1, a-b), FRR in b (198.18.0.2,
+"""Interop with real FRR 10.x bfdd (glbdlab.frr, sid chroot) in a neighbouring namespace.
+glbd's engine runs in namespace a (198.18.0.1, a-b), FRR in b (198.18.0.2,
 b-a); FRR's view comes from ``vtysh show bfd peers [counters] json``.
 
 Authentication: Debian's FRR 10.7 keychain accepts only ``cleartext`` and ``md5`` for bfdd

@@ -71,7 +71,7 @@ class Genuine:
         return worst
 
 
-# --- item 1: one forged datagram froze a spine's quality for hours ----------------------------
+# --- one forged datagram froze a spine's quality for hours ----------------------------
 
 
 def test_forged_max_jump_and_max_interval_is_dropped_and_genuine_keeps_flowing() -> None:
@@ -161,7 +161,7 @@ def test_bit_flip_of_a_high_sequence_bit_is_not_adopted() -> None:
     assert r.drops["sequence_jump"] + r.drops["stale_sequence"] == 2
 
 
-# --- item 2: captured datagrams accepted again after a hold time or a session restart ---------
+# --- captured datagrams accepted again after a hold time or a session restart ---------
 
 
 def test_replay_after_expiry_is_dropped_with_hmac() -> None:
@@ -255,7 +255,7 @@ def test_restarted_sender_after_expiry_is_accepted_within_two_datagrams() -> Non
     assert got == ["new"] and r.sequence_jumps == 1
 
 
-# --- item 3: key rollover without an outage -------------------------------------------------
+# --- key rollover without an outage -------------------------------------------------
 
 
 def test_rollover_with_two_keys_loses_no_heartbeat() -> None:
@@ -280,7 +280,7 @@ def test_rollover_with_two_keys_loses_no_heartbeat() -> None:
     assert r.drops == {} and r.accepted == n
 
 
-# --- item 4: sequence per interface, expiry per node -----------------------------------------
+# --- sequence per interface, expiry per node -----------------------------------------
 
 
 def test_parallel_links_sequence_going_back_recovers_on_both_links() -> None:
