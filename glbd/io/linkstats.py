@@ -36,8 +36,7 @@ from glbd.codec.netlink.codec import (
 )
 from glbd.codec.netlink.columns import DumpColumns
 from glbd.core.linkq import NO_COLUMNS, Columns, LinkSample
-from glbd.io.netlink import NetlinkSocket
-from glbd.io.netns import in_netns
+from glbd.io.netlink import NetlinkSocket, open_route_socket
 from glbd.io.rtnl import (
     LINK_WANT,
     QDISC_WANT,
@@ -231,19 +230,7 @@ class StatsReader:
     @classmethod
     async def open(cls, *, netns: str | None = None, link_refresh_s: float = 5.0) -> StatsReader:
         """Open the stats socket and the link-event socket (in ``netns`` if given)."""
-        with in_netns(netns):
-            sock = socket.socket(
-                socket.AF_NETLINK,
-                socket.SOCK_RAW | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC,
-                socket.NETLINK_ROUTE,
-            )
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-            sock.setsockopt(c.SOL_NETLINK, c.NETLINK_GET_STRICT_CHK, 1)
-            sock.bind((0, 0))
-        except BaseException:
-            sock.close()
-            raise
+        sock = open_route_socket(netns=netns, rcvbuf=1 << 20, force_rcvbuf=False)
         self = cls(sock, link_refresh_s=link_refresh_s)
         try:
             self._events = await NetlinkSocket.open(
