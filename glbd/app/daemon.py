@@ -1,12 +1,6 @@
 """The daemon: runs the components it is given (``glbd.cli.glbd`` builds them from the config).
 
-Data flow (each arrow is a plain method call on the event loop, or an event hopped onto it)::
-
-    ExaBGP --API--> BgpSpeaker (RIB, NNHN) --per-prefix NH/NNH sets--> PathTable
-    BFD engine (own thread) --state events--> BgpSpeaker (strict mode) + fast failover -> FIB
-    LinkMonitor --local qualities--> PathTable (load balancer) / HeartbeatSender (helper)
-    HeartbeatReceiver --remote qualities--> PathTable
-    PathTable --changed profiles--> FibProgrammer (one nexthop-group replace per profile)
+How the parts are wired to each other is :mod:`glbd.app.node`'s business.
 
 Nothing on the loop blocks: netlink and pipes are async, BFD runs on its own thread. The loop's
 lag (how late a 100 ms tick fires) is measured and exposed in ``glbctl status`` and metrics;
