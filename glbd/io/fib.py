@@ -150,11 +150,6 @@ class FibProgrammer:
     def foreign_delete_hold_s(self, v: float) -> None:
         self.cache.foreign_delete_hold_s = v
 
-    @property
-    def desired(self) -> Desired | None:
-        """The desired state last applied (None before the first :meth:`apply`)."""
-        return self.cache.desired
-
     # -- life cycle ---------------------------------------------------------------------------
     async def start(self, adopt: bool = True) -> None:
         """Open the sockets, read the kernel and start watching. Never changes the FIB by
@@ -213,11 +208,8 @@ class FibProgrammer:
                 async with self._lock:
                     await self._refresh(full=True)
                     o = self.cache.obs
-                    ops: list[Op] = [
-                        RouteDel(k[0], k[1]) for k in sorted(o.routes, key=route_sort_key)
-                    ]
-                    ops += [GroupDel(i) for i in sorted(o.groups)]
-                    ops += [NhDel(i) for i in sorted(o.nexthops)]
+                    ops: list[Op] = [RouteDel(*k) for k in sorted(o.routes, key=route_sort_key)]
+                    ops += [*map(GroupDel, sorted(o.groups)), *map(NhDel, sorted(o.nexthops))]
                     await self._execute(ops)
         finally:
             for s in (self._ev, self._rev, self._req):
@@ -291,10 +283,9 @@ class FibProgrammer:
             pl = plan(fc.desired, fc.obs, fc.ids, self._params(now), only=only)
             realizable = dict(pl.realizable)
             if realizable != self._realizable:
+                was = self._realizable
                 moved = {
-                    k
-                    for k in realizable.keys() | self._realizable.keys()
-                    if realizable.get(k) != self._realizable.get(k)
+                    k for k in realizable.keys() | was.keys() if realizable.get(k) != was.get(k)
                 }
                 named = set(only)
                 if any(k in moved for pfx, k in routes.items() if pfx not in named):
@@ -529,15 +520,11 @@ class FibProgrammer:
             await self._req.request(fibmsg.blackhole_nexthop(nh_id, protocol=self.protocol))
             created.append(nh_id)
             try:
-                await self._req.request(
-                    fibmsg.group_set(
-                        grp_id,
-                        [(nh_id, 300)],
-                        protocol=self.protocol,
-                        create=True,
-                        weight_16bit=True,
-                    )
+                grp = [(nh_id, 300)]
+                msg = fibmsg.group_set(
+                    grp_id, grp, protocol=self.protocol, create=True, weight_16bit=True
                 )
+                await self._req.request(msg)
                 created.append(grp_id)
                 bits = 16
             except NetlinkError as e:
