@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import os
 import signal
 import subprocess
@@ -324,3 +325,26 @@ async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) 
         await asyncio.sleep(0)
     assert r.peers[peer].bfd_down is False
     assert r.peers[peer].counters["bfd_down"] == 1
+
+
+async def test_control_socket_drops_reach_the_metrics(tmp_path: Path) -> None:
+    """A request that does not decode is answered, counted by reason in ``glbctl counters``
+    and exported as ``glbd_control_decode_errors_total{reason}``."""
+    f = _write_cfg(tmp_path)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    await d.start()
+    try:
+        sock = str(tmp_path / "ctl.sock")
+        reader, writer = await asyncio.open_unix_connection(sock)
+        writer.write(b"[" * 5000 + b"\n")
+        await writer.drain()
+        reply = json.loads(await reader.readline())
+        writer.close()
+        assert reply["ok"] is False
+        counters = await asyncio.to_thread(ctl.request, sock, "counters")
+        assert counters["control"]["decode_error_too_deep"] == 1
+        got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in d.samples()}
+        assert got[("glbd_control_decode_errors_total", (("reason", "too_deep"),))] == 1
+        assert got[("glbd_control_requests_total", ())] >= 1
+    finally:
+        await d.stop()

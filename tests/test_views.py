@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from glbd.app import views
 from glbd.core.pathtable import PathTable
+from heartbeat.receiver import Receiver
 
 
 def test_fib_view_and_metrics_show_foreign_routes_conflicts_and_stale_hold() -> None:
@@ -27,3 +28,25 @@ def test_fib_view_and_metrics_show_foreign_routes_conflicts_and_stale_hold() -> 
     assert got[("glbd_fib_conflicts_total", (("reason", "route_exists_on_create"),))] == 2
     assert got[("glbd_fib_conflicts_total", (("reason", "nexthop_reowned"),))] == 1
     assert got[("glbd_fib_stale_held", (("kind", "routes"),))] == 3
+
+
+def test_counters_and_metrics_show_every_heartbeat_drop_by_reason() -> None:
+    """``glbctl counters`` (quality part) carries the heartbeat receiver's drops by reason next
+    to the node's counters, and the metrics carry the sequence resynchronisations."""
+
+    r = Receiver()
+    r.on_datagram(b"\x00" * 40, ifname="eth1", src="192.0.2.1", ttl=64, now=1.0)
+    r.on_datagram(b"\x00" * 40, ifname="eth9", src="192.0.2.9", ttl=255, now=1.0)
+    hb = {"receiver": r.to_dict(1.0), "sender": {"sent": 5}}
+    counters = views.quality_counters({"local_changes": 2}, hb)
+    assert counters["local_changes"] == 2 and counters["heartbeats_sent"] == 5
+    assert counters["heartbeat_drops"] == {"bad_ttl": 1, "no_neighbor": 1}
+    assert counters["heartbeat_sequence_jumps"] == 0
+    snap = views.quality_snapshot([], hb, None, {})
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for s in views.quality_samples(cast(views.QualityView, snap))
+    }
+    assert got[("glbd_heartbeat_drops_total", (("reason", "bad_ttl"),))] == 1
+    assert got[("glbd_heartbeat_sequence_recoveries_total", ())] == 0
+    assert views.quality_counters({}, None) == {}

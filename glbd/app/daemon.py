@@ -332,6 +332,26 @@ class Daemon:
             Sample("glbd_loop_lag_seconds", self.lag.last, help="last event-loop lag"),
             Sample("glbd_loop_lag_max_seconds", self.lag.max, help="max event-loop lag"),
         ]
+        ctl = self.control.counters
+        out.append(
+            Sample(
+                "glbd_control_requests_total",
+                float(ctl.get("requests", 0)),
+                help="control socket requests",
+                kind="counter",
+            )
+        )
+        for key, n in ctl.items():
+            if key.startswith("decode_error_"):
+                out.append(
+                    Sample(
+                        "glbd_control_decode_errors_total",
+                        float(n),
+                        {"reason": key.removeprefix("decode_error_")},
+                        "control requests that did not decode, by reason",
+                        kind="counter",
+                    )
+                )
         for c in self.components:
             out.extend(c.samples())
         return out

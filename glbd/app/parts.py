@@ -84,6 +84,12 @@ class QualityPart(_Part):
     def snapshot(self) -> dict[str, Any]:
         return self.node.quality_snapshot()
 
+    def section(self, key: str) -> Any:
+        if key == "counters":
+            ep = self.node.endpoint
+            return views.quality_counters(self.node.counters, ep.to_dict() if ep else None)
+        return super().section(key)
+
     def _samples(self, snap: dict[str, Any]) -> Iterable[Sample]:
         return views.quality_samples(cast(views.QualityView, snap))
 

@@ -71,6 +71,24 @@ class BgpView(TypedDict, total=False):
 # ---- snapshots --------------------------------------------------------------------------------
 
 
+def quality_counters(
+    counters: Mapping[str, int], heartbeats: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``glbctl counters`` for the quality part: the node's counters and the heartbeat
+    receiver's, every drop by reason."""
+    out: dict[str, Any] = dict(counters)
+    rx = (heartbeats or {}).get("receiver") or {}
+    if rx:
+        out["heartbeats_accepted"] = rx.get("accepted", 0)
+        for kind in ("sequence_jumps", "sequence_recoveries", "parallel_copies"):
+            out[f"heartbeat_{kind}"] = rx.get(kind, 0)
+        out["heartbeat_drops"] = dict(rx.get("drops") or {})
+    tx = (heartbeats or {}).get("sender") or {}
+    if tx:
+        out["heartbeats_sent"] = tx.get("sent", 0)
+    return out
+
+
 def quality_snapshot(
     links: Iterable[Mapping[str, Any]],
     heartbeats: Mapping[str, Any] | None,
@@ -268,6 +286,13 @@ def quality_samples(snap: QualityView) -> Iterable[Sample]:
                 float(n),
                 {"reason": str(reason)},
                 "heartbeats dropped, by reason",
+                kind="counter",
+            )
+        for kind in ("sequence_jumps", "sequence_recoveries", "parallel_copies"):
+            yield Sample(
+                f"glbd_heartbeat_{kind}_total",
+                float(rx.get(kind, 0)),
+                help=f"heartbeat receiver: {kind.replace('_', ' ')}",
                 kind="counter",
             )
         for sd in rx.get("senders", []):
