@@ -341,7 +341,6 @@ class Sim:
                 work[(id(n), e.peer, e.prefix)] = (n, e)
             elif isinstance(e, NextHopsChanged) and n.table is not None:
                 ch = n.table.on_next_hops_changed(e)
-                n.table.take_changes()  # the daemon's FIB sync consumes them
                 if ch and self.track_changes:
                     n.change_times.append(self.loop.now)
 
@@ -426,7 +425,6 @@ class Sim:
         for prefix, nhs in sorted(self._derived(lf).items()):
             if lf.table is not None:
                 lf.table.on_next_hops_changed(NextHopsChanged(prefix, nhs))
-                lf.table.take_changes()
 
     def _check_sampled_ribs(self) -> None:
         """In sampled mode, replay the derivation on the leaves with a real Rib: it must give
@@ -541,8 +539,6 @@ class Sim:
         for u in ups:
             if table.set_remote(u.node_id, u.entries):
                 changed = True
-        if changed:
-            table.take_changes()
         lf.cpu_rx += time.perf_counter() - t0
         lf.datagrams += 1
         if changed and self.track_changes:
@@ -565,8 +561,6 @@ class Sim:
         for u in rx.on_timer(now):
             if table.set_remote(u.node_id, u.entries):
                 changed = True
-        if changed:
-            table.take_changes()
         lf.cpu_rx += time.perf_counter() - t0
         if changed and self.track_changes:
             lf.change_times.append(now)
@@ -646,12 +640,8 @@ def replay_cpu(
     gc.collect()
     t0 = time.process_time()
     for now, data, ifname, src in rec:
-        changed = False
         for u in rx.on_datagram(data, ifname=ifname, src=src, ttl=255, now=now):
-            if table.set_remote(u.node_id, u.entries):
-                changed = True
-        if changed:
-            table.take_changes()
+            table.set_remote(u.node_id, u.entries)
     return time.process_time() - t0
 
 

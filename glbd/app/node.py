@@ -464,10 +464,6 @@ class Node:
         """Route what the path table returned to the FIB sync."""
         if not changes:
             return
-        if self.table is not None:
-            # the table also keeps every change for take_changes(), which glbd no longer
-            # reads; emptied here so that set does not grow (merging into it copies it)
-            self.table.take_changes()
         self.fibsync.add(changes)
         self.schedule_fib_sync()
 

@@ -60,9 +60,9 @@ Weight of next hop *n* in a profile (documented functions; see docs/heartbeat.md
    weight 1 (``guard`` in inputs).
 
 Incremental: an index from interface and from (helper, NNH) to profiles means one changed link
-recomputes only the profiles that depend on it; each call returns (and accumulates for
-:meth:`take_changes`) the profiles whose weights changed, the profiles removed and the prefixes
-whose profile changed.
+recomputes only the profiles that depend on it; each call returns the profiles whose weights
+changed, the profiles removed and the prefixes whose profile changed, and keeps no copy: the caller
+routes them once.
 
 Size: one module over 600 lines on purpose: the profiles, their index and the weight function
 share private state that a split would have to expose. ``_compute`` is one function over 80
@@ -371,7 +371,6 @@ class PathTable:
         self._profiles: dict[str, _Profile] = {}
         self._by_if: dict[str, set[str]] = {}
         self._by_remote: dict[tuple[int, int], set[str]] = {}
-        self._pending = Changes()
         self._rib_memo: dict[int, tuple[Any, dict[NextHop, frozenset[int] | None], str]] = {}
         self._conv: dict[int, tuple[Any, tuple[NextHop, frozenset[int] | None] | None]] = {}
         self.recomputes = 0
@@ -485,17 +484,13 @@ class PathTable:
             self._compute(prof)
             updated = frozenset((key,))
         prof.prefixes.add(prefix)
-        ch = Changes(updated, removed, frozenset((prefix,)))
-        self._pending = self._pending | ch
-        return ch
+        return Changes(updated, removed, frozenset((prefix,)))
 
     def remove_prefix(self, prefix: str) -> Changes:
         old = self._prefix.pop(prefix, None)
         if old is None:
             return Changes()
-        ch = Changes(frozenset(), self._detach(prefix, old), frozenset((prefix,)))
-        self._pending = self._pending | ch
-        return ch
+        return Changes(frozenset(), self._detach(prefix, old), frozenset((prefix,)))
 
     def on_next_hops_changed(self, ev: NextHopsChanged) -> Changes:
         """Convenience for the RIB's event. Next hops whose peer BGP id is unknown are used
@@ -528,11 +523,6 @@ class PathTable:
                 self._rib_memo.clear()
             memo = self._rib_memo[id(ev.next_hops)] = (ev.next_hops, nhs, profile_key(nhs))
         return self._set_prefix(str(ev.prefix), memo[1], memo[2])
-
-    def take_changes(self) -> Changes:
-        """Everything changed since the last call (for a periodic FIB update tick)."""
-        ch, self._pending = self._pending, Changes()
-        return ch
 
     # --- outputs ---------------------------------------------------------------------------
 
@@ -587,10 +577,7 @@ class PathTable:
             prof = self._profiles.get(k)
             if prof is not None and self._compute(prof, step=step):
                 changed.add(k)
-        ch = Changes(frozenset(changed))
-        if changed:
-            self._pending = self._pending | ch
-        return ch
+        return Changes(frozenset(changed))
 
     def _remote_of(
         self, bgp_id: int, nnh: tuple[int, ...] | None, consume: bool

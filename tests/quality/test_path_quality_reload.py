@@ -35,7 +35,6 @@ async def test_path_quality_reload_applies_weight_memory_and_combine(tmp_path: P
             set_l2(t, s, band)
     held = w(t, "p2")
     assert held[0] < 255 and held[1:] == [255, 255, 255]
-    t.take_changes()
 
     # the same config again: nothing to do
     await node.reconfigure_quality(old, cfgmod.diff(old, old))

@@ -201,18 +201,15 @@ def test_helper_role_ignores_remote() -> None:
     assert t.weights(t.profile_of("p2") or "")[NH[0]].inputs.remote_status == "not_load_balancer"
 
 
-def test_take_changes_accumulates() -> None:
+def test_each_call_returns_its_own_changes() -> None:
     t = table()
     all_remote(t)
-    t.set_prefix("p2", to_leaf(L2))
-    t.set_prefix("p3", to_leaf(L3))
-    first = t.take_changes()
+    first = t.set_prefix("p2", to_leaf(L2)) | t.set_prefix("p3", to_leaf(L3))
     assert first.updated == {t.profile_of("p2"), t.profile_of("p3")}
-    assert t.take_changes() == Changes()
-    t.set_remote(S[0], [RemoteLink(L2, 1, 3, False, G), RemoteLink(L3, 2, 7, False, G)])
-    t.remove_prefix("p3")
-    ch = t.take_changes()
+    ch = t.set_remote(S[0], [RemoteLink(L2, 1, 3, False, G), RemoteLink(L3, 2, 7, False, G)])
+    ch = ch | t.remove_prefix("p3")
     assert ch.updated == {t.profile_of("p2")} and len(ch.removed) == 1 and ch.prefixes == {"p3"}
+    assert t.remove_prefix("p3") == Changes()
 
 
 def test_rib_event_and_json() -> None:
