@@ -32,7 +32,6 @@ ExaBGP API commands here (:func:`command_for`); the RIB knows nothing of the spe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import time
 from collections.abc import Callable, Iterable
@@ -152,14 +151,16 @@ class BgpSpeaker:
             on_lost=self._on_lost,
             on_ready=self._on_ready,
         )
-        self._timer: asyncio.Task[None] | None = None
-        self._rearm = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed_for: float | None = None
         self.events_emitted = 0
 
     # ---- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._timer = asyncio.create_task(self._timer_loop(), name="bgp-rib-timer")
+        self._loop = asyncio.get_running_loop()
+        self._arm()
         await self.supervisor.start()
 
     async def stop(self) -> None:
@@ -168,10 +169,8 @@ class BgpSpeaker:
             for prefix, adv in list(st.adj_out.items()):
                 self.supervisor.send(api.Withdraw(adv.peer, prefix, adv.next_hop))
         await self.supervisor.stop()
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
+        self._loop = None
+        self._arm()
 
     # ---- inputs from other components --------------------------------------------------
 
@@ -295,7 +294,7 @@ class BgpSpeaker:
                 self.supervisor.send(command_for(e))
             else:
                 self._emit(e)
-        self._rearm.set()
+        self._arm()
 
     def _emit(self, ev: BgpEvent) -> None:
         self.events_emitted += 1
@@ -304,17 +303,22 @@ class BgpSpeaker:
         except Exception:
             log.exception("bgp_event_handler_failed", event=type(ev).__name__)
 
-    async def _timer_loop(self) -> None:
-        while True:
-            self._rearm.clear()
-            deadline = self.rib.next_deadline()
-            if deadline is None:
-                await self._rearm.wait()
-                continue
-            delay = deadline - self._now()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._rearm.wait(), delay)
-                continue
-            self._apply(self.rib.on_timer(self._now()))
-            await asyncio.sleep(0)  # a big coalesced batch is selected in slices: let I/O run
+    def _arm(self) -> None:
+        """One loop timer, re-armed at the RIB's next deadline after every change (none once
+        stopped). A deadline already due runs on the next loop iteration, after pending I/O,
+        so a big coalesced batch selected in slices lets I/O run between slices."""
+        deadline = self.rib.next_deadline() if self._loop is not None else None
+        if self._timer is not None:
+            if deadline == self._armed_for:
+                return  # the common case: an UPDATE that did not move the deadline
+            self._timer.cancel()
+            self._timer = None
+        self._armed_for = deadline
+        if self._loop is None or deadline is None:
+            return
+        at = self._loop.time() + max(0.0, deadline - self._now())
+        self._timer = self._loop.call_at(at, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._apply(self.rib.on_timer(self._now()))
