@@ -469,7 +469,8 @@ class ControlSection(_Model):
 
 class LoggingSection(_Model):
     level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["auto", "console", "json"] = "auto"
+    #: auto: console on a TTY, journal when stderr is journald's stream, else json
+    format: Literal["auto", "console", "json", "journal"] = "auto"
 
 
 class MetricsSection(_Model):

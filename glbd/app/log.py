@@ -1,7 +1,10 @@
 """Logging set-up: structlog, human console output on a TTY, JSON lines otherwise.
 
 JSON lines (one object per line, ``timestamp``/``level``/``event`` plus bound keys) are what
-journald and log shippers want; the console renderer is for a person at a terminal. The stdlib
+log shippers want; the console renderer is for a person at a terminal. When stderr is the
+journal (systemd sets ``JOURNAL_STREAM`` to its device:inode) or the format is ``journal``,
+each JSON line starts with its syslog priority (``<3>`` for an error), which journald strips
+and stores as the record's priority, so ``journalctl -p err`` finds glbd's errors. The stdlib
 ``logging`` records of ``bfd`` and ``heartbeat`` (which must not import structlog) are routed
 through the same renderer.
 """
@@ -9,12 +12,13 @@ through the same renderer.
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Literal, TextIO
+from typing import Any, Literal, TextIO
 
 import structlog
 
-Format = Literal["auto", "console", "json"]
+Format = Literal["auto", "console", "json", "journal"]
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -24,11 +28,39 @@ _LEVELS = {
 }
 
 
+#: syslog priorities (sd-daemon(3) prefixes) of structlog's level names
+PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2, "exception": 3}
+
+
+def stream_is_journal(out: TextIO) -> bool:
+    """True when ``out`` is the stream systemd connected to journald (``JOURNAL_STREAM``)."""
+    dev, _, ino = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(out.fileno())
+    except (OSError, ValueError, AttributeError):  # no file behind it (a StringIO)
+        return False
+    return f"{st.st_dev}:{st.st_ino}" == f"{dev}:{ino}"
+
+
+class JournalRenderer:
+    """A JSON line with its ``<N>`` syslog-priority prefix (one line: JSON escapes newlines,
+    so a traceback stays in its record and keeps its priority)."""
+
+    def __init__(self) -> None:
+        self._json = structlog.processors.JSONRenderer(sort_keys=False)
+
+    def __call__(self, logger: Any, name: str, event_dict: structlog.typing.EventDict) -> str:
+        prio = PRIORITY.get(str(event_dict.get("level", "info")), 6)
+        line = self._json(logger, name, event_dict)
+        return f"<{prio}>{line.decode() if isinstance(line, bytes) else line}"
+
+
 def setup(level: str = "info", fmt: Format = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog and stdlib logging once for the process."""
     out = stream if stream is not None else sys.stderr
     lvl = _LEVELS.get(level.lower(), logging.INFO)
-    use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
+    journal = fmt == "journal" or (fmt == "auto" and stream_is_journal(out))
+    use_json = journal or fmt == "json" or (fmt == "auto" and not out.isatty())
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -37,7 +69,7 @@ def setup(level: str = "info", fmt: Format = "auto", stream: TextIO | None = Non
     ]
     renderer: structlog.typing.Processor
     if use_json:
-        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+        renderer = JournalRenderer() if journal else structlog.processors.JSONRenderer()
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
