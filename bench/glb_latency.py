@@ -370,6 +370,7 @@ class Series:
             "p99_ms": round(pct(v, 99), 2) if v else None,
             "max_ms": round(max(v), 2) if v else None,
             "min_ms": round(min(v), 2) if v else None,
+            "samples_ms": sorted(round(x, 3) for x in v),  # for bench/plots.py's CDF
             "missed": self.missed,
             "load_start": self.load_start,
             "load_end": self.load_end,
@@ -730,6 +731,7 @@ def main() -> int:
     ap.add_argument("--bfd-interval-ms", type=int, default=50)
     ap.add_argument("--detect-mult", type=int, default=3)
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--plot", metavar="DIR", help="also draw the latency CDF into DIR (PNG)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per event")
     args = ap.parse_args()
@@ -822,7 +824,20 @@ def main() -> int:
                 indent=1,
             )
         )
+    if args.plot:
+        _plot(args, started, [s.to_dict() for s, _ in results])
     return 0
+
+
+def _plot(args: argparse.Namespace, started: str, series: list[dict[str, Any]]) -> None:
+    """Draw this run's CDF with bench/plots.py (matplotlib: the bench extra)."""
+    from bench.plots import plot_latency
+
+    src = Path(args.json) if args.json else Path(args.plot) / "glb-latency.json"
+    if not args.json:
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text(json.dumps({"date": started, "series": series}, indent=1))
+    print(f"plot: {plot_latency([(src, started)], Path(args.plot) / 'glb-latency-cdf.png')}")
 
 
 if __name__ == "__main__":

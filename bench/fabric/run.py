@@ -872,6 +872,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
+    ap.add_argument("--plot", default="", metavar="DIR", help="also draw the results into DIR")
     a = ap.parse_args(argv)
     cases = tuple(c for c in a.cases.split(",") if c)
     only = [c for c in a.only.split(",") if c]
@@ -903,11 +904,20 @@ def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
     return Params(**prm), rows, d["meta"]
 
 
+def _plot(out_dir: str, results: Path) -> None:
+    """With ``--plot DIR``: completion times per contender and case (bench/plots.py)."""
+    if out_dir:
+        from bench.plots import plot_fabric
+
+        print(f"plot: {plot_fabric(results, Path(out_dir) / 'fabric-completion.png')}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p, only, a = parse(argv)
     if a.report:
         rp, rows, saved = load(a.report)
         print(report(rp, rows, saved))
+        _plot(a.plot, Path(a.report))
         return 0
     run_dir = Path(tempfile.mkdtemp(prefix="glbd-fabric-"))
     out_path = Path(a.out) if a.out else run_dir.with_suffix(".json")
@@ -953,6 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
     text = report(p, results, meta)
     print("\n" + text + f"\n\n(total {meta['duration_s']:.0f} s; raw results: {out_path})")
+    _plot(a.plot, out_path)
     if failed:
         print(f"contenders that could not run: {', '.join(failed)}")
     if not results:
