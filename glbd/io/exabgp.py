@@ -11,8 +11,11 @@
 * ExaBGP runs in the foreground as root without named pipes (``exabgp.daemon.user=root``,
   ``exabgp.api.cli=false``, ``exabgp.daemon.daemonize=false``), with systemd's
   NOTIFY_SOCKET/WATCHDOG_*/LISTEN_* removed from its environment, optionally inside a network
-  namespace (``ip netns exec NS``; production: ``netns=None``). Its log goes to a file in the
-  runtime directory.
+  namespace (``ip netns exec NS``; production: ``netns=None``). Its log (rotated by ExaBGP at
+  1 MB, 3 kept) and its stdout/stderr (``exabgp.stdout``, where a crash's traceback lands) go
+  to ``log_dir``: by default systemd's ``LogsDirectory=`` (``$LOGS_DIRECTORY``, e.g.
+  /var/log/glbd), which outlives the process, else the runtime directory. When ExaBGP dies,
+  ``exabgp_lost`` carries the last lines of both.
 * Its API process is :mod:`glbd.io.exabgp_bridge`, which connects back to a Unix socket served
   here with asyncio streams.
 * Commands are queued, coalesced per (neighbor, prefix) so a burst collapses to the last word,
@@ -45,7 +48,7 @@ from typing import Any
 import structlog
 
 from glbd.codec import exabgp_api as api
-from glbd.io.paths import private_dir, write_private
+from glbd.io.paths import UnsafePathError, check_dir, private_dir, write_private
 
 __all__ = ["ExabgpParams", "ExabgpSupervisor", "exabgp_env", "render_config"]
 
@@ -90,6 +93,40 @@ class ExabgpParams:
     drain_timeout_s: float = 5.0
     #: ExaBGP's own log level (INFO logs a line per route: too much for a tmpfs runtime dir)
     log_level: str = "WARNING"
+    #: where exabgp.log and exabgp.stdout go (default: $LOGS_DIRECTORY, else the runtime dir)
+    log_dir: Path | None = None
+
+
+#: lines of ExaBGP's log and stdout quoted in the ``exabgp_lost`` record
+LOST_TAIL_LINES = 10
+#: exabgp.stdout is moved to exabgp.stdout.1 at a spawn once it is this big
+STDOUT_MAX_BYTES = 1 << 20
+
+
+def logs_directory() -> Path | None:
+    """systemd's ``LogsDirectory=`` for this service, if it is one only root or we can change."""
+    first = os.environ.get("LOGS_DIRECTORY", "").split(":")[0]
+    if not first:
+        return None
+    try:
+        check_dir(Path(first), "logs directory")
+    except (UnsafePathError, OSError) as e:
+        log.warning("exabgp_logs_directory_unusable", error=str(e))
+        return None
+    return Path(first)
+
+
+def tail_lines(path: Path, n: int = LOST_TAIL_LINES, max_bytes: int = 8192) -> list[str]:
+    """The last ``n`` lines of ``path`` (at most its last ``max_bytes``), [] if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    return lines[1:][-n:] if size > max_bytes else lines[-n:]
 
 
 def default_exabgp() -> tuple[str, ...]:
@@ -210,6 +247,7 @@ class ExabgpSupervisor:
         self._on_ready = on_ready
         self._own_dir = params.runtime_dir is None
         self.dir = params.runtime_dir or Path(tempfile.mkdtemp(prefix="glbd-exabgp-"))
+        self._log_dir = params.log_dir or logs_directory()
         self.stats = _Stats()
         self._pending: OrderedDict[tuple[str, str, str], api.Command] = OrderedDict()
         self._inflight: deque[api.Command] = deque()
@@ -237,7 +275,11 @@ class ExabgpSupervisor:
 
     @property
     def log_path(self) -> Path:
-        return self.dir / "exabgp.log"
+        return (self._log_dir or self.dir) / "exabgp.log"
+
+    @property
+    def stdout_path(self) -> Path:
+        return (self._log_dir or self.dir) / "exabgp.stdout"
 
     @property
     def pid(self) -> int | None:
@@ -342,9 +384,12 @@ class ExabgpSupervisor:
         if self.netns is not None:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         env = exabgp_env(dict(os.environ), self.log_path, self.params.log_level)
+        with contextlib.suppress(OSError):  # bounded: one old file kept
+            if os.lstat(self.stdout_path).st_size > STDOUT_MAX_BYTES:
+                os.replace(self.stdout_path, self.stdout_path.with_suffix(".stdout.1"))
         # never through a symlink at that name; handed to the child
         fd = os.open(
-            self.dir / "exabgp.stdout",
+            self.stdout_path,
             os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
             0o600,
         )
@@ -401,7 +446,15 @@ class ExabgpSupervisor:
             self.stats.deaths += 1
             ran = time.monotonic() - (self.started_at or time.monotonic())
             await self._terminate()
-            log.warning("exabgp_lost", pid=proc.pid, rc=proc.returncode, ran_s=round(ran, 3))
+            log.warning(
+                "exabgp_lost",
+                pid=proc.pid,
+                rc=proc.returncode,
+                ran_s=round(ran, 3),
+                log=str(self.log_path),
+                log_tail=tail_lines(self.log_path),
+                stdout_tail=tail_lines(self.stdout_path),
+            )
             died.cancel()
             self._drop_connection()
             try:
