@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import subprocess
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,6 +21,8 @@ from glbd.io.fibkernel import get_compat_mode
 pytestmark = pytest.mark.netns
 
 P = 200
+#: nexthop ids of the monitor markers, far from any id glbd assigns in these tests
+MARK = 900_000
 N = ipaddress.ip_network
 PFX_A = N("203.0.113.0/24")
 PFX_B = N("198.51.100.0/24")
@@ -164,20 +167,36 @@ async def test_adopt_on_restart_without_transient_removal(rig: Rig) -> None:
     before_nh = rig.nexthops()
     before_rt = rig.routes() + rig.routes(v6=True)
     await f1.stop(keep=True)
-    mon = rig.r.popen(["ip", "monitor", "nexthop", "route"], stdout=subprocess.PIPE)
+    mon = rig.r.popen(["ip", "-o", "monitor", "nexthop", "route"], stdout=subprocess.PIPE)
+    seen: list[str] = []
+    reader = threading.Thread(
+        target=lambda: seen.extend(line.decode() for line in mon.stdout or ()), daemon=True
+    )
+    reader.start()
+
+    async def marker(n: int) -> None:
+        """A nexthop nobody else uses, added and deleted: once the monitor has printed its
+        deletion, it has printed every event before it."""
+        rig.r.ip("nexthop", "add", "id", str(MARK + n), "blackhole")
+        rig.r.ip("nexthop", "del", "id", str(MARK + n))
+        await eventually(lambda: any(f"Deleted id {MARK + n} " in ln for ln in seen))
+
     try:
-        await asyncio.sleep(0.3)  # monitor subscribed
+        await marker(0)  # the monitor is subscribed
         f2 = FibProgrammer(netns=rig.r.name, protocol=P, stale_s=0.0)
         await f2.start(adopt=True)
         res = await f2.apply(d)
         await f2.reconcile(full=True)
         await f2.stop(keep=True)
         assert res.ops == 0 and res.errors == ()
-        await asyncio.sleep(0.3)
+        await marker(1)  # everything the restart did is printed
     finally:
         mon.terminate()
-        out, _ = mon.communicate(timeout=5)
-    assert out.decode().strip() == ""  # not one add, replace or delete during the restart
+        mon.wait(timeout=5)
+        reader.join(timeout=5)
+    between = seen[seen.index(next(ln for ln in seen if f"Deleted id {MARK} " in ln)) + 1 :]
+    between = [ln for ln in between if f"id {MARK + 1} " not in ln]
+    assert between == []  # not one add, replace or delete during the restart
     assert rig.nexthops() == before_nh
     assert rig.routes() + rig.routes(v6=True) == before_rt
 
