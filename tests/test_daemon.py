@@ -106,9 +106,12 @@ async def test_loop_lag_is_measured(tmp_path: Path) -> None:
     d.lag.interval = 0.01
     await d.start()
     try:
-        await asyncio.sleep(0.05)
-        time.sleep(0.05)  # block the loop on purpose
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.05)  # the stimulus needs the monitor ticking: let it run a while
+        time.sleep(0.05)  # the stimulus: block the loop on purpose
+        for _ in range(500):  # until the monitor's next tick has measured the block
+            if d.lag.max >= 0.03:
+                break
+            await asyncio.sleep(0.01)  # poll interval
         assert d.lag.max >= 0.03
         assert d.status()["loop_lag"]["late_10ms"] >= 1
     finally:
