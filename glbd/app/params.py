@@ -1,14 +1,20 @@
 """The validated config turned into the parameters each core owns (plain functions, no state).
 
-The one lookup outside the config is a neighbor's local address when the config leaves it out:
-the kernel's source address selection toward the peer (:func:`local_address_for`).
+The one lookup outside the config is a neighbor's local address (:func:`resolve`): the kernel's
+source address selection toward the peer when the config leaves it out
+(:func:`local_address_for`), else a check that the configured one is ours. A port that is down
+or not there yet leaves its neighbor waiting (:class:`Waiting`); the node retries it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 
 from bfd.engine import SessionConfig
 from bfd.packet import AuthType
@@ -34,6 +40,19 @@ _BFD_AUTH = {
 }
 
 
+class Waiting(StrEnum):
+    """Why a configured neighbor has no session yet (glbctl shows it as its state)."""
+
+    WAITING_FOR_INTERFACE = "waiting_for_interface"
+    NO_LOCAL_ADDRESS = "no_local_address"
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    reason: Waiting
+    detail: str
+
+
 def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
     """Our address toward ``peer`` as the kernel would choose it (source address selection)."""
     fam = socket.AF_INET if peer.version == 4 else socket.AF_INET6
@@ -52,6 +71,41 @@ def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
 
 def local_address(n: cfgmod.NeighborSection) -> IPAddress:
     return n.local_address or local_address_for(n.address, n.interface)
+
+
+def _is_ours(addr: IPAddress, ifindex: int) -> OSError | None:
+    """None if ``addr`` can be bound (assigned here and, for IPv6, past duplicate address
+    detection), else why not. A link-local address is looked for on ``ifindex``."""
+    fam = socket.AF_INET if addr.version == 4 else socket.AF_INET6
+    with socket.socket(fam, socket.SOCK_DGRAM) as s:
+        try:
+            if addr.version == 4:
+                s.bind((str(addr), 0))
+            else:
+                scope = ifindex if addr.is_link_local else 0
+                s.bind((strip_zone(str(addr)), 0, 0, scope))
+        except OSError as e:
+            return e
+    return None
+
+
+def resolve(n: cfgmod.NeighborSection) -> IPAddress | Unresolved:
+    """The neighbor's local address, or why there is none yet (its interface is missing, has
+    no route or address toward the peer, or the configured address is not ours)."""
+    try:
+        ifindex = socket.if_nametoindex(n.interface)
+    except OSError:
+        return Unresolved(Waiting.WAITING_FOR_INTERFACE, f"no interface {n.interface}")
+    if n.local_address is not None:
+        err = _is_ours(n.local_address, ifindex)
+        if err is None:
+            return n.local_address
+        why = err.strerror or errno.errorcode.get(err.errno or 0, str(err))
+        return Unresolved(Waiting.NO_LOCAL_ADDRESS, f"{n.local_address}: {why}")
+    try:
+        return local_address_for(n.address, n.interface)
+    except RuntimeError as e:
+        return Unresolved(Waiting.NO_LOCAL_ADDRESS, str(e))
 
 
 def unscoped(a: IPAddress) -> IPAddress:
@@ -129,8 +183,20 @@ def receiver_params(cfg: cfgmod.Config) -> ReceiverParams:
     return ReceiverParams(hold_multiplier=hb.hold_multiplier, keys=heartbeat_keys(hb)[1])
 
 
-def rib_params(cfg: cfgmod.Config) -> RibParams:
+def _locals(
+    cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None
+) -> Mapping[IPAddress, IPAddress]:
+    """The local address of each neighbor to set up: ``local`` (the resolved ones) when given,
+    else every neighbor's, looked up now (raises RuntimeError while an interface is down)."""
+    if local is not None:
+        return local
+    return {n.address: local_address(n) for n in cfg.neighbors}
+
+
+def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None = None) -> RibParams:
+    """The RIB's parameters; with ``local``, only the neighbors it has an address for."""
     c = cfg
+    local = _locals(cfg, local)
     return RibParams(
         router_id=c.router_id,
         local_as=c.local_as,
@@ -139,13 +205,14 @@ def rib_params(cfg: cfgmod.Config) -> RibParams:
             NeighborParams(
                 address=n.address,
                 remote_as=n.remote_as,
-                local_address=local_address(n),
+                local_address=local[n.address],
                 interface=n.interface,
                 hold_time=n.hold_time or c.bgp.hold_time,
                 description=n.description,
                 passive=None if n.passive == "auto" else n.passive,
             )
             for n in c.neighbors
+            if n.address in local
         ),
         originated=tuple(c.originate),
         multipath_relax=c.bgp.multipath_relax,
@@ -165,19 +232,22 @@ def bfd_auth(a: cfgmod.BfdAuth | None) -> AuthConfig | None:
     return AuthConfig(_BFD_AUTH[a.type], a.key_id, a.secret.reveal(), accept)
 
 
-def bfd_sessions(cfg: cfgmod.Config) -> list[SessionConfig]:
-    """One session per neighbor with BFD on (resolves source addresses: can raise while an
-    interface is down)."""
+def bfd_sessions(
+    cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None = None
+) -> list[SessionConfig]:
+    """One session per neighbor with BFD on; with ``local``, only the neighbors it has an
+    address for (without, resolves source addresses: can raise while an interface is down)."""
+    local = _locals(cfg, local)
     out = []
     for n in cfg.neighbors:
         b = cfg.neighbor_bfd(n)
-        if not b.enabled:
+        if not b.enabled or n.address not in local:
             continue
         out.append(
             SessionConfig(
                 peer=str(n.address),
                 interface=n.interface,
-                local=str(local_address(n)),
+                local=str(local[n.address]),
                 params=SessionParams(
                     desired_min_tx=b.min_tx_ms * 1000,
                     required_min_rx=b.min_rx_ms * 1000,

@@ -1,0 +1,163 @@
+"""Each configured neighbor's local address, or why it has none yet.
+
+A router boots with ports down or not yet created: such a neighbor waits (logged once, shown by
+``glbctl neighbors``/``glbctl bfd`` with the reason as its state) while the others start, and is
+looked up again on a timer with backoff; when its address appears the node sets it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from glbd.app import config as cfgmod
+from glbd.app import params
+
+log = structlog.get_logger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: retry delays (seconds): doubled after each look-up that resolved nothing, up to the maximum
+RETRY_INITIAL_S = 0.5
+RETRY_MAX_S = 5.0
+
+
+class LocalAddresses:
+    """The resolved local address per neighbor (:attr:`local`) and the waiting ones
+    (:attr:`waiting`). ``on_resolved`` is awaited with the neighbors that got an address."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_resolved: Callable[[list[IPAddress]], Awaitable[None]],
+    ) -> None:
+        self._loop = loop
+        self._on_resolved = on_resolved
+        self.local: dict[IPAddress, IPAddress] = {}
+        self.waiting: dict[IPAddress, params.Unresolved] = {}
+        self._sections: dict[IPAddress, cfgmod.NeighborSection] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.ready = False  # update() ran at least once
+
+    def ensure(self, cfg: cfgmod.Config) -> None:
+        """Resolve ``cfg``'s neighbors unless done already (the first part to start does)."""
+        if not self.ready:
+            self.update(cfg)
+
+    def update(self, cfg: cfgmod.Config) -> None:
+        """Resolve ``cfg``'s neighbors. One already resolved whose interface and configured
+        address are unchanged keeps its address (a reload never drops a running session)."""
+        old, self._sections = self._sections, {n.address: n for n in cfg.neighbors}
+        local: dict[IPAddress, IPAddress] = {}
+        waiting: dict[IPAddress, params.Unresolved] = {}
+        for n in cfg.neighbors:
+            prev = old.get(n.address)
+            if n.address in self.local and prev is not None and _same_port(prev, n):
+                local[n.address] = self.local[n.address]
+                continue
+            r = params.resolve(n)
+            if isinstance(r, params.Unresolved):
+                waiting[n.address] = r
+                if n.address not in self.waiting:
+                    _log_waiting(n, r)
+            else:
+                local[n.address] = r
+        self.local, self.waiting, self.ready = local, waiting, True
+        if waiting and (self._task is None or self._task.done()):
+            self._task = self._loop.create_task(self._retry())
+
+    async def _retry(self) -> None:
+        delay = RETRY_INITIAL_S
+        while self.waiting:
+            await asyncio.sleep(delay)  # the backoff between look-ups
+            found: list[IPAddress] = []
+            for addr, was in list(self.waiting.items()):
+                n = self._sections.get(addr)
+                r = None if n is None else params.resolve(n)
+                if r is None or isinstance(r, params.Unresolved):
+                    if r is not None and r.reason != was.reason:
+                        self.waiting[addr] = r  # shown, not logged again
+                    continue
+                self.local[addr] = r  # still shown as waiting until it is set up
+                found.append(addr)
+                log.info("neighbor_resolved", neighbor=str(addr), local_address=str(r))
+            if not found:
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            delay = RETRY_INITIAL_S
+            try:
+                await self._on_resolved(found)
+            except Exception as e:  # the next look-up does not redo these: say so loudly
+                log.error("neighbor_setup_failed", neighbors=[str(a) for a in found], error=repr(e))
+            finally:
+                for addr in found:
+                    self.waiting.pop(addr, None)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    # ---- rows for glbctl ------------------------------------------------------------------
+
+    def bgp_rows(self) -> list[dict[str, Any]]:
+        """``glbctl neighbors`` rows of the waiting neighbors (same keys as the RIB's); one
+        being set up is the RIB's already."""
+        rows = []
+        for addr, w in self.waiting.items():
+            if addr in self.local:
+                continue
+            n = self._sections[addr]
+            rows.append(
+                {
+                    "peer": str(addr),
+                    "remote_as": n.remote_as,
+                    "interface": n.interface,
+                    "local_address": None if n.local_address is None else str(n.local_address),
+                    "bgp_id": None,
+                    "state": w.reason.value,
+                    "bfd_down": False,
+                    "uptime_s": None,
+                    "prefixes_in": 0,
+                    "prefixes_out": 0,
+                    "last_down_reason": w.detail,
+                    "counters": {},
+                }
+            )
+        return rows
+
+    def bfd_rows(self, cfg: cfgmod.Config) -> list[dict[str, Any]]:
+        """``glbctl bfd`` rows of the waiting neighbors with BFD on (also while their session
+        is being added to the engine: the caller drops those the engine shows)."""
+        return [
+            {
+                "peer": str(addr),
+                "interface": self._sections[addr].interface,
+                "local": None,
+                "state": w.reason.value,
+                "socket_error": w.detail,
+            }
+            for addr, w in self.waiting.items()
+            if addr in self._sections and cfg.neighbor_bfd(self._sections[addr]).enabled
+        ]
+
+
+def _same_port(a: cfgmod.NeighborSection, b: cfgmod.NeighborSection) -> bool:
+    return (a.interface, a.local_address) == (b.interface, b.local_address)
+
+
+def _log_waiting(n: cfgmod.NeighborSection, r: params.Unresolved) -> None:
+    log.warning(
+        "neighbor_waiting",
+        neighbor=str(n.address),
+        interface=n.interface,
+        reason=r.reason.value,
+        detail=r.detail,
+        note="started without it; retried until its port is up",
+    )

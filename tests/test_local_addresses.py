@@ -1,0 +1,98 @@
+"""A neighbor's local address, or why it has none yet (its port is missing or has no address),
+and the rows glbctl shows for a neighbor that waits. Uses only the loopback interface."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glbd.app import config, params
+from glbd.app.neighbors import LocalAddresses
+from glbd.core.rib import NeighborParams, Rib, RibParams, Role
+
+ROOT = Path(__file__).resolve().parents[1]
+MISSING_IF = "glbdtest-nope0"
+
+
+def _neighbor(**kw: Any) -> config.NeighborSection:
+    return config.NeighborSection.model_validate(
+        {"address": "127.0.0.2", "remote_as": 65100, "interface": "lo", **kw}
+    )
+
+
+def test_missing_interface_waits_for_it() -> None:
+    r = params.resolve(_neighbor(interface=MISSING_IF))
+    assert isinstance(r, params.Unresolved)
+    assert r.reason is params.Waiting.WAITING_FOR_INTERFACE
+    assert MISSING_IF in r.detail
+
+
+def test_configured_address_that_is_not_ours_waits_for_it() -> None:
+    r = params.resolve(_neighbor(local_address="192.0.2.77"))
+    assert isinstance(r, params.Unresolved)
+    assert r.reason is params.Waiting.NO_LOCAL_ADDRESS
+    assert "192.0.2.77" in r.detail
+
+
+def test_configured_address_that_is_ours_is_used() -> None:
+    assert params.resolve(_neighbor(local_address="127.0.0.1")) == ipaddress.ip_address("127.0.0.1")
+
+
+def test_automatic_address_is_the_kernels_choice() -> None:
+    assert params.resolve(_neighbor()) == ipaddress.ip_address("127.0.0.1")
+
+
+def _leaf_config(interface: str) -> config.Config:
+    d = tomllib.loads((ROOT / "conf" / "leaf.toml").read_text())
+    d["neighbors"][1]["interface"] = interface
+    d["neighbors"][1]["local_address"] = "127.0.0.1"
+    return config.parse(d, "leaf.toml")
+
+
+def test_waiting_neighbors_are_left_out_of_the_sessions_and_shown_with_their_reason() -> None:
+    cfg = _leaf_config(MISSING_IF)
+
+    async def run() -> LocalAddresses:
+        async def nothing(found: list[Any]) -> None:
+            return None
+
+        addrs = LocalAddresses(asyncio.get_running_loop(), nothing)
+        addrs.update(cfg)
+        await addrs.close()
+        return addrs
+
+    addrs = asyncio.run(run())
+    sw1, missing = cfg.neighbors[0], cfg.neighbors[1]
+    assert set(addrs.waiting) == {sw1.address, missing.address}  # no leaf1-sw1 here either
+    assert addrs.local == {}
+    assert params.rib_params(cfg, addrs.local).neighbors == ()
+    assert params.bfd_sessions(cfg, addrs.local) == []
+    rows = {r["peer"]: r for r in addrs.bgp_rows()}
+    assert rows[str(missing.address)]["state"] == "waiting_for_interface"
+    assert rows[str(missing.address)]["local_address"] == "127.0.0.1"
+    # the same keys as a configured neighbor's row, so glbctl and scripts read both alike
+    rib = Rib(
+        RibParams(
+            router_id=cfg.router_id,
+            local_as=cfg.local_as,
+            role=Role.LOAD_BALANCER,
+            neighbors=(NeighborParams(missing.address, 65100, ipaddress.ip_address("127.0.0.1")),),
+        )
+    )
+    assert set(rows[str(missing.address)]) == set(rib.neighbors_snapshot(0.0)[0])
+    bfd_rows = {r["peer"]: r["state"] for r in addrs.bfd_rows(cfg)}
+    assert bfd_rows[str(missing.address)] == "waiting_for_interface"
+
+
+@pytest.mark.parametrize("resolved", [True, False])
+def test_rib_and_bfd_params_take_only_the_resolved_neighbors(resolved: bool) -> None:
+    cfg = _leaf_config(MISSING_IF)
+    local = {cfg.neighbors[1].address: ipaddress.ip_address("127.0.0.1")} if resolved else {}
+    rib = params.rib_params(cfg, local)
+    assert [n.address for n in rib.neighbors] == list(local)
+    assert [s.peer for s in params.bfd_sessions(cfg, local)] == [str(a) for a in local]
