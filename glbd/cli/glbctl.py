@@ -1,59 +1,76 @@
 """``glbctl``: status CLI for a running glbd, plus an offline packet decoder.
 
-    glbctl [--socket PATH] [--json] status|neighbors|bfd|links|heartbeats|quality|profiles|
-                                    routes|counters|config
+    glbctl [--socket PATH] [--json] status|neighbors [PEER]|bfd|links|heartbeats|quality|
+                                    profiles [--changed]|routes [PREFIX]|counters|config
     glbctl reload                      re-read the config file (like SIGHUP)
     glbctl watch [--interval S]        live view of weights and qualities
     glbctl decode {nhc,bfd,heartbeat} HEX [--json]
 
 Without ``--json`` results are readable tables; with it, the daemon's JSON result is printed as
-is (snake_case keys, pinned by a contract test). A stopped daemon is one line on stderr and exit
-code 1, never a traceback. ``decode`` exits 2 with the codec's named reason on bad input.
+is (snake_case keys, pinned by a contract test). ``--json`` goes before or after the command.
+Exit codes: see :data:`EXIT_CODES` (the ``--help`` epilog prints them).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import itertools
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any
 
+from glbd import __version__
 from glbd.codec import control as proto
 
 DEFAULT_SOCKET = "/run/glbd/glbd.sock"
 EXIT_DAEMON = 1
+EXIT_USAGE = 2
 EXIT_DECODE = 2
+EXIT_REJECTED = 3
+EXIT_INTERRUPTED = 130
+EXIT_CODES = f"""exit codes:
+  0    ok
+  {EXIT_DAEMON}    glbd unreachable, or it answered with an error
+  {EXIT_USAGE}    usage error, bad argument, or (decode) bytes that do not decode
+  {EXIT_REJECTED}    reload: the new config file was rejected (the old one keeps running)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
 QUERIES = proto.QUERIES
 
 
 class DaemonError(Exception):
-    """The daemon could not be reached or answered with an error."""
+    """The daemon could not be reached or answered with an error (``reason`` if it did)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-def request(path: str, cmd: str, args: dict[str, Any] | None = None, timeout: float = 5.0) -> Any:
-    """Send one request to the daemon and return its result (raises DaemonError)."""
+def responses(
+    path: str, cmd: str, args: dict[str, Any] | None = None, timeout: float = 5.0
+) -> Iterator[proto.Response]:
+    """The lines answering one request, as they arrive: the parts of a streamed result, then
+    the last line (raises DaemonError; ``timeout`` applies to each read)."""
     req = proto.Request(id=os.getpid() & 0x7FFFFFFF, cmd=cmd, args=args or {})
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(path)
             s.sendall(req.encode())
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-                if len(buf) > proto.MAX_LINE:
-                    raise DaemonError("answer too long")
+            with s.makefile("rb") as f:
+                while True:
+                    resp = _read_response(f, cmd)
+                    yield resp
+                    if not resp.more:
+                        return
     except FileNotFoundError:
         raise DaemonError(f"glbd is not running (no control socket at {path})") from None
     except ConnectionRefusedError:
@@ -64,13 +81,58 @@ def request(path: str, cmd: str, args: dict[str, Any] | None = None, timeout: fl
         raise DaemonError(f"glbd did not answer within {timeout:g} s on {path}") from None
     except OSError as e:
         raise DaemonError(f"cannot talk to glbd on {path}: {e.strerror or e}") from None
+
+
+def _read_response(f: IO[bytes], cmd: str) -> proto.Response:
+    # every line, part or last, is bounded: a stuck or hostile peer cannot make us buffer more
+    line = f.readline(proto.MAX_LINE + 1)
+    if not line.endswith(b"\n"):
+        if len(line) > proto.MAX_LINE:
+            raise DaemonError("unreadable answer from glbd: line too long")
+        raise DaemonError("glbd closed the connection before answering")
     try:
-        resp = proto.decode_response(buf)
+        resp = proto.decode_response(line)
     except proto.DecodeError as e:
         raise DaemonError(f"unreadable answer from glbd: {e}") from None
     if not resp.ok:
-        raise DaemonError(f"{cmd}: {resp.error_reason}: {resp.error_message}")
-    return resp.result
+        raise DaemonError(f"{cmd}: {resp.error_reason}: {resp.error_message}", resp.error_reason)
+    return resp
+
+
+def request(path: str, cmd: str, args: dict[str, Any] | None = None, timeout: float = 5.0) -> Any:
+    """Send one request to the daemon and return its whole result (raises DaemonError)."""
+    asm = proto.Assembler()
+    for resp in responses(path, cmd, args, timeout):
+        asm.feed(resp)
+    try:
+        return asm.result()
+    except proto.DecodeError as e:
+        raise DaemonError(f"unreadable answer from glbd: {e}") from None
+
+
+def print_json(resps: Iterator[proto.Response], out: IO[str]) -> None:
+    """``--json``: what ``json.dumps(result, indent=2)`` prints, but a streamed list is written
+    row by row as it arrives, so a big ``routes`` never sits whole in glbctl's memory."""
+    asm = proto.Assembler()
+    streaming = False
+    for resp in resps:
+        if resp.more and resp.at == "":
+            for row in resp.result:
+                out.write(("[\n" if not streaming else ",\n") + _indented(row))
+                streaming = True
+            continue
+        asm.feed(resp)
+    result = asm.result()
+    if not streaming:
+        out.write(json.dumps(result, indent=2) + "\n")
+        return
+    for row in result:
+        out.write(",\n" + _indented(row))
+    out.write("\n]\n")
+
+
+def _indented(row: Any) -> str:
+    return "\n".join("  " + ln for ln in json.dumps(row, indent=2).split("\n"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,41 +151,112 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def render(title: str, result: Any) -> None:
-    """Readable tables: scalars as a key/value table, lists of objects as one table each."""
+def _nh(nh: dict[str, Any]) -> str:
+    """A route's next hop in one cell: ``198.18.1.0%spine1 nnh 198.18.6.1``."""
+    via = (
+        f"{nh.get('next_hop')}%{nh.get('interface')}" if nh.get("interface") else nh.get("next_hop")
+    )
+    nnh = nh.get("nnh")
+    return f"{via} nnh {_cell(nnh)}" if nnh else str(via)
+
+
+def _route_weights(ws: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{w.get('next_hop')}:{w.get('installed')}" for w in ws) if ws else "-"
+
+
+#: per-command table columns (wide rows keep their key columns; --json has everything);
+#: a column is a key, or (header, function of the row)
+Column = str | tuple[str, Callable[[dict[str, Any]], Any]]
+COLUMNS: dict[str, tuple[Column, ...]] = {
+    "neighbors": (
+        "peer", "interface", "remote_as", "bgp_id", "state", "uptime_s", "prefixes_in",
+        "prefixes_out", "bfd_down", "last_down_reason",
+    ),
+    "bfd": (
+        "peer", "interface", "state", "remote_state", "diag_name", "detect_time_ms",
+        "tx_interval_ms", "flaps", "uptime_s", "last_down_reason", "drops",
+    ),
+    "routes": (
+        "prefix", "paths",
+        ("next hops", lambda r: "\n".join(_nh(n) for n in r.get("next_hops") or []) or "-"),
+        "profile", "nhid",
+        ("installed", lambda r: _route_weights(r.get("weights") or [])),
+        "fib_diff",
+    ),
+    "profiles": (
+        "key", "nhid", "diff",
+        ("weights (desired/programmed/installed)", lambda r: "\n".join(
+            f"{w.get('next_hop')}%{w.get('ifname')}: {w.get('value')}/{w.get('programmed')}/"
+            f"{w.get('installed')} {w.get('source')}" for w in r.get("weights") or []) or "-"),
+        ("prefixes", lambda r: len(r.get("prefixes") or [])),
+        "note",
+    ),
+}  # fmt: skip
+
+
+def render(title: str, result: Any, columns: Sequence[Column] | None = None) -> None:
+    """Readable tables: an object's scalars as a key/value table, lists of objects as one table
+    each (``columns`` picks and orders the columns of ``title``'s rows)."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
-    if not isinstance(result, dict):
+    if isinstance(result, dict):
+        _render_object(console, title, result)
+    elif _is_rows(result):
+        rows: list[dict[str, Any]] = result
+        if len(rows) == 1 and columns is None and any(_nested(v) for v in rows[0].values()):
+            _render_object(console, title, rows[0])  # one endpoint (heartbeats): key/values
+        else:
+            console.print(_table(title, rows, columns))
+    else:
         console.print(json.dumps(result, indent=2))
-        return
+
+
+def _render_object(console: Any, title: str, result: dict[str, Any]) -> None:
+    from rich.table import Table
+
     scalars = _flatten({k: v for k, v in result.items() if not _is_rows(v)})
     if scalars:
         t = Table(title=title, show_header=False, title_justify="left")
         t.add_column("key", style="bold")
         t.add_column("value")
         for k, v in scalars.items():
+            if _is_rows(v) and v:  # rows nested below the top: a table of their own
+                continue
             t.add_row(k, _cell(v))
         console.print(t)
-    for k, v in result.items():
-        if not _is_rows(v):
+    nested = {k: v for k, v in scalars.items() if _is_rows(v) and v}
+    for k, v in itertools.chain(((k, v) for k, v in result.items() if _is_rows(v)), nested.items()):
+        sub = f"{title}: {k}" if scalars or len(result) > 1 else title
+        if not v:
+            console.print(f"{sub}: (none)")
             continue
-        rows: list[dict[str, Any]] = v
-        cols = list(dict.fromkeys(itertools.chain.from_iterable(r.keys() for r in rows)))
-        t = Table(
-            title=f"{title}: {k}" if scalars or len(result) > 1 else title, title_justify="left"
+        console.print(_table(sub, v, COLUMNS.get(k) if k == "profiles" else None))
+
+
+def _table(title: str, rows: list[dict[str, Any]], columns: Sequence[Column] | None) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    if columns is None:
+        columns = list(dict.fromkeys(itertools.chain.from_iterable(r.keys() for r in rows)))
+    for c in columns:
+        t.add_column(c if isinstance(c, str) else c[0])
+    for r in rows:
+        t.add_row(*(_cell(r.get(c) if isinstance(c, str) else c[1](r)) for c in columns))
+    if not rows:
+        t.add_row("(none)", *[""] * (len(columns) - 1))
+    return t
+
+
+def _nested(v: Any) -> bool:
+    return (
+        isinstance(v, dict | list)
+        and bool(v)
+        and not all(
+            isinstance(x, str | int | float) for x in (v.values() if isinstance(v, dict) else v)
         )
-        for c in cols:
-            t.add_column(c)
-        for r in rows:
-            t.add_row(*(_cell(r.get(c)) for c in cols))
-        if not rows:
-            t.add_row(*(["(none)"] + [""] * (len(cols) - 1))) if cols else None
-            if not cols:
-                console.print(f"{title}: {k}: (none)")
-                continue
-        console.print(t)
+    )
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -234,39 +367,99 @@ def watch(path: str, interval: float, count: int | None) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return v
+
+
+def _network(text: str) -> str:
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a prefix or address: {text!r}") from None
+
+
+HELPS = {
+    "status": "daemon state, roles, versions, loop lag, last reload result",
+    "neighbors": "BGP peers: BGP id, state, uptime, prefixes in/out",
+    "bfd": "BFD sessions: state, diag, discriminators, timers, flaps, drops "
+    "(drops before any session: counters)",
+    "links": "local fabric links: load, queue, quality band",
+    "heartbeats": "heartbeat senders/receivers: sequence, age, drops by reason",
+    "quality": "next hop x next-next hop quality",
+    "profiles": "path-quality profiles and their per-next-hop weights (desired vs kernel)",
+    "routes": "per-prefix next hops, next-next hops and installed group",
+    "counters": "all counters, drops by reason",
+    "config": "the running config (secrets removed)",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="glbctl", description="Query and control a running glbd.")
+    p = argparse.ArgumentParser(
+        prog="glbctl",
+        description="Query and control a running glbd.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"glbctl {__version__}")
     p.add_argument(
         "--socket",
         default=os.environ.get("GLBD_SOCKET", DEFAULT_SOCKET),
         help=f"control socket (default {DEFAULT_SOCKET}, or $GLBD_SOCKET)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    # --json after the command too; SUPPRESS keeps the value given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not tables"
+    )
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-    helps = {
-        "status": "daemon state, roles, versions, loop lag, last reload result",
-        "neighbors": "BGP peers: BGP id, state, uptime, prefixes in/out",
-        "bfd": "BFD sessions: state, diag, discriminators, timers, flaps, drops "
-        "(drops before any session: counters)",
-        "links": "local fabric links: load, queue, quality band",
-        "heartbeats": "heartbeat senders/receivers: sequence, age, drops by reason",
-        "quality": "next hop x next-next hop quality",
-        "profiles": "path-quality profiles and their per-next-hop weights (desired vs kernel)",
-        "routes": "per-prefix next hops, next-next hops and installed group",
-        "counters": "all counters, drops by reason",
-        "config": "the running config (secrets removed)",
-    }
-    for name in QUERIES:
-        sub.add_parser(name, help=helps[name])
-    sub.add_parser("reload", help="re-read the config file; a bad file is rejected and kept out")
+    cmds = {name: sub.add_parser(name, help=HELPS[name], parents=[common]) for name in QUERIES}
+    cmds["routes"].add_argument(
+        "prefix",
+        nargs="?",
+        type=_network,
+        help="only this prefix and the prefixes inside it; an address without a length: the "
+        "routes that contain it",
+    )
+    cmds["neighbors"].add_argument(
+        "peer", nargs="?", help="only this peer (its address, BGP id or interface)"
+    )
+    cmds["profiles"].add_argument(
+        "--changed",
+        action="store_true",
+        help="only profiles glbd is acting on: desired weights not all equal, or the kernel "
+        "group differs from what glbd programs",
+    )
+    sub.add_parser(
+        "reload",
+        parents=[common],
+        help=f"re-read the config file; a rejected file exits {EXIT_REJECTED} with the reason",
+    )
     w = sub.add_parser("watch", help="live view of weights and qualities")
-    w.add_argument("--interval", type=float, default=1.0)
+    w.add_argument("--interval", type=_positive, default=1.0, help="seconds (> 0; default 1)")
     w.add_argument("--count", type=int, default=None, help="stop after N refreshes")
     d = sub.add_parser("decode", help="decode a packet from hex (tcpdump or ExaBGP JSON)")
     d.add_argument("kind", choices=["nhc", "bfd", "heartbeat"])
     d.add_argument("hex", nargs="+", help="hex bytes; spaces, colons and 0x are accepted")
     d.add_argument("--json", action="store_true", dest="decode_json")
     return p
+
+
+def request_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The filters the daemon applies (it then builds and sends only what matches)."""
+    if args.cmd == "routes" and args.prefix:
+        return {"prefix": args.prefix}
+    if args.cmd == "neighbors" and args.peer:
+        return {"peer": args.peer}
+    if args.cmd == "profiles" and args.changed:
+        return {"changed": True}
+    return {}
 
 
 def heartbeat_auth(heartbeats: Any) -> str:
@@ -287,20 +480,35 @@ def heartbeat_auth(heartbeats: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere: the conventional 128 + SIGINT, no traceback
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # glbctl routes | head: the reader left; say nothing more
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     p = _parser()
     args = p.parse_args(argv)
     if args.cmd is None:
         p.print_help()
-        return 2
+        return EXIT_USAGE
     if args.cmd == "decode":
         return decode_cmd(args.kind, " ".join(args.hex), args.json or args.decode_json)
     if args.cmd == "watch":
         return watch(args.socket, args.interval, args.count)
     try:
-        result = request(args.socket, args.cmd)
+        if args.json and args.cmd not in ("status", "reload"):
+            print_json(responses(args.socket, args.cmd, request_args(args)), sys.stdout)
+            return 0
+        result = request(args.socket, args.cmd, request_args(args))
     except DaemonError as e:
         print(f"glbctl: {e}", file=sys.stderr)
-        return EXIT_DAEMON
+        return EXIT_USAGE if e.reason == "bad_args" else EXIT_DAEMON
     if args.cmd == "status" and isinstance(result, dict) and "heartbeat_auth" not in result:
         # unauthenticated heartbeats are a choice an operator should see at a glance
         with contextlib.suppress(DaemonError):
@@ -308,7 +516,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        render(args.cmd, result)
+        render(args.cmd, result, COLUMNS.get(args.cmd))
+    if args.cmd == "reload" and isinstance(result, dict) and not result.get("ok", True):
+        print(f"glbctl reload: {result.get('message', 'rejected')}", file=sys.stderr)
+        return EXIT_REJECTED
     return 0
 
 

@@ -14,16 +14,28 @@ Response (``result`` on success, ``error`` otherwise)::
 ``v`` is the protocol version; a peer answers a request of another version with the error
 reason ``unsupported_version``. Keys are snake_case and frozen (``tests/test_control.py`` pins
 them for every command).
+
+A result too big for one line is streamed (requests stay limited to one line: a local user must
+not make the daemon buffer without bound). Rows of a list go ahead in part lines, ``at`` naming
+the list (``""`` the result itself, else a top-level key of an object result); the last line
+carries the rest and the client appends each list's parts before it::
+
+    {"v": 1, "id": 7, "ok": true, "more": true, "at": "", "rows": [{...}, ...]}
+    {"v": 1, "id": 7, "ok": true, "result": [{...}]}
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 VERSION = 1
 MAX_LINE = 1 << 20
+#: a streamed part is cut once its rows reach this many bytes (the loop runs between parts)
+PART_BYTES = 256 << 10
 
 #: read-only queries; each returns one JSON document
 QUERIES = (
@@ -40,12 +52,24 @@ QUERIES = (
 )
 COMMANDS = (*QUERIES, "reload")
 
+#: the arguments each command takes (the daemon filters before it builds and sends the rows)
+ARGS: dict[str, dict[str, type]] = {
+    "routes": {"prefix": str},  # a prefix: it and the prefixes inside it; an address: covering
+    "neighbors": {"peer": str},  # a peer's address, BGP identifier or interface
+    "profiles": {"changed": bool},  # only profiles glbd acts on (see glbd.app.views)
+}
+MAX_ARG = 128
+
 
 class DecodeError(ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         self.reason = reason
         self.detail = detail
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class ArgsError(ValueError):
+    """A handler's answer to arguments it cannot use (reason ``bad_args``)."""
 
 
 @dataclass(frozen=True)
@@ -70,10 +94,15 @@ class Response:
     error_reason: str = ""
     error_message: str = ""
     v: int = VERSION
+    #: a part of a streamed result: ``result`` holds rows of the list named by ``at``
+    more: bool = False
+    at: str = ""
 
     def encode(self) -> bytes:
         d: dict[str, Any] = {"v": self.v, "id": self.id, "ok": self.ok}
-        if self.ok:
+        if self.more:
+            d.update(more=True, at=self.at, rows=self.result)
+        elif self.ok:
             d["result"] = self.result
         else:
             d["error"] = {"reason": self.error_reason, "message": self.error_message}
@@ -84,10 +113,10 @@ class Response:
         return cls(id=id, ok=False, error_reason=reason, error_message=message)
 
 
-def _line(d: dict[str, Any]) -> bytes:
-    data = json.dumps(d, separators=(",", ":"), default=str).encode() + b"\n"
-    if len(data) > MAX_LINE:
-        raise ValueError(f"message of {len(data)} bytes exceeds {MAX_LINE}")
+def _line(d: dict[str, Any], max_line: int = MAX_LINE) -> bytes:
+    data = _try_line(d, max_line)
+    if data is None:
+        raise ValueError(f"message exceeds {max_line} bytes")
     return data
 
 
@@ -115,6 +144,30 @@ def _obj(line: bytes) -> dict[str, Any]:
     return d
 
 
+def check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` of a known command, checked (:class:`ArgsError` names the problem); a prefix
+    comes back normalised (``10.1.2.0/24``, host bits cleared)."""
+    if cmd not in COMMANDS:
+        return args
+    want = ARGS.get(cmd, {})
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        kind = want.get(key)
+        if kind is None:
+            raise ArgsError(f"{cmd} takes no argument {key!r}")
+        if value is None:
+            continue
+        if not isinstance(value, kind) or (isinstance(value, str) and len(value) > MAX_ARG):
+            raise ArgsError(f"{cmd}: {key} must be a {kind.__name__} (up to {MAX_ARG} chars)")
+        out[key] = value
+    if "prefix" in out:
+        try:
+            out["prefix"] = str(ipaddress.ip_network(out["prefix"], strict=False))
+        except ValueError:
+            raise ArgsError(f"not a prefix or address: {out['prefix']!r}") from None
+    return out
+
+
 def decode_request(line: bytes) -> Request:
     d = _obj(line)
     cmd = d.get("cmd")
@@ -134,9 +187,104 @@ def decode_response(line: bytes) -> Response:
     ok = d.get("ok")
     if not isinstance(ok, bool):
         raise DecodeError("missing_ok")
+    if ok and d.get("more") is True:
+        rows, at = d.get("rows"), d.get("at")
+        if not isinstance(rows, list) or not isinstance(at, str):
+            raise DecodeError("bad_part", "a part needs rows (a list) and at (a string)")
+        return Response(id=d["id"], ok=True, result=rows, more=True, at=at)
     if ok:
         return Response(id=d["id"], ok=True, result=d.get("result"))
     err = d.get("error")
     if not isinstance(err, dict):
         raise DecodeError("missing_error")
     return Response.failure(d["id"], str(err.get("reason", "")), str(err.get("message", "")))
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+
+def encode_result(id: int, result: Any, max_line: int = MAX_LINE) -> Iterator[bytes]:
+    """The lines answering request ``id`` with ``result``: one line when it fits, else parts.
+
+    A list or any other iterable of rows (a generator keeps the daemon's memory flat) is
+    encoded row by row; an object too big for one line has its list values streamed. A single
+    row over ``max_line`` raises ``ValueError`` (the caller answers ``handler_failed``)."""
+    if isinstance(result, dict):
+        line = _try_line({"v": VERSION, "id": id, "ok": True, "result": result}, max_line)
+        if line is not None:
+            yield line
+            return
+        rest = dict(result)
+        for key, value in result.items():
+            if isinstance(value, list):
+                rest[key] = yield from _parts(id, key, value, max_line)
+        yield _line({"v": VERSION, "id": id, "ok": True, "result": rest}, max_line)
+        return
+    if isinstance(result, Iterable) and not isinstance(result, str | bytes):
+        tail = yield from _parts(id, "", result, max_line)
+        yield _line({"v": VERSION, "id": id, "ok": True, "result": tail}, max_line)
+        return
+    yield _line({"v": VERSION, "id": id, "ok": True, "result": result}, max_line)
+
+
+def _parts(
+    id: int, at: str, rows: Iterable[Any], max_line: int
+) -> Generator[bytes, None, list[Any]]:
+    """Part lines for ``rows``; returns the last rows, for the final line to carry."""
+    head = b'{"v":%d,"id":%d,"ok":true,"more":true,"at":%s,"rows":[' % (
+        VERSION,
+        id,
+        json.dumps(at).encode(),
+    )
+    room = min(max_line // 2, PART_BYTES)  # the final line must still fit its own keys
+    batch: list[bytes] = []
+    kept: list[Any] = []
+    size = 0
+    for row in rows:
+        enc = json.dumps(row, separators=(",", ":"), default=str).encode()
+        if len(enc) > room:
+            raise ValueError(f"one row of {len(enc)} bytes exceeds {room}")
+        if batch and size + len(enc) > room:
+            yield head + b",".join(batch) + b"]}\n"
+            batch, kept, size = [], [], 0
+        batch.append(enc)
+        kept.append(row)
+        size += len(enc) + 1
+    return kept
+
+
+class Assembler:
+    """Client side of :func:`encode_result`: feed each decoded line; ``done`` after the last."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[Any]] = {}
+        self.final: Response | None = None
+
+    def feed(self, resp: Response) -> bool:
+        if resp.more:
+            self.parts.setdefault(resp.at, []).extend(resp.result)
+            return False
+        self.final = resp
+        return True
+
+    def result(self) -> Any:
+        assert self.final is not None, "no final line yet"
+        res = self.final.result
+        if not self.parts:
+            return res
+        if isinstance(res, list):
+            return self.parts.pop("", []) + res
+        if not isinstance(res, dict) or "" in self.parts:
+            raise DecodeError("bad_part", "parts for a result that is not a list or an object")
+        out = dict(res)
+        for key, rows in self.parts.items():
+            tail = out.get(key, [])
+            if not isinstance(tail, list):
+                raise DecodeError("bad_part", f"parts for {key!r}, which is not a list")
+            out[key] = rows + tail
+        return out
+
+
+def _try_line(d: dict[str, Any], max_line: int) -> bytes | None:
+    data = json.dumps(d, separators=(",", ":"), default=str).encode() + b"\n"
+    return data if len(data) <= max_line else None

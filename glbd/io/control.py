@@ -5,7 +5,9 @@ The socket is created mode 0660, owner root, group ``glbd`` when that group exis
 change, else :class:`glbd.io.paths.UnsafePathError` (missing directories are created 0750).
 
 A handler's exception becomes an error response for that request only; a misbehaving client is
-disconnected; neither affects the daemon.
+disconnected; neither affects the daemon. A big result (a list, or a generator of rows) is
+streamed in parts of at most :data:`~glbd.codec.control.PART_BYTES`, and the loop runs other
+work between parts; requests stay limited to one line of :data:`~glbd.codec.control.MAX_LINE`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import grp
 import inspect
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +78,9 @@ class ControlServer:
                     break
                 if not line:
                     break
-                writer.write(await self.dispatch(line))
-                await writer.drain()
+                async for out in self.answer(line):
+                    writer.write(out)
+                    await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -91,30 +94,42 @@ class ControlServer:
         self.counters[key] = self.counters.get(key, 0) + 1
 
     async def dispatch(self, line: bytes) -> bytes:
-        """One request line in, one response line out; never raises."""
+        """One request line in, its whole answer out (one line, or the parts and the last)."""
+        return b"".join([out async for out in self.answer(line)])
+
+    async def answer(self, line: bytes) -> AsyncIterator[bytes]:
+        """The lines answering one request line; never raises."""
         try:
             req = proto.decode_request(line)
         except proto.DecodeError as e:
             self._count_decode_error(e.reason)
-            return proto.Response.failure(0, e.reason, e.detail).encode()
+            yield proto.Response.failure(0, e.reason, e.detail).encode()
+            return
         except Exception as e:  # a codec bug must answer this line, not end the connection
             self._count_decode_error("bad_request")
             log.warning("control_decode_failed", error=repr(e))
-            return proto.Response.failure(0, "bad_request", type(e).__name__).encode()
+            yield proto.Response.failure(0, "bad_request", type(e).__name__).encode()
+            return
         self.counters["requests"] += 1
         handler = self.handlers.get(req.cmd)
         if handler is None:
             self.counters["errors"] += 1
             known = ", ".join(sorted(self.handlers))
-            return proto.Response.failure(
+            yield proto.Response.failure(
                 req.id, "unknown_command", f"{req.cmd!r}; known: {known}"
             ).encode()
+            return
         try:
-            result = handler(req.args)
+            result = handler(proto.check_args(req.cmd, req.args))
             if inspect.isawaitable(result):
                 result = await result
-            return proto.Response(id=req.id, ok=True, result=result).encode()
+            for out in proto.encode_result(req.id, result):
+                yield out
+                await asyncio.sleep(0)  # a big answer must not hold up BGP, BFD events, timers
+        except proto.ArgsError as e:
+            self.counters["errors"] += 1
+            yield proto.Response.failure(req.id, "bad_args", str(e)).encode()
         except Exception as e:  # a handler bug answers this request, never kills the daemon
             self.counters["errors"] += 1
             log.warning("control_handler_failed", cmd=req.cmd, error=repr(e))
-            return proto.Response.failure(req.id, "handler_failed", str(e) or repr(e)).encode()
+            yield proto.Response.failure(req.id, "handler_failed", str(e) or repr(e)).encode()

@@ -474,12 +474,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- main
 
 
+def _version() -> str:
+    """The lab's installed version and the glbd it drives."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from glbd import __version__
+
+    try:
+        lab = version("glbd-lab")
+    except PackageNotFoundError:  # run from the source tree
+        lab = "(not installed)"
+    return f"{lab} (glbd {__version__})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="glbd-lab",
         description="glbd lab: leaf-spine fabric of network namespaces with FRR 10.x",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"glbd-lab {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sp = sub.add_parser("provision", help="build the FRR 10.x chroot (once; cached)")

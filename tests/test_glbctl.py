@@ -1,0 +1,381 @@
+"""glbctl against a real control server: replies of any size, tables, filters, exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from glbd import __version__
+from glbd.cli import glbctl as ctl
+from glbd.codec import control as proto
+from glbd.io.control import ControlServer
+
+PEERS = 64
+PREFIXES = 10_000
+
+
+def next_hops(peers: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "peer": f"198.18.{j >> 7}.{(j & 127) * 2}",
+            "peer_bgp_id": f"198.18.4.{j}",
+            "interface": f"spine{j}",
+            "next_hop": f"198.18.{j >> 7}.{(j & 127) * 2}",
+            "nnh": [f"198.18.4.{j}", "198.18.6.1"],
+            "nnhn_status": "ok",
+        }
+        for j in range(peers)
+    ]
+
+
+def max_rss() -> int:
+    """This process's peak resident memory so far, bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def route_rows(n: int, peers: int) -> Iterator[dict[str, Any]]:
+    """``glbctl routes`` rows as the daemon builds them; the next-hop list is shared so the
+    fake RIB itself stays small (the bytes on the wire are the same)."""
+    nhs = next_hops(peers)
+    for i in range(n):
+        yield {
+            "prefix": f"10.{i >> 8}.{i & 255}.0/24",
+            "paths": peers,
+            "multipath": True,
+            "originated": False,
+            "as_path": [65100, 65201],
+            "advertised_to": [],
+            "next_hops": nhs,
+            "profile": "pf-1",
+            "nhid": 100,
+            "weights": [],
+            "fib_diff": False,
+        }
+
+
+async def test_routes_at_64_peers_x_10k_prefixes_are_streamed(tmp_path: Path) -> None:
+    """640k paths (~110 MB of JSON) through the real server and client; one line each way
+    used to be capped at 1 MiB. Neither side holds the whole answer: parts are bounded and
+    the process's peak memory grows by a small fraction of the answer."""
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(path, {"routes": lambda a: route_rows(PREFIXES, PEERS)})
+    await srv.start()
+
+    def consume() -> tuple[int, int, int, str, str, int]:
+        rows = paths = parts = 0
+        first = last = ""
+        for resp in ctl.responses(str(path), "routes", timeout=60):
+            parts += resp.more
+            for r in resp.result:
+                first = first or r["prefix"]
+                last = r["prefix"]
+                rows += 1
+                paths += len(r["next_hops"])
+        return rows, paths, parts, first, last, max_rss()
+
+    rss0 = max_rss()
+    try:
+        rows, paths, parts, first, last, rss1 = await asyncio.to_thread(consume)
+    finally:
+        await srv.stop()
+    assert (rows, paths) == (PREFIXES, PREFIXES * PEERS)
+    assert (first, last) == ("10.0.0.0/24", f"10.{(PREFIXES - 1) >> 8}.{(PREFIXES - 1) & 255}.0/24")
+    assert parts > 100  # ~110 MB in parts of at most PART_BYTES
+    # buffered whole, the JSON text alone would be ~110 MB and its objects several times that
+    assert rss1 - rss0 < 60e6, f"peak memory grew {(rss1 - rss0) / 1e6:.0f} MB"
+    assert srv.counters["errors"] == 0
+
+
+async def test_big_results_assemble_and_print_like_json_dumps(tmp_path: Path) -> None:
+    """A list and an object, each over 1 MiB: ``request`` returns them whole and ``--json``
+    prints exactly what ``json.dumps(result, indent=2)`` prints."""
+    rows = list(route_rows(800, 8))
+    obj: dict[str, Any] = {
+        "profiles": [{"key": f"pf-{i}", "prefixes": ["10.0.0.0/24"] * 400} for i in range(300)]
+    }
+    obj |= {"fib": {"table": 254}, "empty": []}
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(path, {"routes": lambda a: rows, "profiles": lambda a: obj})
+    await srv.start()
+    try:
+        for cmd, want in (("routes", rows), ("profiles", obj)):
+            assert len(json.dumps(want)) > proto.MAX_LINE
+            assert await asyncio.to_thread(ctl.request, str(path), cmd) == want
+            out = io.StringIO()
+            await asyncio.to_thread(ctl.print_json, ctl.responses(str(path), cmd), out)
+            assert out.getvalue() == json.dumps(want, indent=2) + "\n"
+    finally:
+        await srv.stop()
+
+
+@pytest.mark.parametrize("result", [[], [{"a": 1}], {"a": []}, 7, "text", None])
+def test_small_results_are_one_line_as_before(result: Any) -> None:
+    lines = list(proto.encode_result(3, result))
+    assert lines == [proto.Response(3, True, result).encode()]
+
+
+def test_a_single_row_too_big_for_a_part_is_an_error() -> None:
+    with pytest.raises(ValueError, match="one row"):
+        list(proto.encode_result(1, [{"x": "y" * proto.MAX_LINE}]))
+
+
+async def test_requests_stay_limited_to_one_line(tmp_path: Path) -> None:
+    """The request limit is the daemon's defence against a local user: unchanged."""
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(path, {"status": lambda a: {}})
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b'{"v":1,"id":1,"cmd":"status","args":{"x":"' + b"a" * proto.MAX_LINE)
+        resp = proto.decode_response(await reader.readline())
+        writer.close()
+        assert (resp.ok, resp.error_reason) == (False, "too_long")
+        assert srv.counters["decode_error_too_long"] == 1
+    finally:
+        await srv.stop()
+
+
+async def test_client_refuses_an_endless_line(tmp_path: Path) -> None:
+    """A fake daemon on the socket path cannot make glbctl buffer without bound."""
+    path = tmp_path / "glbd.sock"
+
+    async def hostile(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b'{"v":1,"id":1,"ok":true,"result":"' + b"a" * (2 * proto.MAX_LINE))
+        await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_unix_server(hostile, path=str(path))
+    try:
+        with pytest.raises(ctl.DaemonError, match="too long"):
+            await asyncio.to_thread(ctl.request, str(path), "status")
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize(
+    ("cmd", "args", "reason"),
+    [
+        ("routes", {"prefix": "nope"}, "bad_args"),
+        ("routes", {"prefix": 3}, "bad_args"),
+        ("status", {"verbose": True}, "bad_args"),
+        ("profiles", {"changed": "yes"}, "bad_args"),
+        ("neighbors", {"peer": "x" * 500}, "bad_args"),
+    ],
+)
+async def test_bad_arguments_are_named(
+    tmp_path: Path, cmd: str, args: dict[str, Any], reason: str
+) -> None:
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(path, {cmd: lambda a: {"args": a}})
+    await srv.start()
+    try:
+        with pytest.raises(ctl.DaemonError) as ei:
+            await asyncio.to_thread(ctl.request, str(path), cmd, args)
+        assert ei.value.reason == reason
+    finally:
+        await srv.stop()
+
+
+def test_prefix_argument_is_normalised() -> None:
+    assert proto.check_args("routes", {"prefix": "10.1.2.3/16"}) == {"prefix": "10.1.0.0/16"}
+    assert proto.check_args("routes", {"prefix": "2001:db8::1"}) == {"prefix": "2001:db8::1/128"}
+
+
+# ---- the command line against a fake daemon ---------------------------------------------------
+
+NEIGHBORS = [
+    {"peer": "198.18.1.0", "interface": "spine1", "remote_as": 65100, "bgp_id": "198.18.4.1",
+     "state": "up", "uptime_s": 12.5, "prefixes_in": 3, "prefixes_out": 1, "bfd_down": False,
+     "last_down_reason": None, "local_address": "198.18.1.1", "counters": {"updates": 4}},
+]  # fmt: skip
+BFD = [
+    {"peer": "198.18.1.0", "interface": "spine1", "state": "up", "remote_state": "up",
+     "diag_name": "none", "detect_time_ms": 150.0, "flaps": 0, "local_discriminator": 7},
+]  # fmt: skip
+LINKS = [{"ifname": "spine1", "band": 7, "down": False, "load_pct": 1.5, "queue_bytes": 0.0}]
+HEARTBEATS = [
+    {"port": 6149, "auth": {"enabled": False}, "sender": None,
+     "receiver": {"accepted": 9, "drops": {"bad_auth": 1},
+                  "senders": [{"node_id": "198.18.4.1", "sequence": 5, "age_ms": 20}]}},
+]  # fmt: skip
+
+
+class FakeDaemon:
+    """The handlers glbd serves, with canned rows; records the arguments each request had."""
+
+    def __init__(self) -> None:
+        self.args: list[tuple[str, dict[str, Any]]] = []
+        self.reload_ok = True
+
+    def handlers(self) -> dict[str, Any]:
+        def h(cmd: str, value: Any) -> Any:
+            def handler(args: dict[str, Any]) -> Any:
+                self.args.append((cmd, args))
+                return value() if callable(value) else value
+
+            return handler
+
+        return {
+            "status": h("status", {"state": "running", "version": "x"}),
+            "neighbors": h("neighbors", NEIGHBORS),
+            "bfd": h("bfd", BFD),
+            "links": h("links", LINKS),
+            "heartbeats": h("heartbeats", HEARTBEATS),
+            "quality": h("quality", {"profiles": []}),
+            "profiles": h("profiles", {"profiles": [], "fib": {"table": 254}}),
+            "routes": h("routes", lambda: list(route_rows(2, 2))),
+            "reload": h(
+                "reload",
+                lambda: {
+                    "ok": self.reload_ok,
+                    "at": 1.0,
+                    "message": "applied"
+                    if self.reload_ok
+                    else "rejected, old config kept: glbd.toml: local_as: must be 1..4294967295",
+                    "changes": {},
+                },
+            ),
+        }
+
+
+async def glbctl(sock: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
+    pre = ["--socket", str(sock)] if sock else []
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "glbd.cli.glbctl", *pre, *args,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="200"),
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(args, proc.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+async def fake(tmp_path: Path) -> Any:
+    d = FakeDaemon()
+    srv = ControlServer(tmp_path / "glbd.sock", d.handlers())
+    await srv.start()
+    try:
+        yield d, srv
+    finally:
+        await srv.stop()
+
+
+async def test_json_before_or_after_the_command(fake: Any) -> None:
+    _d, srv = fake
+    for args in (("--json", "status"), ("status", "--json"), ("routes", "--json")):
+        r = await glbctl(srv.path, *args)
+        assert r.returncode == 0, r.stderr
+        assert isinstance(json.loads(r.stdout), dict | list)
+
+
+@pytest.mark.parametrize(
+    ("cmd", "words"),
+    [
+        ("neighbors", ["peer", "remote_as", "198.18.1.0", "65100", "up"]),
+        ("bfd", ["diag_name", "detect_time_ms", "198.18.1.0", "150"]),
+        ("links", ["ifname", "band", "spine1", "1.5"]),
+        ("heartbeats", ["receiver.accepted", "receiver.drops.bad_auth", "node_id", "198.18.4.1"]),
+        ("routes", ["prefix", "next hops", "10.0.1.0/24", "198.18.0.2%spine1 nnh"]),
+    ],
+)
+async def test_every_command_prints_a_table(fake: Any, cmd: str, words: list[str]) -> None:
+    _d, srv = fake
+    r = await glbctl(srv.path, cmd)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.lstrip()[:1] not in ("{", "["), r.stdout
+    assert "━" in r.stdout or "─" in r.stdout, r.stdout  # a rich table's rules
+    for w in words:
+        assert w in r.stdout, (w, r.stdout)
+
+
+async def test_filters_travel_to_the_daemon(fake: Any) -> None:
+    d, srv = fake
+    for args in (("routes", "10.1.2.3/16"), ("neighbors", "spine1"), ("profiles", "--changed")):
+        assert (await glbctl(srv.path, *args)).returncode == 0
+    assert d.args == [
+        ("routes", {"prefix": "10.1.0.0/16"}),
+        ("neighbors", {"peer": "spine1"}),
+        ("profiles", {"changed": True}),
+    ]
+
+
+async def test_reload_rejected_exits_3_with_the_reason(fake: Any) -> None:
+    d, srv = fake
+    ok = await glbctl(srv.path, "reload")
+    assert ok.returncode == 0, ok.stderr
+    d.reload_ok = False
+    for args in (("reload",), ("reload", "--json")):
+        r = await glbctl(srv.path, *args)
+        assert r.returncode == ctl.EXIT_REJECTED == 3
+        assert r.stderr.strip().splitlines() == [
+            "glbctl reload: rejected, old config kept: glbd.toml: local_as: must be 1..4294967295"
+        ]
+
+
+@pytest.mark.parametrize("args", [("watch", "--interval", "-1"), ("watch", "--interval", "0"),
+                                  ("routes", "not-a-prefix"), ("nope",)])  # fmt: skip
+async def test_usage_errors_exit_2_without_a_traceback(tmp_path: Path, args: tuple[str]) -> None:
+    r = await glbctl(tmp_path / "none.sock", *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "usage:" in r.stderr
+
+
+async def test_unreachable_daemon_exits_1(tmp_path: Path) -> None:
+    r = await glbctl(tmp_path / "none.sock", "routes", "--json")
+    assert r.returncode == 1 and r.stderr.startswith("glbctl: glbd is not running")
+
+
+async def test_ctrl_c_in_watch_exits_130_without_a_traceback(fake: Any) -> None:
+    d, srv = fake
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "glbd.cli.glbctl", "--socket", str(srv.path), "watch",
+        "--interval", "600", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while len(d.args) < 2:  # it has drawn once and sleeps until the next refresh
+                await asyncio.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [sys.executable, "-m", "glbd.cli.glbctl", "--version"],
+        [sys.executable, "-m", "glbd", "--version"],
+        [sys.executable, "-m", "glbdlab.cli", "--version"],
+    ],
+)
+def test_version(argv: list[str]) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert __version__ in r.stdout or "glbd-lab" in r.stdout, r.stdout
+
+
+def test_help_lists_the_exit_codes() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "glbd.cli.glbctl", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "exit codes:" in r.stdout and "reload: the new config file was rejected" in r.stdout
