@@ -96,3 +96,39 @@ def test_rib_and_bfd_params_take_only_the_resolved_neighbors(resolved: bool) -> 
     rib = params.rib_params(cfg, local)
     assert [n.address for n in rib.neighbors] == list(local)
     assert [s.peer for s in params.bfd_sessions(cfg, local)] == [str(a) for a in local]
+
+
+def test_a_waiting_neighbor_is_retried_until_its_port_is_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = _leaf_config(MISSING_IF)
+    up: set[str] = set()  # the interfaces that are "up" (stimulus)
+    real = params.resolve
+
+    def resolve(n: config.NeighborSection) -> Any:
+        return real(n.model_copy(update={"interface": "lo"})) if n.interface in up else real(n)
+
+    monkeypatch.setattr(params, "resolve", resolve)
+
+    async def run() -> tuple[list[Any], LocalAddresses]:
+        got: list[Any] = []
+        done = asyncio.Event()
+
+        async def on_resolved(found: list[Any]) -> None:
+            got.extend(found)
+            done.set()
+
+        addrs = LocalAddresses(asyncio.get_running_loop(), on_resolved)
+        addrs.update(cfg)
+        assert cfg.neighbors[1].address in addrs.waiting
+        up.add(MISSING_IF)
+        await asyncio.wait_for(done.wait(), 30)
+        await addrs.close()
+        return got, addrs
+
+    got, addrs = asyncio.run(run())
+    missing = cfg.neighbors[1].address
+    assert got == [missing]
+    assert addrs.local == {missing: ipaddress.ip_address("127.0.0.1")}
+    assert missing not in addrs.waiting
+    assert [r["peer"] for r in addrs.bgp_rows()] == [str(cfg.neighbors[0].address)]
