@@ -33,7 +33,9 @@ def exclusions(fc: FibCache, spec: GroupSpec) -> dict[str, str]:
     return out
 
 
-def snapshot(fc: FibCache, now: float, weight_bits: int | None) -> dict[str, Any]:
+def snapshot(
+    fc: FibCache, now: float, weight_bits: int | None, *, routes: bool = True
+) -> dict[str, Any]:
     """Desired vs installed state (JSON-safe): ``stale_remaining_s``, ``stale_held``
     (adopted objects the stale timer still keeps), ``foreign_routes`` (rows ``prefix``,
     ``group``, ``metric``: wanted prefixes that another protocol's route holds),
@@ -44,7 +46,8 @@ def snapshot(fc: FibCache, now: float, weight_bits: int | None) -> dict[str, Any
     ``programmed`` (what glbd writes now: usable members only, scaled), ``installed``
     (kernel), ``excluded`` (member -> reason), ``routes`` (count), ``diff``
     (programmed != installed), ``note``. ``routes[prefix]``: ``group``, ``nhid``,
-    ``installed_nhid``, ``desired``/``installed`` weights, ``diff``, ``note``."""
+    ``installed_nhid``, ``desired``/``installed`` weights, ``diff``, ``note``; left out with
+    ``routes=False`` (one row per prefix: costly on a big RIB, and profiles do not need it)."""
     d = fc.desired or Desired()
     o = fc.obs
     held = fc.stale_kept(now)
@@ -55,7 +58,7 @@ def snapshot(fc: FibCache, now: float, weight_bits: int | None) -> dict[str, Any
         if fkey is not None and metric == route_metric(pfx, fc.metric):
             foreign.append({"prefix": str(pfx), "group": fkey, "metric": metric})
     st = fc.stats
-    return {
+    snap: dict[str, Any] = {
         "stale_remaining_s": max(0.0, fc.stale_until - now),
         "stale_held": {
             "routes": len(held.routes) if held else 0,
@@ -66,7 +69,6 @@ def snapshot(fc: FibCache, now: float, weight_bits: int | None) -> dict[str, Any
         "conflicts": {r: st.conflicts.get(r, 0) for r in CONFLICT_REASONS},
         "excluded": sorted(m.label for m in fc.excluded),
         "groups": groups,
-        "routes": _routes(fc, d, groups),
         "kernel": {
             "nexthops": len(o.nexthops),
             "groups": len(o.groups),
@@ -91,6 +93,9 @@ def snapshot(fc: FibCache, now: float, weight_bits: int | None) -> dict[str, Any
         },
         "last_errors": list(st.last_errors),
     }
+    if routes:
+        snap["routes"] = _routes(fc, d, groups)
+    return snap
 
 
 def _groups(fc: FibCache, d: Desired, p: PlanParams) -> dict[str, Any]:

@@ -358,17 +358,17 @@ class FibProgrammer:
     def weight_bits(self) -> int:
         return self._weight_bits or 8
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, routes: bool = True) -> dict[str, Any]:
         """Desired vs installed state (JSON-safe) for ``glbctl routes`` / ``glbctl profiles``:
         ``netns``, ``protocol``, ``table``, ``weight_bits``, ``compat_mode`` and the keys of
-        :func:`glbd.core.fibsnap.snapshot`."""
+        :func:`glbd.core.fibsnap.snapshot` (per-prefix ``routes`` only if ``routes``)."""
         return {
             "netns": self.netns,
             "protocol": self.protocol,
             "table": self.table,
             "weight_bits": self.weight_bits,
             "compat_mode": get_compat_mode(self.netns),
-            **snapshot(self.cache, self._clock(), self._weight_bits),
+            **snapshot(self.cache, self._clock(), self._weight_bits, routes=routes),
         }
 
     # -- sync ---------------------------------------------------------------------------------
