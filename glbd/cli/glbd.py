@@ -2,8 +2,11 @@
 
     glbd run -c FILE          run the daemon (foreground; systemd Type=notify aware)
     glbd check-config FILE    validate a config file: exit 0, or print every problem and exit 1
+    glbd sysctl -c FILE       as root, before the daemon starts: write the kernel settings the
+                              config asks for (the unit's ProtectKernelTunables= makes /proc/sys
+                              read-only for the daemon, which then only warns)
 
-Errors a user can fix (bad config, not root, missing dependency) are one line on stderr and a
+Errors a user can fix (bad config, a missing capability or dependency) are one line on stderr and a
 non-zero exit, never a traceback.
 """
 
@@ -37,9 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--log-format",
-        choices=["auto", "console", "json"],
+        choices=["auto", "console", "json", "journal"],
         help="override logging.format from the config",
     )
+    sc = sub.add_parser("sysctl", help="write the sysctls the config asks for (as root)")
+    sc.add_argument("-c", "--config", required=True, help="TOML config file")
+    sc.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     chk = sub.add_parser("check-config", help="validate a config file and exit")
     chk.add_argument("file")
     chk.add_argument("-q", "--quiet", action="store_true", help="print nothing when it is valid")
@@ -64,10 +70,34 @@ def check_config(path: str, quiet: bool = False) -> int:
     return 0
 
 
+def apply_sysctls(path: str, quiet: bool = False) -> int:
+    """Write what ``fib.set_compat_mode_off`` asks for; exit non-zero when it cannot."""
+    from glbd.io.fibkernel import COMPAT_MODE_SYSCTL
+    from glbd.io.netns import write_sysctl
+
+    try:
+        c = cfgmod.load(path)
+    except cfgmod.ConfigError as e:
+        print(e.format(), file=sys.stderr)
+        return EXIT_CONFIG
+    wanted = {COMPAT_MODE_SYSCTL: 0} if c.fib.set_compat_mode_off else {}
+    for key, value in wanted.items():
+        try:
+            write_sysctl(key, value)
+        except OSError as e:
+            print(f"glbd: cannot set {key}={value}: {e.strerror}", file=sys.stderr)
+            return EXIT_ENV
+        if not quiet:
+            print(f"{key} = {value}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "check-config":
         return check_config(args.file, args.quiet)
+    if args.cmd == "sysctl":
+        return apply_sysctls(args.config, args.quiet)
     if args.cmd == "run":
         from glbd.app.daemon import main as run_daemon
         from glbd.app.parts import build_components

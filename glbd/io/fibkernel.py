@@ -14,16 +14,36 @@ ops in :mod:`glbd.core.fibwire`.
 
 from __future__ import annotations
 
+import structlog
+
 from glbd.io.netns import read_sysctl, write_sysctl
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["COMPAT_MODE_SYSCTL", "get_compat_mode", "set_compat_mode"]
 
 COMPAT_MODE_SYSCTL = "net.ipv4.nexthop_compat_mode"
 
 
-def set_compat_mode(value: int, netns: str | None = None) -> None:
-    """Set ``net.ipv4.nexthop_compat_mode`` in ``netns`` (None: the caller's namespace)."""
-    write_sysctl(COMPAT_MODE_SYSCTL, int(value), netns)
+def set_compat_mode(value: int, netns: str | None = None) -> bool:
+    """Set ``net.ipv4.nexthop_compat_mode`` in ``netns`` (None: the caller's namespace) unless
+    it already is ``value``. Under systemd ``/proc/sys`` is read-only (the unit's
+    ``glbd sysctl`` sets it before start): then a wrong value is a warning, not a failure."""
+    if get_compat_mode(netns) == int(value):
+        return True
+    try:
+        write_sysctl(COMPAT_MODE_SYSCTL, int(value), netns)
+    except OSError as e:
+        log.warning(
+            "sysctl_not_set",
+            key=COMPAT_MODE_SYSCTL,
+            want=int(value),
+            value=get_compat_mode(netns),
+            error=e.strerror,
+            fix="run 'glbd sysctl -c CONFIG' as root before glbd starts",
+        )
+        return False
+    return True
 
 
 def get_compat_mode(netns: str | None = None) -> int | None:
