@@ -39,6 +39,8 @@ What is real and what is not:
 Measurement: VmRSS (``/proc/PID/status``) of glbd and each of its descendants every
 ``--interval`` seconds once the leaf has every session up and every route in the kernel;
 start/end/max and the least-squares slope (MB/min) over the run and over its second half.
+Then ``glbctl routes`` at that scale (streamed): time to the first part and to the last,
+``glbctl routes --json`` and the table, and glbd's RSS before and after answering.
 """
 
 from __future__ import annotations
@@ -632,6 +634,7 @@ def run(args: argparse.Namespace) -> int:
                 if t >= duration:
                     break
                 time.sleep(min(args.interval, max(0.0, duration - t)))
+            glbctl_timing(sock, glbd_proc.pid)
             routes, groups, width = kernel_counts(leaf)
             status: dict[str, Any] = {}
             with contextlib.suppress(ctl.DaemonError):
@@ -659,6 +662,43 @@ def run(args: argparse.Namespace) -> int:
         else:
             shutil.rmtree(run_dir, ignore_errors=True)
     return result
+
+
+def glbctl_timing(sock: str, pid: int) -> dict[str, float]:
+    """``glbctl routes`` at this scale (64 x 10k: 640k paths, ~110 MB of JSON, streamed):
+    glbctl's wall time with ``--json`` and as a table (output to /dev/null), the rows and
+    parts it got, and glbd's RSS before and after (what answering costs the daemon)."""
+    from glbd.cli import glbctl as ctl
+
+    out: dict[str, float] = {"rss_before_mb": (rss_kb(pid) or 0) / 1024}
+    t0 = time.monotonic()
+    rows = paths = parts = 0
+    first = 0.0
+    try:
+        for resp in ctl.responses(sock, "routes", timeout=120):
+            first = first or time.monotonic() - t0
+            parts += resp.more
+            rows += len(resp.result)
+            paths += sum(len(r.get("next_hops") or []) for r in resp.result)
+    except ctl.DaemonError as e:
+        print(f"glbctl routes: {e}", flush=True)
+        return out
+    out |= {"rows": rows, "paths": paths, "parts": parts, "first_part_s": first,
+            "stream_s": time.monotonic() - t0}  # fmt: skip
+    glbctl = [sys.executable, "-m", "glbd.cli.glbctl", "--socket", sock, "routes"]
+    for name, argv in (("json_s", [*glbctl, "--json"]), ("table_s", glbctl)):
+        t0 = time.monotonic()
+        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+        out[name] = time.monotonic() - t0 if r.returncode == 0 else -1.0
+    out["rss_after_mb"] = (rss_kb(pid) or 0) / 1024
+    print(
+        f"\nglbctl routes: {rows} prefixes, {paths} paths in {parts} parts; first part after "
+        f"{first:.2f} s, all in {out['stream_s']:.1f} s; glbctl routes --json "
+        f"{out['json_s']:.1f} s, table {out['table_s']:.1f} s; glbd RSS "
+        f"{out['rss_before_mb']:.0f} -> {out['rss_after_mb']:.0f} MB",
+        flush=True,
+    )
+    return out
 
 
 def report(

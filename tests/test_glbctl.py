@@ -287,7 +287,7 @@ async def test_json_before_or_after_the_command(fake: Any) -> None:
         ("bfd", ["diag_name", "detect_time_ms", "198.18.1.0", "150"]),
         ("links", ["ifname", "band", "spine1", "1.5"]),
         ("heartbeats", ["receiver.accepted", "receiver.drops.bad_auth", "node_id", "198.18.4.1"]),
-        ("routes", ["prefix", "next hops", "10.0.1.0/24", "198.18.0.2%spine1 nnh"]),
+        ("routes", ["prefix", "next hops", "10.0.1.0/24", "198.18.0.2%spine1 [198.18.4.1,"]),
     ],
 )
 async def test_every_command_prints_a_table(fake: Any, cmd: str, words: list[str]) -> None:
@@ -295,7 +295,7 @@ async def test_every_command_prints_a_table(fake: Any, cmd: str, words: list[str
     r = await glbctl(srv.path, cmd)
     assert r.returncode == 0, r.stderr
     assert r.stdout.lstrip()[:1] not in ("{", "["), r.stdout
-    assert "━" in r.stdout or "─" in r.stdout, r.stdout  # a rich table's rules
+    assert cmd == "routes" or "━" in r.stdout or "─" in r.stdout, r.stdout  # rich's rules
     for w in words:
         assert w in r.stdout, (w, r.stdout)
 
