@@ -51,14 +51,17 @@ class LocalAddresses:
 
     def update(self, cfg: cfgmod.Config) -> None:
         """Resolve ``cfg``'s neighbors. One already resolved whose interface and configured
-        address are unchanged keeps its address (a reload never drops a running session)."""
+        address are unchanged keeps its address while it is still ours: a reload does not drop
+        the sessions of a port that is only down, but one whose port was deleted waits again
+        (a restarted ExaBGP could not bind the address that went with it)."""
         old, self._sections = self._sections, {n.address: n for n in cfg.neighbors}
         local: dict[IPAddress, IPAddress] = {}
         waiting: dict[IPAddress, params.Unresolved] = {}
         for n in cfg.neighbors:
             prev = old.get(n.address)
-            if n.address in self.local and prev is not None and _same_port(prev, n):
-                local[n.address] = self.local[n.address]
+            had = self.local.get(n.address)
+            if had and prev is not None and _same_port(prev, n) and params.still_ours(n, had):
+                local[n.address] = had
                 continue
             r = params.resolve(n)
             if isinstance(r, params.Unresolved):

@@ -89,6 +89,16 @@ def _is_ours(addr: IPAddress, ifindex: int) -> OSError | None:
     return None
 
 
+def still_ours(n: cfgmod.NeighborSection, addr: IPAddress) -> bool:
+    """Whether ``addr``, resolved earlier, is still assigned on ``n``'s interface's host (a
+    port that is only down keeps it; a deleted one takes it along)."""
+    try:
+        ifindex = socket.if_nametoindex(n.interface)
+    except OSError:
+        return False
+    return _is_ours(addr, ifindex) is None
+
+
 def resolve(n: cfgmod.NeighborSection) -> IPAddress | Unresolved:
     """The neighbor's local address, or why there is none yet (its interface is missing, has
     no route or address toward the peer, or the configured address is not ours)."""
