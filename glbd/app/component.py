@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from glbd.app import config as cfgmod
-from glbd.io.metrics import Sample
+from glbd.io.metrics import Row
 
 
 class Component(Protocol):
@@ -27,7 +27,7 @@ class Component(Protocol):
 
     def snapshot(self) -> dict[str, Any]: ...
 
-    def samples(self) -> Iterable[Sample]: ...
+    def samples(self) -> Iterable[Row]: ...
 
 
 class Host(Protocol):

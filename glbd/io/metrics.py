@@ -1,20 +1,46 @@
-"""Optional Prometheus endpoint (``metrics.listen = "HOST:PORT"``), stdlib only.
+"""Optional Prometheus endpoint (``metrics.listen = "HOST:PORT"``).
 
-The daemon passes a collector that returns :class:`Sample` rows at scrape time; nothing is kept
-between scrapes, so metrics cannot drift from what ``glbctl`` shows. Text exposition format 0.0.4.
+The exposition is ``prometheus_client``'s: a registry with the process collector and one custom
+collector that turns the daemon's rows (:class:`Sample`, or a ready metric family such as a
+histogram's) into metric families at scrape time. Nothing is kept between scrapes, so metrics
+cannot drift from what ``glbctl`` shows. The HTTP side stays on the asyncio loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import structlog
+from prometheus_client import (
+    CollectorRegistry,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "LATENCY_BUCKETS",
+    "Metric",
+    "MetricsServer",
+    "Row",
+    "Sample",
+    "exposition",
+    "families",
+    "histogram",
+    "render",
+]
 
 log = structlog.get_logger(__name__)
+
+# no ``*_created`` series: a histogram's creation time says nothing an operator needs, and
+# Prometheus 2.x would store it as a gauge of its own
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)
@@ -26,40 +52,76 @@ class Sample:
     kind: str = "gauge"  # gauge | counter
 
 
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+#: what a collector returns: samples, or a metric family built elsewhere (a histogram's)
+Row = Sample | Metric
 
 
-def _num(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v)) if not float(v).is_integer() else str(int(v))
+def families(rows: Iterable[Row]) -> list[Metric]:
+    """Rows grouped into metric families, one per name; the first row's help and kind win."""
+    out: dict[str, Metric] = {}
+    label_names: dict[str, list[str]] = {}
+    for r in rows:
+        if isinstance(r, Metric):
+            out.setdefault(r.name, r)
+            continue
+        fam = out.get(r.name)
+        names = sorted(r.labels)
+        if fam is None:
+            cls = CounterMetricFamily if r.kind == "counter" else GaugeMetricFamily
+            fam = out[r.name] = cls(r.name, r.help or r.name, labels=names)
+            label_names[r.name] = names
+        elif label_names.get(r.name) != names:  # one label set per name, or the scrape fails
+            log.warning("metrics_label_mismatch", metric=r.name, labels=names)
+            continue
+        fam.add_metric([str(r.labels[k]) for k in names], float(r.value))  # type: ignore[attr-defined]
+    return list(out.values())
 
 
-def render(samples: Iterable[Sample]) -> str:
-    """Text exposition: one HELP/TYPE header per metric name, samples grouped by name."""
-    by_name: dict[str, list[Sample]] = {}
-    for s in samples:
-        by_name.setdefault(s.name, []).append(s)
-    lines: list[str] = []
-    for name, rows in by_name.items():
-        if rows[0].help:
-            lines.append(f"# HELP {name} {rows[0].help}")
-        lines.append(f"# TYPE {name} {rows[0].kind}")
-        for s in rows:
-            lab = ",".join(f'{k}="{_esc(str(v))}"' for k, v in sorted(s.labels.items()))
-            lines.append(f"{name}{{{lab}}} {_num(s.value)}" if lab else f"{name} {_num(s.value)}")
-    return "\n".join(lines) + "\n"
+class _Fixed(Collector):
+    """Metric families built beforehand (on the event loop), rendered elsewhere."""
+
+    def __init__(self, fams: Iterable[Metric]) -> None:
+        self._fams = list(fams)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._fams)
+
+
+def exposition(fams: Iterable[Metric], *collectors: Collector) -> bytes:
+    """Text exposition (format 0.0.4) of ``fams`` and of what ``collectors`` collect now."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Fixed(fams))
+    for c in collectors:
+        reg.register(c)
+    return generate_latest(reg)
+
+
+def render(rows: Iterable[Row]) -> str:
+    """Text exposition of ``rows`` alone."""
+    return exposition(families(rows)).decode()
+
+
+def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
+    """A histogram in no registry: its owner hands ``h.collect()`` to a collector."""
+    return Histogram(name, doc, buckets=tuple(buckets), registry=None)
+
+
+#: latency buckets (seconds) from 1 ms to 10 s: covers a weight change (a few ms) and a FIB
+#: sync that waits for its hold-down (1 s by default) or a big full apply
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class MetricsServer:
-    def __init__(self, listen: str, collect: Callable[[], Iterable[Sample]]) -> None:
+    """``GET /metrics``: the rows are read on the event loop (the parts' state is the loop's),
+    the text is rendered in a worker thread: on a big fabric rendering takes tens of ms, which
+    the loop (FIB failovers, heartbeats) must not wait for."""
+
+    def __init__(self, listen: str, collect: Callable[[], Iterable[Row]]) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
         self.collect = collect
+        self._process = ProcessCollector(registry=None)
         self._server: asyncio.Server | None = None
 
     @property
@@ -77,25 +139,23 @@ class MetricsServer:
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
             self._server = None
 
+    async def _respond(self, method: bytes, path: bytes) -> tuple[bytes, bytes, bytes]:
+        if method != b"GET" or path.split(b"?")[0] not in (b"/metrics", b"/"):
+            return b"404 Not Found", b"text/plain", b"not found\n"
+        try:
+            fams = families(self.collect())
+            body = await asyncio.to_thread(exposition, fams, self._process)
+        except Exception as e:  # a collector bug must not kill the endpoint
+            log.warning("metrics_collect_failed", error=repr(e))
+            return b"500 Internal Server Error", b"text/plain", b"collect failed\n"
+        return b"200 OK", CONTENT_TYPE_PLAIN_0_0_4.encode(), body
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
             parts = head.split(b"\r\n", 1)[0].split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
-            if method != b"GET" or path.split(b"?")[0] not in (b"/metrics", b"/"):
-                body, status = b"not found\n", b"404 Not Found"
-                ctype = b"text/plain"
-            else:
-                try:
-                    body = render(self.collect()).encode()
-                    status, ctype = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
-                except Exception as e:  # a collector bug must not kill the endpoint
-                    log.warning("metrics_collect_failed", error=repr(e))
-                    body, status, ctype = (
-                        b"collect failed\n",
-                        b"500 Internal Server Error",
-                        b"text/plain",
-                    )
+            status, ctype, body = await self._respond(method, path)
             writer.write(
                 b"HTTP/1.1 "
                 + status
