@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from glbd.app import views
 from glbd.core.pathtable import PathTable
+from glbd.io.metrics import render
 from heartbeat.receiver import Receiver
 
 
@@ -50,3 +54,134 @@ def test_counters_and_metrics_show_every_heartbeat_drop_by_reason() -> None:
     assert got[("glbd_heartbeat_drops_total", (("reason", "bad_ttl"),))] == 1
     assert got[("glbd_heartbeat_sequence_recoveries_total", ())] == 0
     assert views.quality_counters({}, None) == {}
+
+
+def _rows(samples: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
+
+
+def test_link_metrics_are_in_base_units() -> None:
+    """Load is a 0-1 ratio and capacity is bytes/s (Mb/s in glbctl), so PromQL can divide
+    node_exporter's byte counters by it."""
+    link = {"ifname": "eth1", "band": 5, "load_pct": 42.5, "capacity_mbps": 1000.0}
+    shaped = {"ifname": "eth2", "capacity_mbps": 1000.0, "residual_mbps": 400.0}
+    snap = views.quality_snapshot([link, shaped], None, None, {})
+    got = _rows(views.quality_samples(cast(views.QualityView, snap)))
+    assert got[("glbd_link_load_ratio", (("ifname", "eth1"),))] == 0.425
+    assert got[("glbd_link_reported_capacity_bytes_per_second", (("ifname", "eth1"),))] == 125e6
+    assert got[("glbd_link_reported_capacity_bytes_per_second", (("ifname", "eth2"),))] == 50e6
+
+
+def test_node_counters_have_explicit_names_and_help() -> None:
+    """Each node counter has its own name and help; a key without one is not exported under a
+    generated name."""
+    snap = views.quality_snapshot([], None, None, {"fib_syncs": 4, "brand_new_counter": 1})
+    samples = list(views.quality_samples(cast(views.QualityView, snap)))
+    by_name = {s.name: s for s in samples}
+    assert by_name["glbd_fib_syncs_total"].value == 4
+    assert by_name["glbd_fib_syncs_total"].help == views.NODE_COUNTERS["fib_syncs"][1]
+    assert not [s for s in samples if "brand_new" in s.name]
+
+
+def everything() -> list[Any]:
+    """Every sampler over a snapshot with every kind of row, plus the daemon's own rows."""
+    r = Receiver()
+    r.on_datagram(b"\x00" * 40, ifname="eth1", src="192.0.2.1", ttl=64, now=1.0)
+    rx = {**r.to_dict(1.0), "senders": [{"node_id": 167837953, "age_ms": 20.0}]}
+    hb = {"receiver": rx, "sender": {"sent": 5}}
+    link = {"ifname": "eth1", "band": 5, "load_pct": 42.5, "capacity_mbps": 1000.0}
+    counters = dict.fromkeys(views.NODE_COUNTERS, 1)
+    bfd: dict[str, Any] = {
+        "sessions": [
+            {
+                "peer": "198.18.1.0",
+                "interface": "eth1",
+                "state": "up",
+                "flaps": 1,
+                "detect_time_ms": 150.0,
+                "drops": {"bad_ttl": 2},
+            }
+        ],
+        "counters": {"unmatched_drops": {"no_session": 1}, "truncated_datagrams": 0},
+        "engine": {"timer_lag_max_ms": 1.5},
+    }
+    fib: dict[str, Any] = {
+        "profiles": [
+            {
+                "key": "pf-1",
+                "weights": [{"next_hop": "198.18.1.0", "value": 255, "source": "glb"}],
+                "diff": False,
+            }
+        ],
+        "fib": {
+            "stale_held": {"routes": 3},
+            "foreign_routes": [{"prefix": "192.0.2.0/24", "group": "p", "metric": 0}],
+            "conflicts": {"route_exists_on_create": 2},
+        },
+    }
+    bgp: dict[str, Any] = {
+        "neighbors": [{"peer": "198.18.1.0", "state": "up", "prefixes_in": 3}],
+        "counters": {"api_dropped": {"bad_json": 1}},
+    }
+    lat = views.Latencies()
+    lat.synced(0.002, 10.0, 10.5)
+    return [
+        *views.quality_samples(
+            cast(views.QualityView, views.quality_snapshot([link], hb, None, counters))
+        ),
+        *views.bfd_samples(cast(views.BfdView, bfd)),
+        *views.fib_samples(cast(views.FibView, fib)),
+        *views.bgp_samples(cast(views.BgpView, bgp)),
+        *views.daemon_samples("1.2.3", True, 1700000000.0, {"last_ms": 1.0}, {"requests": 3}),
+        *lat.families(),
+    ]
+
+
+def test_every_metric_follows_prometheus_naming() -> None:
+    """Counters end in _total, quantities are in base units (no percent, Mb/s or ms), every
+    metric has a help text of its own, and the whole set parses as Prometheus reads it."""
+    text = render(everything())
+    fams = list(text_string_to_metric_families(text))
+    names = {f.name for f in fams}
+    assert {
+        "glbd_build_info",
+        "glbd_heartbeat_to_fib_seconds",
+        "glbd_fib_sync_duration_seconds",
+        "glbd_config_last_reload_successful",
+        "glbd_bfd_up",
+        "glbd_fib_conflicts",
+    } <= names
+    for f in fams:
+        assert f.name.startswith("glbd_"), f.name
+        assert not any(u in f.name for u in ("percent", "mbps", "_ms")), f.name
+        assert f.documentation and f.documentation != f.name, f.name
+        assert not f.documentation.startswith("glbd "), f.name  # no help generated from a key
+        for s in f.samples:
+            if f.type == "counter":
+                assert s.name.endswith("_total"), s.name
+            if s.name.endswith("_ratio"):
+                assert 0 <= s.value <= 1, s
+    build = next(f for f in fams if f.name == "glbd_build_info")
+    assert [(s.labels, s.value) for s in build.samples] == [({"version": "1.2.3"}, 1.0)]
+
+
+def test_reload_status_metrics() -> None:
+    got = _rows(views.daemon_samples("1", False, 123.0, {}, {}))
+    assert got[("glbd_config_last_reload_successful", ())] == 0
+    assert got[("glbd_config_last_reload_success_timestamp_seconds", ())] == 123.0
+
+
+def test_heartbeat_to_fib_latency_is_observed_only_for_syncs_that_carry_a_heartbeat() -> None:
+    lat = views.Latencies()
+    lat.synced(0.004, None, 5.0)  # a sync no heartbeat asked for
+    lat.synced(0.003, 4.9, 5.0)
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in lat.families()
+        for s in f.samples
+    }
+    assert got[("glbd_fib_sync_duration_seconds_count", ())] == 2
+    assert got[("glbd_heartbeat_to_fib_seconds_count", ())] == 1
+    assert math.isclose(got[("glbd_heartbeat_to_fib_seconds_sum", ())], 0.1)
+    assert got[("glbd_heartbeat_to_fib_seconds_bucket", (("le", "0.1"),))] == 1
+    assert got[("glbd_heartbeat_to_fib_seconds_bucket", (("le", "0.05"),))] == 0

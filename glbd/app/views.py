@@ -4,11 +4,12 @@ samples derived from those same snapshots (metric names and labels are a public 
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from glbd.core.pathtable import PathTable
-from glbd.io.metrics import Sample
+from glbd.io.metrics import LATENCY_BUCKETS, Metric, Sample, histogram
 
 # ---- snapshot shapes the samplers read (the keys they use; snapshots carry more) --------------
 
@@ -176,6 +177,41 @@ def routes_snapshot(
     return rows
 
 
+def select_routes(rows: list[dict[str, Any]], prefix: str | None) -> list[dict[str, Any]]:
+    """``glbctl routes PREFIX``: rows for ``prefix`` and the prefixes inside it; a host prefix
+    (an address) also selects the routes that contain it."""
+    if not prefix:
+        return rows
+    want = ipaddress.ip_network(prefix, strict=False)
+    host = want.prefixlen == want.max_prefixlen
+
+    def hit(text: Any) -> bool:
+        try:
+            net = ipaddress.ip_network(str(text))
+        except ValueError:
+            return False
+        if net.version != want.version:
+            return False
+        return net.subnet_of(want) or (host and want.subnet_of(net))  # type: ignore[arg-type]
+
+    return [r for r in rows if hit(r.get("prefix"))]
+
+
+def select_neighbors(rows: list[dict[str, Any]], peer: str | None) -> list[dict[str, Any]]:
+    """``glbctl neighbors PEER``: the peer by address, BGP identifier or interface."""
+    if not peer:
+        return rows
+    return [r for r in rows if peer in (str(r.get(k)) for k in ("peer", "bgp_id", "interface"))]
+
+
+def profile_changed(row: Mapping[str, Any]) -> bool:
+    """``glbctl profiles --changed``: glbd acts on this profile, i.e. its desired weights are
+    not all equal (traffic steered off plain ECMP), a next hop is left out of the kernel group
+    (``excluded``), or the kernel group differs from what glbd programs (``diff``)."""
+    values = {w.get("value") for w in row.get("weights") or []}
+    return len(values) > 1 or bool(row.get("excluded")) or bool(row.get("diff"))
+
+
 def plain(v: Any) -> Any:
     """``v`` as JSON-safe data (dataclasses as dicts, sets as lists, the rest as strings)."""
     if hasattr(v, "__dataclass_fields__"):
@@ -251,26 +287,66 @@ def bfd_samples(snap: BfdView) -> Iterable[Sample]:
         )
 
 
+#: Mb/s (what the link monitor and the heartbeats carry) to bytes/s: Prometheus's base unit for
+#: data is the byte, and node_exporter's interface counters are bytes too
+_MBPS_TO_BYTES = 1e6 / 8
+
+#: the node's counters (``glbctl counters``, quality part) as metrics: name and help
+NODE_COUNTERS: dict[str, tuple[str, str]] = {
+    "fib_syncs": ("glbd_fib_syncs_total", "FIB sync steps applied (full or incremental)"),
+    "fib_sync_errors": (
+        "glbd_fib_sync_errors_total",
+        "FIB sync steps the kernel refused (the next sync is full)",
+    ),
+    "fib_fast_failovers": (
+        "glbd_fib_fast_failovers_total",
+        "BFD failures that took a next hop out of the kernel groups before BGP reacted",
+    ),
+    "bfd_engine_failovers": (
+        "glbd_bfd_engine_failovers_total",
+        "fast failovers the BFD engine had already written to the kernel",
+    ),
+    "bfd_failover_arms": (
+        "glbd_bfd_failover_arms_total",
+        "failover maps handed to the BFD engine",
+    ),
+    "bfd_failover_arm_errors": (
+        "glbd_bfd_failover_arm_errors_total",
+        "failover maps the BFD engine did not take",
+    ),
+    "bfd_events": ("glbd_bfd_events_total", "BFD session state changes handled"),
+    "bgp_events": ("glbd_bgp_events_total", "BGP speaker events handled"),
+    "remote_updates": (
+        "glbd_heartbeat_remote_updates_total",
+        "heartbeat path-quality updates handed to the path table",
+    ),
+    "local_changes": (
+        "glbd_link_band_changes_total",
+        "local link-quality band changes handed to the path table",
+    ),
+}
+
+
 def quality_samples(snap: QualityView) -> Iterable[Sample]:
     for q in snap.get("links", []):
         lab = {"ifname": str(q.get("ifname"))}
         yield Sample("glbd_link_band", float(q.get("band", 0)), lab, "link quality band 0..7")
         yield Sample("glbd_link_down", 1.0 if q.get("down") else 0.0, lab, "link down flag")
         yield Sample(
-            "glbd_link_load_percent",
-            float(q.get("load_pct", 0)),
+            "glbd_link_load_ratio",
+            float(q.get("load_pct", 0)) / 100.0,
             lab,
-            "EWMA egress load, percent of capacity",
+            "EWMA egress load as a fraction of capacity (0-1)",
         )
         yield Sample(
             "glbd_link_queue_bytes", float(q.get("queue_bytes", 0)), lab, "EWMA qdisc backlog"
         )
         res, cap = q.get("residual_mbps"), q.get("capacity_mbps", 0)
         yield Sample(
-            "glbd_link_reported_capacity_mbps",
-            float(cap if res is None else res),
+            "glbd_link_reported_capacity_bytes_per_second",
+            float(cap if res is None else res) * _MBPS_TO_BYTES,
             lab,
-            "capacity the heartbeats report: the residual when foreign_classes are set",
+            "capacity the heartbeats report, bytes/s: the residual when foreign_classes are set",
         )
     for hb in snap.get("heartbeats", []):
         rx = hb.get("receiver") or {}
@@ -311,7 +387,9 @@ def quality_samples(snap: QualityView) -> Iterable[Sample]:
                 kind="counter",
             )
     for k, v in snap.get("counters", {}).items():
-        yield Sample(f"glbd_{k}_total", float(v), help=f"glbd {k}", kind="counter")
+        named = NODE_COUNTERS.get(k)
+        if named is not None:  # a counter without a name and help is not exported
+            yield Sample(named[0], float(v), help=named[1], kind="counter")
 
 
 def fib_samples(snap: FibView) -> Iterable[Sample]:
@@ -382,3 +460,81 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
             "malformed ExaBGP API lines",
             kind="counter",
         )
+
+
+class Latencies:
+    """The node's latency histograms, shown with the FIB part's metrics."""
+
+    def __init__(self) -> None:
+        self.heartbeat_to_fib = histogram(
+            "glbd_heartbeat_to_fib_seconds",
+            "a heartbeat that changed a path weight -> the FIB sync that programmed it",
+            LATENCY_BUCKETS,
+        )
+        self.fib_sync = histogram(
+            "glbd_fib_sync_duration_seconds",
+            "one FIB sync step: plan and netlink writes until the kernel acknowledged",
+            LATENCY_BUCKETS,
+        )
+
+    def synced(self, took: float, since: float | None, now: float) -> None:
+        """A FIB sync step took ``took`` seconds; ``since``: the first heartbeat it carries."""
+        self.fib_sync.observe(took)
+        if since is not None:
+            self.heartbeat_to_fib.observe(max(0.0, now - since))
+
+    def families(self) -> list[Metric]:
+        return [*self.heartbeat_to_fib.collect(), *self.fib_sync.collect()]
+
+
+def daemon_samples(
+    version: str,
+    reload_ok: bool,
+    loaded_at: float,
+    lag: Mapping[str, Any],
+    control: Mapping[str, int],
+) -> Iterable[Sample]:
+    """The daemon's own rows: build info, reload status (``reload_ok``: the last reload was
+    applied, True before any; ``loaded_at``: unix time the config in force was loaded), the
+    event loop's lag (``LoopLag.to_dict()``) and the control socket's counters."""
+    yield Sample("glbd_build_info", 1, {"version": version}, "glbd's version (always 1)")
+    yield Sample(
+        "glbd_up",
+        1,
+        help="the daemon is running (always 1; Prometheus's up says whether it answered)",
+    )
+    yield Sample(
+        "glbd_config_last_reload_successful",
+        1.0 if reload_ok else 0.0,
+        help="the last config reload was applied (1) or rejected, old config kept (0)",
+    )
+    yield Sample(
+        "glbd_config_last_reload_success_timestamp_seconds",
+        loaded_at,
+        help="unix time the config in force was loaded (start or last applied reload)",
+    )
+    yield Sample(
+        "glbd_loop_lag_seconds",
+        float(lag.get("last_ms", 0)) / 1e3,
+        help="how late the last 100 ms event-loop tick ran",
+    )
+    yield Sample(
+        "glbd_loop_lag_max_seconds",
+        float(lag.get("max_ms", 0)) / 1e3,
+        help="the latest an event-loop tick has run since start",
+    )
+    yield Sample(
+        "glbd_control_requests_total",
+        float(control.get("requests", 0)),
+        help="control socket requests",
+        kind="counter",
+    )
+    for key, n in control.items():
+        if key.startswith("decode_error_"):
+            yield Sample(
+                "glbd_control_decode_errors_total",
+                float(n),
+                {"reason": key.removeprefix("decode_error_")},
+                "control requests that did not decode, by reason",
+                kind="counter",
+            )
