@@ -529,20 +529,20 @@ def test_metrics_endpoint_and_glbctl_watch(lab: tuple[Fabric, dict[str, GlbdNode
         body = urllib.request.urlopen("http://127.0.0.1:9477/metrics", timeout=5).read().decode()
     s1, s2 = spine_addr("spine1", "leaf1"), spine_addr("spine2", "leaf1")
     for want in (
-        f'glbd_bfd_up{{interface="spine1",peer="{s1}"}} 1',
-        f'glbd_bgp_peer_up{{peer="{s2}"}} 1',
-        'glbd_link_band{ifname="spine1"} 7',
-        'glbd_link_reported_capacity_mbps{ifname="spine1"} ',
+        f'glbd_bfd_up{{interface="spine1",peer="{s1}"}} 1.0',
+        f'glbd_bgp_peer_up{{peer="{s2}"}} 1.0',
+        'glbd_link_band{ifname="spine1"} 7.0',
+        'glbd_link_reported_capacity_bytes_per_second{ifname="spine1"} ',
         "glbd_loop_lag_seconds ",
         "# TYPE glbd_heartbeats_accepted_total counter",
     ):
         assert want in body, want
     assert re.search(
         r'glbd_weight\{next_hop="198\.18\.1\.0",profile="pf-[0-9a-f]+",'
-        r'source="glb"\} 255',
+        r'source="glb"\} 255\.0',
         body,
     ), body
-    assert re.search(r'glbd_profile_fib_diff\{profile="pf-[0-9a-f]+"\} 0', body), body
+    assert re.search(r'glbd_profile_fib_diff\{profile="pf-[0-9a-f]+"\} 0\.0', body), body
     w = subprocess.run(
         [
             sys.executable,
