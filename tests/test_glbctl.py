@@ -379,3 +379,27 @@ def test_help_lists_the_exit_codes() -> None:
         timeout=60,
     )
     assert "exit codes:" in r.stdout and "reload: the new config file was rejected" in r.stdout
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_others_are_answered(
+    tmp_path: Path,
+) -> None:
+    """A local user who asks for a big answer and never reads it must not hold the daemon's
+    memory or the socket: the server drops it once it stalls and answers the next client."""
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(
+        path,
+        {"routes": lambda a: route_rows(PREFIXES, PEERS), "status": lambda a: {"ok": 1}},
+        stall_timeout=0.5,
+        max_answers=1,
+    )
+    await srv.start()
+    try:
+        _reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(proto.Request(1, "routes").encode())  # and never read
+        await writer.drain()
+        assert await asyncio.to_thread(ctl.request, str(path), "status", timeout=60) == {"ok": 1}
+        assert srv.counters["stalled_clients"] == 1
+        writer.close()
+    finally:
+        await srv.stop()

@@ -8,6 +8,8 @@ A handler's exception becomes an error response for that request only; a misbeha
 disconnected; neither affects the daemon. A big result (a list, or a generator of rows) is
 streamed in parts of at most :data:`~glbd.codec.control.PART_BYTES`, and the loop runs other
 work between parts; requests stay limited to one line of :data:`~glbd.codec.control.MAX_LINE`.
+At most :data:`MAX_ANSWERS` answers are written at once and a client that stops reading one is
+dropped after :data:`STALL_TIMEOUT_S` (counted as ``stalled_clients``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import contextlib
 import grp
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +33,35 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[dict[str, Any]], Any | Awaitable[Any]]
 
 
+#: a client that does not take a part of an answer within this many seconds is disconnected
+STALL_TIMEOUT_S = 10.0
+#: answers being written at once; more wait (each may hold a snapshot while its client reads)
+MAX_ANSWERS = 4
+
+
 class ControlServer:
-    def __init__(self, path: Path, handlers: dict[str, Handler], group: str = "glbd") -> None:
+    def __init__(
+        self,
+        path: Path,
+        handlers: dict[str, Handler],
+        group: str = "glbd",
+        stall_timeout: float = STALL_TIMEOUT_S,
+        max_answers: int = MAX_ANSWERS,
+    ) -> None:
         self.path = Path(path)
         self.handlers = handlers
         self.group = group
-        self.counters: dict[str, int] = {"requests": 0, "errors": 0, "decode_errors": 0}
+        self.stall_timeout = stall_timeout
+        self.counters: dict[str, int] = {
+            "requests": 0,
+            "errors": 0,
+            "decode_errors": 0,
+            "stalled_clients": 0,
+        }
         self._server: asyncio.AbstractServer | None = None
+        # a client that stops reading must not pile up snapshots in the daemon: few answers at
+        # a time, each client dropped once it stalls
+        self._answering = asyncio.Semaphore(max_answers)
 
     async def start(self) -> None:
         # whoever can change the socket's directory can put a fake glbd in glbctl's way, or
@@ -78,9 +102,14 @@ class ControlServer:
                     break
                 if not line:
                     break
-                async for out in self.answer(line):
-                    writer.write(out)
-                    await writer.drain()
+                async with self._answering, contextlib.aclosing(self.answer(line)) as lines:
+                    async for out in lines:
+                        writer.write(out)
+                        await asyncio.wait_for(writer.drain(), self.stall_timeout)
+        except TimeoutError:
+            self.counters["stalled_clients"] += 1
+            log.warning("control_client_stalled", timeout_s=self.stall_timeout)
+            writer.transport.abort()  # drop what it did not read
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -97,7 +126,7 @@ class ControlServer:
         """One request line in, its whole answer out (one line, or the parts and the last)."""
         return b"".join([out async for out in self.answer(line)])
 
-    async def answer(self, line: bytes) -> AsyncIterator[bytes]:
+    async def answer(self, line: bytes) -> AsyncGenerator[bytes, None]:
         """The lines answering one request line; never raises."""
         try:
             req = proto.decode_request(line)
