@@ -211,6 +211,23 @@ HEARTBEATS = [
                   "senders": [{"node_id": "198.18.4.1", "sequence": 5, "age_ms": 20}]}},
 ]  # fmt: skip
 
+PROFILES = {
+    "profiles": [
+        {"key": "pf-1", "nhid": 7, "diff": False, "note": "", "prefixes": ["10.0.0.0/24"],
+         "excluded": {}, "weights": [{"next_hop": "198.18.1.0", "ifname": "spine1", "value": 200,
+                                      "programmed": 201, "installed": 202, "source": "glb"}]},
+    ],
+    "fib": {"table": 254},
+}  # fmt: skip
+QUALITY = {
+    "role": "load-balancer",
+    "profiles": [
+        {"key": "pf-1", "prefixes": 1, "recomputes": 3, "next_hops": [
+            {"address": "198.18.1.0", "ifname": "spine1", "weight": {"value": 128, "source": "glb"}}
+        ]},
+    ],
+}  # fmt: skip
+
 
 class FakeDaemon:
     """The handlers glbd serves, with canned rows; records the arguments each request had."""
@@ -233,8 +250,8 @@ class FakeDaemon:
             "bfd": h("bfd", BFD),
             "links": h("links", LINKS),
             "heartbeats": h("heartbeats", HEARTBEATS),
-            "quality": h("quality", {"profiles": []}),
-            "profiles": h("profiles", {"profiles": [], "fib": {"table": 254}}),
+            "quality": h("quality", QUALITY),
+            "profiles": h("profiles", PROFILES),
             "routes": h("routes", lambda: list(route_rows(2, 2))),
             "reload": h(
                 "reload",
@@ -288,6 +305,8 @@ async def test_json_before_or_after_the_command(fake: Any) -> None:
         ("links", ["ifname", "band", "spine1", "1.5"]),
         ("heartbeats", ["receiver.accepted", "receiver.drops.bad_auth", "node_id", "198.18.4.1"]),
         ("routes", ["prefix", "next hops", "10.0.1.0/24", "198.18.0.2%spine1 [198.18.4.1,"]),
+        ("profiles", ["fib.table", "254", "pf-1", "198.18.1.0%spine1: 200/201/202 glb"]),
+        ("quality", ["load-balancer", "pf-1", "198.18.1.0%spine1: 128 (glb)"]),
     ],
 )
 async def test_every_command_prints_a_table(fake: Any, cmd: str, words: list[str]) -> None:

@@ -196,13 +196,19 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         "peer", "interface", "state", "remote_state", "diag_name", "detect_time_ms",
         "tx_interval_ms", "flaps", "uptime_s", "last_down_reason", "drops",
     ),
-    "profiles": (
+    "profiles.profiles": (
         "key", "nhid", "diff",
         ("weights (desired/programmed/installed)", lambda r: "\n".join(
             f"{w.get('next_hop')}%{w.get('ifname')}: {w.get('value')}/{w.get('programmed')}/"
             f"{w.get('installed')} {w.get('source')}" for w in r.get("weights") or []) or "-"),
         ("prefixes", lambda r: len(r.get("prefixes") or [])),
         "note",
+    ),
+    "quality.profiles": (
+        "key", "prefixes", "recomputes",
+        ("next hops: weight (source)", lambda r: "\n".join(
+            f"{n.get('address')}%{n.get('ifname')}: {(n.get('weight') or {}).get('value')} "
+            f"({(n.get('weight') or {}).get('source')})" for n in r.get("next_hops") or []) or "-"),
     ),
 }  # fmt: skip
 
@@ -244,7 +250,7 @@ def _render_object(console: Any, title: str, result: dict[str, Any]) -> None:
         if not v:
             console.print(f"{sub}: (none)")
             continue
-        console.print(_table(sub, v, COLUMNS.get(k) if k == "profiles" else None))
+        console.print(_table(sub, v, COLUMNS.get(f"{title}.{k}")))
 
 
 def _table(title: str, rows: list[dict[str, Any]], columns: Sequence[Column] | None) -> Any:
