@@ -1,0 +1,59 @@
+"""glbctl's filters, applied by the daemon: ``routes PREFIX``, ``neighbors PEER``,
+``profiles --changed``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from glbd.app import views
+
+NEIGHBORS = [
+    {"peer": "198.18.1.0", "interface": "spine1", "bgp_id": "198.18.4.1", "state": "up"},
+]
+
+
+ROUTES = [{"prefix": p} for p in ("10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "10.2.0.0/16",
+                                  "192.0.2.0/24", "2001:db8::/32")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("prefix", "want"),
+    [
+        (None, [r["prefix"] for r in ROUTES]),
+        ("10.1.0.0/16", ["10.1.0.0/16", "10.1.2.0/24"]),  # exact and contained
+        ("10.0.0.0/8", ["10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "10.2.0.0/16"]),
+        ("10.1.2.3/32", ["10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24"]),  # an address: covering
+        ("10.3.0.0/16", []),
+        ("2001:db8::/16", ["2001:db8::/32"]),
+    ],
+)
+def test_select_routes(prefix: str | None, want: list[str]) -> None:
+    assert [r["prefix"] for r in views.select_routes(ROUTES, prefix)] == want
+
+
+def test_select_neighbors_by_address_bgp_id_or_interface() -> None:
+    rows = [NEIGHBORS[0], {**NEIGHBORS[0], "peer": "198.18.2.0", "bgp_id": "198.18.4.2",
+                           "interface": "spine2"}]  # fmt: skip
+    for key in ("198.18.2.0", "198.18.4.2", "spine2"):
+        assert views.select_neighbors(rows, key) == [rows[1]]
+    assert views.select_neighbors(rows, "spine9") == []
+
+
+def _profile(values: list[int], diff: bool = False, excluded: Any = None) -> dict[str, Any]:
+    ws = [{"next_hop": f"nh{i}", "value": v} for i, v in enumerate(values)]
+    return {"key": "pf", "weights": ws, "diff": diff, "excluded": excluded or {}}
+
+
+@pytest.mark.parametrize(
+    ("row", "changed"),
+    [
+        (_profile([255, 255]), False),  # plain ECMP, kernel as programmed
+        (_profile([255, 128]), True),  # steered
+        (_profile([255, 255], diff=True), True),  # kernel differs from what glbd programs
+        (_profile([255, 255], excluded={"nh1": "link_down"}), True),
+    ],
+)
+def test_profile_changed(row: dict[str, Any], changed: bool) -> None:
+    assert views.profile_changed(row) is changed
