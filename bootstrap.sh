@@ -23,7 +23,9 @@ case "$job" in demo|test|install) ;; *) die "usage: $0 {demo|test|install} [args
 
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(iproute2 nftables debootstrap tcpdump iperf3 procps psmisc kmod
-              python3 python3-venv python3-dev gcc systemd ca-certificates)
+              python3 python3-venv python3-dev gcc systemd ca-certificates
+              build-essential dpkg-dev debhelper dh-virtualenv
+              prometheus)  # promtool tests the alert rules; a test scrapes a lab glbd
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -30,10 +30,12 @@ import structlog
 from glbd import __version__
 from glbd.app import config as cfgmod
 from glbd.app import log as logmod
+from glbd.app import views
 from glbd.app.component import Component
+from glbd.app.privileges import capability_problem
 from glbd.io import systemd
 from glbd.io.control import ControlServer
-from glbd.io.metrics import MetricsServer, Sample
+from glbd.io.metrics import MetricsServer, Row
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +99,7 @@ class Daemon:
         self.state = "starting"
         self.lag = LoopLag()
         self.last_reload: ReloadResult | None = None
+        self.config_loaded_at = self.started_at  # unix time the config in force was loaded
         self._factory = components or _no_components
         self.components: list[Component] = []
         self._stop = asyncio.Event()
@@ -232,6 +235,7 @@ class Daemon:
                     log.error("reconfigure_failed", component=c.name, error=repr(e))
             self.cfg = new
             res = ReloadResult(True, time.time(), "applied", changes)
+            self.config_loaded_at = res.at
             self.last_reload = res
             log.info("reload_applied", **changes)
             systemd.notify(ready=1, status="running (reloaded)")
@@ -279,14 +283,36 @@ class Daemon:
             "config": lambda a: self.cfg.redacted(),
             "counters": lambda a: self.counters(),
             "reload": self._reload_handler,
-            "neighbors": self._section("neighbors", "bgp"),
-            "routes": self._section("routes", "bgp"),
+            "neighbors": self._filtered(self._section("neighbors", "bgp"), "peer"),
+            "routes": self._routes,
             "bfd": self._section("sessions", "bfd"),
             "links": self._section("links", "quality"),
             "heartbeats": self._section("heartbeats", "quality"),
             "quality": self._section("quality", "quality"),
-            "profiles": self._whole("fib"),
+            "profiles": self._profiles,
         }
+
+    def _filtered(self, handler: Callable[[dict[str, Any]], Any], key: str) -> Any:
+        """``handler`` whose rows are cut to those ``key`` (``glbctl neighbors PEER``) selects."""
+
+        def filtered(args: dict[str, Any]) -> Any:
+            rows = handler(args)
+            return views.select_neighbors(rows, args.get(key)) if isinstance(rows, list) else rows
+
+        return filtered
+
+    def _routes(self, args: dict[str, Any]) -> Any:
+        c = self._component("bgp")
+        routes = getattr(c, "routes", None)
+        if routes is None:
+            return {"routes": [], "note": "bgp is not running in this role/config"}
+        return routes(args.get("prefix"))
+
+    def _profiles(self, args: dict[str, Any]) -> Any:
+        snap = self._whole("fib")(args)
+        if args.get("changed") and isinstance(snap.get("profiles"), list):
+            snap["profiles"] = [p for p in snap["profiles"] if views.profile_changed(p)]
+        return snap
 
     async def _reload_handler(self, args: dict[str, Any]) -> Any:
         return (await self.reload()).to_dict()
@@ -326,32 +352,13 @@ class Daemon:
                 out[c.name] = counters
         return out
 
-    def samples(self) -> list[Sample]:
-        out = [
-            Sample("glbd_up", 1, help="glbd is running"),
-            Sample("glbd_loop_lag_seconds", self.lag.last, help="last event-loop lag"),
-            Sample("glbd_loop_lag_max_seconds", self.lag.max, help="max event-loop lag"),
-        ]
-        ctl = self.control.counters
-        out.append(
-            Sample(
-                "glbd_control_requests_total",
-                float(ctl.get("requests", 0)),
-                help="control socket requests",
-                kind="counter",
+    def samples(self) -> list[Row]:
+        ok = self.last_reload.ok if self.last_reload else True
+        out: list[Row] = list(
+            views.daemon_samples(
+                __version__, ok, self.config_loaded_at, self.lag.to_dict(), self.control.counters
             )
         )
-        for key, n in ctl.items():
-            if key.startswith("decode_error_"):
-                out.append(
-                    Sample(
-                        "glbd_control_decode_errors_total",
-                        float(n),
-                        {"reason": key.removeprefix("decode_error_")},
-                        "control requests that did not decode, by reason",
-                        kind="counter",
-                    )
-                )
         for c in self.components:
             out.extend(c.samples())
         return out
@@ -389,10 +396,9 @@ def main(
         return 1
     fmt: Any = log_format or cfg.logging.format
     logmod.setup(log_level or cfg.logging.level, fmt)
-    if os.geteuid() != 0:
-        print(
-            "glbd: must run as root (netlink, BFD/heartbeat sockets, BGP port 179)", file=sys.stderr
-        )
+    problem = capability_problem(cfg)
+    if problem:
+        print(problem, file=sys.stderr)
         return 3
     # the BFD engine's events arrive on a reader thread; while the loop runs Python code that
     # thread waits for the GIL up to the switch interval (default 5 ms) before it can hand an

@@ -41,10 +41,12 @@ from glbd.app import config as cfgmod
 from glbd.app import params, views
 from glbd.app.component import Host
 from glbd.app.failover import FailoverArming
+from glbd.app.neighbors import LocalAddresses
 from glbd.core.fibsync import FibSync, Step
 from glbd.core.linkq import LinkMonitor, QualityChanged
 from glbd.core.pathtable import Changes, PathTable
 from glbd.core.rib import NextHopsChanged, PeerDown, PeerUp
+from glbd.io import caps
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
 from glbd.io.fib import FibProgrammer
 from glbd.io.linkrunner import MonitorRunner
@@ -81,6 +83,8 @@ class Node:
         }
         self.fibsync = FibSync(float(os.environ.get("GLBD_FIB_HOLD_S", "1.0")))
         self.last_fib_sync: dict[str, Any] = {}
+        self.latency = views.Latencies()
+        self._remote_since: float | None = None  # first weight-changing heartbeat not yet synced
         self._fib_task: asyncio.Task[None] | None = None
         self._fib_timer: asyncio.TimerHandle | None = None
         self.peer_ids: dict[IPAddress, int] = {}  # BGP neighbor -> its BGP id (from OPEN)
@@ -95,6 +99,8 @@ class Node:
         self._stats: StatsReader | None = None
         self._exabgp_dir: Path | None = None
         self.failover = FailoverArming(self.loop, lambda: self.bfd, lambda: self.cfg, self.counters)
+        # neighbors whose port is down or missing wait here; the others start without them
+        self.addrs = LocalAddresses(self.loop, self._neighbors_resolved)
 
     @property
     def fib_hold_s(self) -> float:
@@ -151,7 +157,8 @@ class Node:
         )
 
     def bfd_sessions(self) -> list[SessionConfig]:
-        return params.bfd_sessions(self.cfg)
+        """The sessions of the neighbors with a local address (before start: all, looked up)."""
+        return params.bfd_sessions(self.cfg, self.addrs.local if self.addrs.ready else None)
 
     # ---- start / stop per part ------------------------------------------------------------
 
@@ -188,8 +195,9 @@ class Node:
             self._stats.close()
 
     async def start_bfd(self) -> None:
+        self.addrs.ensure(self.cfg)
         sessions = self.bfd_sessions()
-        if not sessions:
+        if not params.bfd_session_keys(self.cfg):
             return
 
         def hop(ev: BfdEvent) -> None:  # engine thread -> event loop
@@ -198,7 +206,7 @@ class Node:
         self.bfd = BfdEngine(
             hop,
             mode=self.cfg.bfd.mode,
-            rt_priority=(self.cfg.bfd.rt_priority or None) if os.geteuid() == 0 else None,
+            rt_priority=(self.cfg.bfd.rt_priority or None) if caps.has("CAP_SYS_NICE") else None,
             on_exit=lambda rc: log.error("bfd_engine_exited", rc=rc),
             # a fresh interpreter on a busy box can take seconds to answer the first call
             call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
@@ -209,14 +217,16 @@ class Node:
         self.failover.rearm(all_sessions=True)
 
     async def stop_bfd(self) -> None:
+        await self.addrs.close()
         await self.failover.stop()
         if self.bfd is not None:
             await asyncio.to_thread(self.bfd.stop)
 
     async def start_bgp(self) -> None:
+        self.addrs.ensure(self.cfg)
         runtime = self._exabgp_dir = Path(self.cfg.control.socket).parent / f"exabgp-{os.getpid()}"
         self.bgp = BgpSpeaker(
-            params.rib_params(self.cfg),
+            params.rib_params(self.cfg, self.addrs.local),
             netns=self.netns,
             on_event=self.on_bgp,
             process=ProcessOptions(
@@ -226,6 +236,7 @@ class Node:
         await self.bgp.start()
 
     async def stop_bgp(self) -> None:
+        await self.addrs.close()
         if self.bgp is not None:
             await self.bgp.stop()
         if self._exabgp_dir is not None:
@@ -238,6 +249,8 @@ class Node:
     async def reconfigure_fib(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
         self.cfg = new
         self.iface_of = {n.address: n.interface for n in new.neighbors}
+        if _neighbors_changed(ch) and self.addrs.ready:
+            self.addrs.update(new)
         if "fib" in ch["sections"]:
             # group type/buckets/timers apply to the next sync (make-before-break in the FIB);
             # protocol/table changes would orphan installed state: those need a restart
@@ -305,7 +318,19 @@ class Node:
         if self.bgp is None:
             return
         if _neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
-            self.bgp.reconfigure(params.rib_params(self.cfg))
+            self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+
+    async def _neighbors_resolved(self, found: list[IPAddress]) -> None:
+        """Neighbors whose port came up: their BGP and BFD sessions start now (BGP first: it
+        takes them from the waiting rows before this yields)."""
+        if self.bgp is not None:
+            self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+        new = [s for s in self.bfd_sessions() if ipaddress.ip_address(s.peer) in found]
+        if new and self.bfd is None:
+            await self.start_bfd()
+        elif new and self.bfd is not None:
+            for s in new:
+                await asyncio.to_thread(self.bfd.add_session, s)
 
     # ---- event routing --------------------------------------------------------------------
 
@@ -408,6 +433,9 @@ class Node:
             c = self.table.set_remote(u.node_id, u.entries)
             agg = c if agg is None else agg | c
         if agg:
+            # timed only once syncs run (not through the start's hold-down)
+            if self._remote_since is None and not self.fibsync.held(self.loop.time()):
+                self._remote_since = time.monotonic()
             self._table_changed(agg)
 
     def on_bfd(self, ev: BfdEvent) -> None:
@@ -496,14 +524,20 @@ class Node:
             if step is None:
                 return
             t0 = time.perf_counter()
+            since, self._remote_since = self._remote_since, None  # this step carries them
             try:
                 result = await self._run_step(step)
             except Exception as e:  # the kernel said no: count, log, redo it fully next time
+                self._remote_since = since if since is not None else self._remote_since
                 self.counters["fib_sync_errors"] += 1
                 self.fibsync.failed()
                 log.error("fib_sync_failed", mode=step.mode, error=repr(e))
                 continue
             self.fibsync.done(step)
+            if step.kind == "none":  # nothing written: the full step that follows carries them
+                self._remote_since = since if since is not None else self._remote_since
+            else:
+                self.latency.synced(time.perf_counter() - t0, since, time.monotonic())
             self.counters["fib_syncs"] += 1
             self.last_fib_sync = {
                 "at": time.time(),
@@ -542,7 +576,7 @@ class Node:
         )
 
     def fib_snapshot(self) -> dict[str, Any]:
-        fib = self.fib.snapshot() if self.fib else {}
+        fib = self.fib.snapshot(routes=False) if self.fib else {}
         return views.fib_snapshot(fib, self.table, self.last_fib_sync)
 
     def routes_snapshot(self) -> list[dict[str, Any]]:

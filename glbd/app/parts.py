@@ -14,7 +14,7 @@ from glbd.app import config as cfgmod
 from glbd.app import views
 from glbd.app.component import Component, Host
 from glbd.app.node import Node
-from glbd.io.metrics import Sample
+from glbd.io.metrics import Row
 
 log = structlog.get_logger(__name__)
 
@@ -32,13 +32,18 @@ class _Part:
         """One key of the snapshot (parts override it where building everything is costly)."""
         return self.snapshot().get(key)
 
-    def _samples(self, snap: dict[str, Any]) -> Iterable[Sample]:
+    def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
         raise NotImplementedError
 
-    def samples(self) -> Iterable[Sample]:
+    def sample_view(self) -> dict[str, Any]:
+        """What the samples are derived from: the snapshot glbctl shows, or the part of it
+        they need where the whole is costly."""
+        return self.snapshot()
+
+    def samples(self) -> Iterable[Row]:
         """Prometheus samples, derived from the same snapshot glbctl shows."""
         try:
-            return list(self._samples(self.snapshot()))
+            return list(self._samples(self.sample_view()))
         except Exception as e:  # a scrape must never break on one part's odd state
             log.warning("metrics_samples_failed", component=self.name, error=repr(e))
             return []
@@ -62,11 +67,12 @@ class FibPart(_Part):
     def section(self, key: str) -> Any:
         if key == "counters":
             fib = self.node.fib
-            return fib.snapshot().get("counters", {}) if fib else {}
+            return fib.snapshot(routes=False).get("counters", {}) if fib else {}
         return super().section(key)
 
-    def _samples(self, snap: dict[str, Any]) -> Iterable[Sample]:
-        return views.fib_samples(cast(views.FibView, snap))
+    def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
+        yield from views.fib_samples(cast(views.FibView, snap))
+        yield from self.node.latency.families()
 
 
 class QualityPart(_Part):
@@ -90,7 +96,7 @@ class QualityPart(_Part):
             return views.quality_counters(self.node.counters, ep.to_dict() if ep else None)
         return super().section(key)
 
-    def _samples(self, snap: dict[str, Any]) -> Iterable[Sample]:
+    def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
         return views.quality_samples(cast(views.QualityView, snap))
 
 
@@ -110,7 +116,17 @@ class BfdPart(_Part):
         bfd = self.node.bfd
         return bfd.snapshot() if bfd else {"sessions": []}
 
-    def _samples(self, snap: dict[str, Any]) -> Iterable[Sample]:
+    def section(self, key: str) -> Any:
+        """``sessions`` also lists the neighbors waiting for their port (not in the samples)."""
+        rows = super().section(key)
+        if key == "sessions":
+            rows = list(rows or [])
+            have = {(r["interface"], r["peer"]) for r in rows}
+            waiting = self.node.addrs.bfd_rows(self.node.cfg)
+            rows += [w for w in waiting if (w["interface"], w["peer"]) not in have]
+        return rows
+
+    def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
         return views.bfd_samples(cast(views.BfdView, snap))
 
 
@@ -135,10 +151,10 @@ class BgpPart(_Part):
         RIB are costly)."""
         bgp = self.node.bgp
         if bgp is not None:
-            if key == "neighbors":
-                return bgp.neighbors_snapshot()
+            if key == "neighbors":  # and those waiting for their port (not in the samples)
+                return bgp.neighbors_snapshot() + self.node.addrs.bgp_rows()
             if key == "routes":
-                return self.node.routes_snapshot()
+                return self.routes()
             if key == "counters":
                 return {
                     **dict(bgp.rib.counters),
@@ -148,7 +164,24 @@ class BgpPart(_Part):
                 }
         return super().section(key)
 
-    def _samples(self, snap: dict[str, Any]) -> Iterable[Sample]:
+    def routes(self, prefix: str | None = None) -> list[dict[str, Any]]:
+        """``glbctl routes [PREFIX]``: only the selected RIB rows are joined with the FIB."""
+        n = self.node
+        if n.bgp is None:
+            return []
+        rows = views.select_routes(n.bgp.routes_snapshot(), prefix)
+        fib_routes = n.fib.snapshot().get("routes", {}) if n.fib else {}
+        return views.routes_snapshot(rows, fib_routes, n.table)
+
+    def sample_view(self) -> dict[str, Any]:
+        """Established or configured sessions and counters only: no per-route rows on a
+        scrape."""
+        bgp = self.node.bgp
+        if bgp is None:
+            return {}
+        return {"neighbors": bgp.neighbors_snapshot(), "counters": self.section("counters")}
+
+    def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
         return views.bgp_samples(cast(views.BgpView, snap))
 
 
