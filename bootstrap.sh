@@ -24,26 +24,33 @@ case "$job" in demo|test|install) ;; *) die "usage: $0 {demo|test|install} [args
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(iproute2 nftables debootstrap tcpdump iperf3 procps psmisc kmod
               python3 python3-venv python3-dev gcc systemd ca-certificates
-              build-essential dpkg-dev debhelper dh-virtualenv
-              prometheus)  # promtool tests the alert rules; a test scrapes a lab glbd
+              build-essential dpkg-dev debhelper dh-virtualenv)
+# Services the tests run themselves, never as host services: their start is blocked while
+# they install (FRR 8.4 for the legacy interop test; Prometheus: promtool checks the alert
+# rules and a test scrapes a lab glbd).
+SERVICE_PACKAGES=(frr prometheus)
 
+updated=0
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   step "apt: installing ${missing[*]}"
-  apt-get update -q
+  apt-get update -q; updated=1
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# bookworm's FRR 8.4 (no NHC support) is used by one interop test; it must never run as a host
-# service, so its start is blocked while it installs.
-if ! dpkg-query -W -f='${Status}' frr 2>/dev/null | grep -q "install ok installed"; then
-  step "apt: installing frr (bookworm 8.4, for the legacy interop test; service not started)"
+svc_missing=()
+for p in "${SERVICE_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || svc_missing+=("$p")
+done
+if [ ${#svc_missing[@]} -gt 0 ]; then
+  step "apt: installing ${svc_missing[*]} (services not started)"
+  [ $updated = 1 ] || apt-get update -q
   prc=/usr/sbin/policy-rc.d; had_prc=0; [ -e $prc ] && had_prc=1
   [ $had_prc = 1 ] || { printf '#!/bin/sh\nexit 101\n' > $prc; chmod +x $prc; }
-  apt-get install -y -q --no-install-recommends frr || { [ $had_prc = 1 ] || rm -f $prc; die "apt-get install frr failed"; }
+  apt-get install -y -q --no-install-recommends "${svc_missing[@]}" || { [ $had_prc = 1 ] || rm -f $prc; die "apt-get install ${svc_missing[*]} failed"; }
   [ $had_prc = 1 ] || rm -f $prc
 fi
 
