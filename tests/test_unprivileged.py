@@ -4,12 +4,12 @@ leaf up in a lab fabric, and a daemon missing one says which in one line."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,18 +55,39 @@ def shared_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
+#: what the daemon imports at run time (its runtime dependencies and theirs)
+RUNTIME_MODULES = (
+    "glbd", "bfd", "heartbeat", "exabgp", "pydantic", "pydantic_core", "annotated_types",
+    "typing_extensions", "typing_inspection", "structlog", "rich", "markdown_it", "mdurl",
+    "pygments", "prometheus_client",
+)  # fmt: skip
+
+
+def importable_copy(dest: Path) -> Path:
+    """The daemon's packages copied where the unprivileged user can read them."""
+    dest.mkdir(mode=0o755, exist_ok=True)
+    for name in RUNTIME_MODULES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        origin = Path(spec.origin)
+        if origin.name == "__init__.py":
+            shutil.copytree(origin.parent, dest / origin.parent.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(origin, dest / origin.name)
+    subprocess.run(["chmod", "-R", "a+rX", str(dest)], check=True)
+    return dest
+
+
 def python_for_nobody(bindir: Path) -> tuple[str, dict[str, str]]:
     """An interpreter the unprivileged user may run, with glbd importable and an ``exabgp``
-    on PATH. This venv's own python serves unless its base lies in a private home (pyenv
-    under /root); then the system's python of the same version runs the venv's packages."""
-    exe = os.path.realpath(sys.executable)
+    on PATH: the system's python of this version (a venv's base may lie in a private home, as
+    pyenv's under /root) with a copy of the daemon's packages (a fresh clone or CI's checkout,
+    and so its venv, may sit under a directory only root can enter)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    reach = subprocess.run([*setpriv([]), "test", "-x", exe], check=False)
-    if reach.returncode == 0:
-        return sys.executable, env
     exe = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    site = sysconfig.get_paths()["purelib"]
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "lab"), site])
+    if not os.path.exists(exe):
+        exe = sys.executable
+    env["PYTHONPATH"] = str(importable_copy(bindir / "site"))
     wrapper = bindir / "exabgp"
     wrapper.write_text(
         f"#!{exe}\nimport sys\nfrom exabgp.application.main import main\nsys.exit(main())\n"
