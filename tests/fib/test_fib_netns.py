@@ -8,11 +8,12 @@ import ipaddress
 import subprocess
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fibrig import Rig, member
+from glbdlab.waits import until as eventually
 
 from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
 from glbd.io.fib import FibProgrammer
@@ -39,15 +40,6 @@ async def fib(rig: Rig) -> AsyncIterator[FibProgrammer]:
         yield f
     finally:
         await f.stop(keep=True)
-
-
-async def eventually(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 def by_gw(rig: Rig) -> dict[int, str]:

@@ -4,13 +4,13 @@ has not re-learned yet."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fibrig import Rig, member
+from glbdlab.waits import until as eventually
 
 from glbd.core.fibmodel import Desired, GroupSpec
 from glbd.io.fib import FibProgrammer
@@ -41,15 +41,6 @@ async def fib(rig: Rig) -> AsyncIterator[FibProgrammer]:
         yield f
     finally:
         await f.stop(keep=True)
-
-
-async def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 def route(rig: Rig, prefix: str) -> dict[str, Any] | None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
 
 import pytest
 from glbdlab.netns import Lab, Netns
+from glbdlab.waits import until as _until
 
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, RemoteUpdate
@@ -33,15 +33,6 @@ def _inject(ns: Netns, ifname: str, src: str, payload: bytes) -> None:
     with ns.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
         s.sendto(pkt, (DEFAULT_GROUP, 0))
-
-
-async def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.netns

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from collections.abc import Callable
 
 import pytest
 from glbdlab.netns import Lab, Netns
+from glbdlab.waits import until as _until
 
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams, RemoteUpdate
@@ -43,15 +43,6 @@ def _send_udp(ns: Netns, ifname: str, payload: bytes) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
         s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
         s.sendto(payload, (DEFAULT_GROUP, DEFAULT_PORT))
-
-
-async def _until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.netns

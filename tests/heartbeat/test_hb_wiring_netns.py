@@ -6,14 +6,13 @@ moves both to the new group. No BGP, FIB or link monitor runs: only the heartbea
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from glbdlab.netns import Lab, Netns
+from glbdlab.waits import until as _until
 
 from glbd.app import config
 from glbd.app.daemon import Daemon
@@ -25,15 +24,6 @@ from heartbeat.wire import Entry
 SPINE_ID, LEAF_ID = "10.0.0.1", "10.0.0.2"
 S_IF, L_IF = "sw-lf", "lf-sw"
 G6 = "ff12::150"
-
-
-async def _until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def _cfg(tmp: Path, rid: str, role: str, peer: str, ifname: str, **hb: Any) -> config.Config:
