@@ -372,7 +372,9 @@ async def test_ctrl_c_in_watch_exits_130_without_a_traceback(fake: Any) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert proc.returncode == 130, err
+    # 130 from glbctl's own handler, or death by SIGINT when the signal lands while the
+    # interpreter exits: a shell reports 130 for both
+    assert proc.returncode in (130, -signal.SIGINT), err
     assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err
 
 

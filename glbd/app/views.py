@@ -5,7 +5,7 @@ samples derived from those same snapshots (metric names and labels are a public 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict
 
 from glbd.core.pathtable import PathTable
@@ -164,24 +164,42 @@ def routes_snapshot(
     """``glbctl routes``: the RIB's per-prefix next hops / next-next hops, plus the kernel
     group each prefix points at and whether it matches what glbd wants."""
     for r in rows:
-        fr = fib_routes.get(r.get("prefix"))  # type: ignore[arg-type]
-        r["profile"] = table.profile_of(r["prefix"]) if table else None
-        r["nhid"] = fr.get("installed_nhid") if fr else None
-        r["weights"] = [
-            {"next_hop": lab.split("@")[0], "ifname": lab.partition("@")[2], "installed": w}
-            for lab, w in sorted((fr or {}).get("installed", {}).items())
-        ]
-        r["fib_diff"] = (
-            bool(fr.get("diff")) if fr else (not r.get("originated") and bool(r.get("next_hops")))
-        )
+        route_row(r, fib_routes.get(r.get("prefix")), table)  # type: ignore[arg-type]
     return rows
 
 
-def select_routes(rows: list[dict[str, Any]], prefix: str | None) -> list[dict[str, Any]]:
-    """``glbctl routes PREFIX``: rows for ``prefix`` and the prefixes inside it; a host prefix
-    (an address) also selects the routes that contain it."""
+def iter_routes(
+    rows: Iterable[dict[str, Any]],
+    fib_route: Callable[[str], Mapping[str, Any] | None],
+    table: PathTable | None,
+) -> Iterator[dict[str, Any]]:
+    """:func:`routes_snapshot` one row at a time (``fib_route(prefix)``: that prefix's FIB
+    row), for an answer streamed as it is built."""
+    for r in rows:
+        yield route_row(r, fib_route(r["prefix"]), table)
+
+
+def route_row(
+    r: dict[str, Any], fr: Mapping[str, Any] | None, table: PathTable | None
+) -> dict[str, Any]:
+    """One RIB row joined with its FIB row ``fr`` (``None``: glbd programs no route)."""
+    r["profile"] = table.profile_of(r["prefix"]) if table else None
+    r["nhid"] = fr.get("installed_nhid") if fr else None
+    r["weights"] = [
+        {"next_hop": lab.split("@")[0], "ifname": lab.partition("@")[2], "installed": w}
+        for lab, w in sorted((fr or {}).get("installed", {}).items())
+    ]
+    r["fib_diff"] = (
+        bool(fr.get("diff")) if fr else (not r.get("originated") and bool(r.get("next_hops")))
+    )
+    return r
+
+
+def route_filter(prefix: str | None) -> Callable[[Any], bool] | None:
+    """``glbctl routes PREFIX`` as a test on a RIB prefix: ``prefix`` and the prefixes inside
+    it; a host prefix (an address) also selects the routes that contain it."""
     if not prefix:
-        return rows
+        return None
     want = ipaddress.ip_network(prefix, strict=False)
     host = want.prefixlen == want.max_prefixlen
 
@@ -194,7 +212,13 @@ def select_routes(rows: list[dict[str, Any]], prefix: str | None) -> list[dict[s
             return False
         return net.subnet_of(want) or (host and want.subnet_of(net))  # type: ignore[arg-type]
 
-    return [r for r in rows if hit(r.get("prefix"))]
+    return hit
+
+
+def select_routes(rows: list[dict[str, Any]], prefix: str | None) -> list[dict[str, Any]]:
+    """``glbctl routes PREFIX`` over built rows (see :func:`route_filter`)."""
+    hit = route_filter(prefix)
+    return rows if hit is None else [r for r in rows if hit(r.get("prefix"))]
 
 
 def select_neighbors(rows: list[dict[str, Any]], peer: str | None) -> list[dict[str, Any]]:

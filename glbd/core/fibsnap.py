@@ -4,13 +4,14 @@ Its keys are an API (``tests/vectors/glbctl_contract.json``)."""
 
 from __future__ import annotations
 
+from ipaddress import ip_network
 from typing import Any
 
 from glbd.core.fibcache import CONFLICT_REASONS, FibCache, route_sort_key
-from glbd.core.fibmodel import Desired, GroupSpec
+from glbd.core.fibmodel import Desired, GroupSpec, IPNetwork
 from glbd.core.fibplan import PlanParams, programmed_weights, route_metric
 
-__all__ = ["exclusions", "snapshot"]
+__all__ = ["RouteLookup", "exclusions", "snapshot"]
 
 
 def exclusions(fc: FibCache, spec: GroupSpec) -> dict[str, str]:
@@ -127,13 +128,44 @@ def _groups(fc: FibCache, d: Desired, p: PlanParams) -> dict[str, Any]:
 
 
 def _routes(fc: FibCache, d: Desired, groups: dict[str, Any]) -> dict[str, Any]:
-    routes: dict[str, Any] = {}
-    for prefix, key in sorted(d.routes.items(), key=lambda t: (t[0].version, t[0])):
+    look = RouteLookup(fc, groups)
+    return {
+        str(prefix): look.row(prefix, key)
+        for prefix, key in sorted(d.routes.items(), key=lambda t: (t[0].version, t[0]))
+    }
+
+
+class RouteLookup:
+    """One prefix's ``routes`` row at a time (the shape of ``snapshot()["routes"][prefix]``),
+    for a listing streamed row by row: the groups are built once, each route is read from the
+    cache when asked (``None`` when glbd wants no route for it)."""
+
+    def __init__(self, fc: FibCache, groups: dict[str, Any]) -> None:
+        self._fc = fc
+        self._groups = groups
+
+    @classmethod
+    def of(cls, fc: FibCache, now: float, weight_bits: int | None) -> RouteLookup:
+        return cls(fc, _groups(fc, fc.desired or Desired(), fc.params(now, weight_bits)))
+
+    def get(self, prefix: str) -> dict[str, Any] | None:
+        d = self._fc.desired
+        if d is None:
+            return None
+        try:
+            net = ip_network(prefix)
+        except ValueError:
+            return None
+        key = d.routes.get(net)
+        return None if key is None else self.row(net, key)
+
+    def row(self, prefix: IPNetwork, key: str) -> dict[str, Any]:
+        fc = self._fc
         kr = fc.obs.routes.get((prefix, route_metric(prefix, fc.metric)))
-        g = groups.get(key, {})
+        g = self._groups.get(key, {})
         gid = fc.ids.groups.get(key)
         installed = kr.nhid if kr else None
-        routes[str(prefix)] = {
+        return {
             "group": key,
             "nhid": gid,
             "installed_nhid": installed,
@@ -142,4 +174,3 @@ def _routes(fc: FibCache, d: Desired, groups: dict[str, Any]) -> dict[str, Any]:
             "diff": installed != gid or bool(g.get("diff", True)),
             "note": fc.notes.get(str(prefix), ""),
         }
-    return routes

@@ -69,7 +69,7 @@ from glbd.core.fibplan import (
     assign_ids,
     plan,
 )
-from glbd.core.fibsnap import snapshot
+from glbd.core.fibsnap import RouteLookup, snapshot
 from glbd.core.fibwire import ROUTE_WANT, RowMemo, observe, op_wire, routes_from_rows
 from glbd.io.fibkernel import get_compat_mode, set_compat_mode
 from glbd.io.netlink import NetlinkError, NetlinkSocket
@@ -370,6 +370,11 @@ class FibProgrammer:
             "compat_mode": get_compat_mode(self.netns),
             **snapshot(self.cache, self._clock(), self._weight_bits, routes=routes),
         }
+
+    def route_lookup(self) -> RouteLookup:
+        """Per-prefix rows of ``snapshot()["routes"]``, read one at a time (``glbctl routes``
+        streams them; the whole mapping of a big FIB is not built)."""
+        return RouteLookup.of(self.cache, self._clock(), self._weight_bits)
 
     # -- sync ---------------------------------------------------------------------------------
     def _params(self, now: float) -> PlanParams:

@@ -371,6 +371,22 @@ def test_snapshots() -> None:
     assert sorted(row["advertised_to"]) == ["172.16.11.1", "172.16.13.1"]
 
 
+def test_routes_are_read_as_the_listing_is_taken() -> None:
+    """A streamed ``glbctl routes`` builds each row when it is taken: a prefix withdrawn
+    after the listing started is skipped, a changed one shows its state when reached."""
+    r = rib(Role.BOTH)
+    r.on_update(upd(2, "10.200.0.0/24", "10.200.1.0/24", "10.200.2.0/24"), 1.0)
+    rows = r.iter_routes()
+    assert next(rows)["prefix"] == "10.200.0.0/24"
+    r.on_update(upd(2, withdraw=("10.200.1.0/24",)), 2.0)
+    r.on_update(upd(3, "10.200.2.0/24"), 2.0)
+    rest = list(rows)
+    assert [x["prefix"] for x in rest] == ["10.200.2.0/24"]
+    assert rest[0]["multipath"] == 2
+    wanted = r.iter_routes(lambda p: p.prefixlen == 24 and p.network_address.packed[2] == 2)
+    assert [x["prefix"] for x in wanted] == ["10.200.2.0/24"]
+
+
 def test_unknown_peer_counted() -> None:
     r = rib()
     ev = api.UpdateEvent(A("9.9.9.9"), A("9.9.9.8"), 1, 65100, "receive")
