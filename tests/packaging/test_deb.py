@@ -5,6 +5,7 @@ second installed glbd (checked with the installed glbctl)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -70,6 +71,14 @@ def test_installed_layout_and_check_config(installed_root: Path) -> None:
     # no lab, tests or build tools in the package; the venv holds exactly the pinned set
     files = _run(root, "dpkg -L glbd").split()
     assert not [f for f in files if "glbdlab" in f or "site-packages/tests" in f]
+    # man pages generated from the installed commands' --help and --version (help2man)
+    version = _run(root, "glbd --version").strip()
+    for prog in ("glbd", "glbctl"):
+        page = f"/usr/share/man/man8/{prog}.8.gz"
+        assert page in files, f"{page} not in the package"
+        text = gzip.decompress((root / page.lstrip("/")).read_bytes()).decode()
+        assert f'.TH {prog.upper()} "8"' in text and version.split()[-1] in text, page
+        assert r"\-\-version" in text and '.SH "SEE ALSO"' in text, page
     freeze = _pins(_run(root, "/opt/glbd/bin/python -m pip freeze").splitlines())
     lock = _pins((REPO / "packaging/requirements.txt").read_text().splitlines())
     assert {k: v for k, v in freeze.items() if k != "glbd"} == lock
