@@ -1,6 +1,6 @@
 """BFD control packet codec (RFC 5880 §4.1-4.4) with the stateless §6.8.6 reception checks.
 
-Wire format (network byte order; facts: ../shared/spec/protocol.md §4.1)::
+Wire format (network byte order; RFC 5880 §4.1)::
 
      0                   1                   2                   3
      0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1

@@ -11,7 +11,7 @@ Inputs: :meth:`Session.on_packet` (a decoded, demultiplexed packet), :meth:`Sess
 (call it at or after :meth:`Session.next_deadline`), and the administrative calls
 :meth:`Session.admin_down`, :meth:`Session.admin_up`, :meth:`Session.update`.
 
-Rules implemented (clause numbers of RFC 5880 unless noted; facts in protocol.md §4):
+Rules implemented (clause numbers of RFC 5880 unless noted):
 
 * §6.2 state machine, as the data table :data:`TRANSITIONS` (local state x event).
 * §6.8.1 initial values; RemoteDiscr reset to 0 when the detection time expires; AuthSeqKnown

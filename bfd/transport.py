@@ -10,7 +10,7 @@ session. Plain non-blocking stdlib sockets; the engine owns the loop.
   Multihop (4784) and echo (3785) sockets, should they come, must follow the same rule. The
   TTL / hop limit arrives as ancillary data (``IP_RECVTTL`` = 12, which Python 3.11 lacks;
   ``IPV6_RECVHOPLIMIT``) and is checked in user space: Linux's ``IP_MINTTL`` does not filter
-  UDP (environment.md §5).
+  UDP (seen on the kernels glbd is tested on).
 * Transmit: UDP, bound to the device and to a source port in 49152-65535 that stays the same for
   the life of the session (§4), TTL / hop limit 255 (§5, GTSM).
 

@@ -4,7 +4,7 @@ to its API process (``encoder json``).
 Every string and JSON key glbd depends on lives here, pinned by golden tests recorded from real
 ExaBGP 5.0.15 output (tests/vectors/exabgp5_api_events.jsonl).
 
-Facts (../shared/spec/environment.md §2, verified again against 5.0.15 in namespaces):
+Facts (ExaBGP 5.0's API with ``encoder json``, observed on 5.0.15 peering in namespaces):
 
 * one JSON object per line; ``"type"`` is state / open / update / notification / keepalive / ...;
   ``neighbor.address.peer`` names the session; ``neighbor.router-id`` is *our* router id;

@@ -7,7 +7,8 @@ our stdout (ExaBGP's command channel) unchanged. No parsing here: the codec live
 
 The bridge exits when either side closes; glbd treats that as a failure of the ExaBGP instance
 and restarts it. Reads use ``connect_read_pipe`` (a ``select`` + ``readline`` loop on
-``sys.stdin`` leaves lines stuck in Python's buffer, environment.md §2.5).
+``sys.stdin`` leaves lines stuck in Python's buffer: ``select`` sees an empty pipe while
+the text buffer still holds them).
 """
 
 from __future__ import annotations

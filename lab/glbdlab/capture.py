@@ -4,12 +4,12 @@ Re-run (root, FRR chroot provisioned)::
 
     .venv/bin/python -m glbdlab.capture --out tests/vectors
 
-Topology (frr-nnhn.md section 3, on this lab's addressing plan): ``leaf_spine(1, 3)`` without
+Topology (on this lab's addressing plan): ``leaf_spine(1, 3)`` without
 hosts, i.e. leaf1 -- spine1 -- {leaf2, leaf3}, FRR 10.x everywhere, eBGP (spine AS 65100, leaf j
 AS 65000+j, router ids 198.18.0.1 / 198.18.0.10j). leaf2 and leaf3 both originate the anycast
 prefix 198.19.200.0/24, and 198.19.202.0/24 resp. 198.19.203.0/24 (only these: FRR computes NHC
 once per UPDATE from its *first* prefix, and prefixes are packed in order, so a single-path
-prefix sorting before the anycast one would hide the NNHN -- frr-nnhn.md quirk 2). spine1 has
+prefix sorting before the anycast one would hide the NNHN). spine1 has
 ``bgp bestpath as-path multipath-relax`` and ``neighbor 198.18.1.1
 send-nexthop-characteristics`` (toward leaf1).
 

@@ -25,7 +25,7 @@ VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 FRR84_INIT = "208003182b4550d71ed7609d000f4240000f42400000c350"
 
 GOLDEN: list[tuple[str, ControlPacket]] = [
-    # FRR 8.4.4 bfdd, first packet (environment.md §5): Init, 1 s slow timers, echo 50 ms
+    # FRR 8.4.4 bfdd, first packet (captured in a namespace): Init, 1 s slow timers, echo 50 ms
     (
         FRR84_INIT,
         ControlPacket(

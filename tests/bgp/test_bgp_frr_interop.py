@@ -138,7 +138,7 @@ async def test_frr10_spine_nnhn_packing_and_burst(netns_lab: Lab) -> None:
     nodes = (leaf1, leaf2, leaf3)
     try:
         # downstream leaves first, so FRR has both paths before leaf1 connects (FRR does not
-        # refresh NNHN when only its multipath set changes: frr-nnhn.md §3)
+        # refresh NNHN when only its multipath set changes)
         await asyncio.gather(leaf2.speaker.start(), leaf3.speaker.start())
 
         def spine_multipath() -> bool:
@@ -424,7 +424,7 @@ async def test_frr10_spine_between_two_glbd_leaves(netns_lab: Lab) -> None:
             return isinstance(r, dict) and len(r.get("paths", [])) == 2
 
         await wait_for(lambda: two_paths("10.201.0.0/24") and two_paths("10.202.0.0/24"), 60)
-        # FRR does not re-advertise when only its multipath set changes (frr-nnhn.md §3)
+        # FRR does not re-advertise when only its multipath set changes
         await asyncio.to_thread(spine.vtysh, "clear bgp ipv4 unicast * soft out")
         want1 = [(s1a, ("10.0.0.2",), "valid"), (s1b, ("10.0.0.2",), "valid")]
         want2 = [(s2a, ("10.0.0.1",), "valid"), (s2b, ("10.0.0.1",), "valid")]

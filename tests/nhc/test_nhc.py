@@ -1,5 +1,5 @@
-"""NHC/NNHN/BGPID codec: golden vectors (FRR 10.7 wire captures from ../shared/spec/frr-nnhn.md
-§3-4 and tests/vectors/frr10_nnhn.json when present), error matrix, round trip and fuzz."""
+"""NHC/NNHN/BGPID codec: golden vectors (FRR 10.7 wire captures, and tests/vectors/frr10_nnhn.json
+when present), error matrix, round trip and fuzz."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def h(s: str) -> bytes:
     return nhc.parse_hex(s)
 
 
-# FRR 10.7.1 spine1 -> leaf1 (frr-nnhn.md §3): flags 0xD0, NH 0.0.0.0, NNHN [own, leaf2, leaf3].
+# FRR 10.7.1 spine1 -> leaf1 (a capture): flags 0xD0, NH 0.0.0.0, NNHN [own, leaf2, leaf3].
 FRR10_SPINE = "d0 27 0018 0001 01 04 00000000 0002 000c 0a00000b 0a000002 0a000003"
 FRR10_SPINE_OBJ = NhcAttribute(
     0xD0, Nhc(1, 1, V4("0.0.0.0"), Nnhn(V4("10.0.0.11"), (V4("10.0.0.2"), V4("10.0.0.3"))))
@@ -33,7 +33,7 @@ FRR10_SPINE_OBJ = NhcAttribute(
 
 GOLDEN: list[tuple[str, NhcAttribute]] = [
     (FRR10_SPINE, FRR10_SPINE_OBJ),
-    # protocol.md §1.11 worked example: 0xC0, real next hop.
+    # a worked example: 0xC0, real next hop.
     (
         "c0 27 18 0001 01 04 ac100001 0002 000c 0a00000b 0a000102 0a000103",
         NhcAttribute(
@@ -136,7 +136,7 @@ def test_frr10_capture_vector() -> None:
 
 
 def test_bare_value_as_exabgp_shows_it() -> None:
-    # ExaBGP -> FRR weighted ECMP case (frr-nnhn.md §4): real NH, 4 NNHN.
+    # ExaBGP -> FRR weighted ECMP case: real NH, 4 NNHN.
     v = nhc.decode(h("0x00010104ac101502000200140a0000630a0000040a0000050a0000060a000007"))
     assert isinstance(v, Nhc)
     assert v.next_hop_match("172.16.21.2") is NextHopMatch.MATCH
@@ -145,7 +145,7 @@ def test_bare_value_as_exabgp_shows_it() -> None:
 
 
 def test_first_nnhn_only() -> None:
-    # FRR 10.7 leaf relaying: its own NNHN then the stale downstream one (frr-nnhn.md §3).
+    # FRR 10.7 leaf relaying: its own NNHN then the stale downstream one.
     v = nhc.decode(
         h(
             "d0 27 0028 0001 01 04 00000000 0002 000c 0a000001 0a00000b 0a000063"
@@ -216,7 +216,7 @@ def test_bad_characteristic_discards_only_itself(
     assert (v.nnhn is not None) is has_nnhn
 
 
-# Attribute-level errors (FRR's discard matrix, frr-nnhn.md §4): attribute discard, named.
+# Attribute-level errors (FRR's discard matrix): attribute discard, named.
 @pytest.mark.parametrize(
     ("hexstr", "reason"),
     [
@@ -232,7 +232,7 @@ def test_bad_characteristic_discards_only_itself(
         ("c0 27 09 0001 01 04 00000000", "length_mismatch"),
         ("d0 27 00", "too_short"),
         ("d0 27 0009 0001 01 04 00000000", "length_mismatch"),
-        # FRR 8.4 forwarding ExaBGP's opaque example with Partial set (environment.md §2.4)
+        # FRR 8.4 forwarding ExaBGP's opaque example with Partial set
         ("e0 27 0c 0002000c0a0000010a000002", "bad_next_hop_length"),
         ("", "too_short"),
     ],
