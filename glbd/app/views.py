@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict
 
 from glbd.core.pathtable import PathTable
+from glbd.core.reasons import NHC_DISREGARDED
 from glbd.io.metrics import LATENCY_BUCKETS, Metric, Sample, histogram
 
 # ---- snapshot shapes the samplers read (the keys they use; snapshots carry more) --------------
@@ -476,7 +477,16 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
         yield Sample(
             "glbd_bgp_prefixes_in", float(n.get("prefixes_in", 0)), lab, "prefixes received"
         )
-    for reason, n in (snap.get("counters", {}).get("api_dropped") or {}).items():
+    counters = snap.get("counters", {})
+    for status in sorted(NHC_DISREGARDED):
+        yield Sample(
+            "glbd_nhc_disregarded_total",
+            float(counters.get(status, 0)),
+            {"reason": str(status)},
+            "received routes whose NHC was disregarded (the route is kept), by reason",
+            kind="counter",
+        )
+    for reason, n in (counters.get("api_dropped") or {}).items():
         yield Sample(
             "glbd_exabgp_api_drops_total",
             float(n),

@@ -2,21 +2,27 @@
 characteristics NNHN (code 2, draft-ietf-idr-next-next-hop-nodes) and BGPID (code 3,
 draft-ietf-idr-nhc §3).
 
-Wire format of the attribute value (facts: ../shared/spec/protocol.md §1.3, frr-nnhn.md §1)::
+Wire format of the attribute value (draft-ietf-idr-nhc §2.1; the header is laid out like
+MP_REACH_NLRI's AFI, SAFI and next hop, RFC 4760 §3)::
 
      0                   1                   2                   3
      0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
     +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
     |              AFI              |     SAFI      |  Next Hop Len |
     +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-    ~          Network Address of Next Hop (4 or 16 bytes)          ~
+    ~        Network Address of Next Hop (4, 16 or 32 bytes)        ~
     +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
     |      Characteristic Code      |     Characteristic Length     |   zero or more
     +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
     ~                     Characteristic Value                      ~
     +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 
-NNHN value: Next-hop BGP ID (4), then one BGP ID per ECMP path (4 each, N >= 1).
+A 32-byte next hop is an IPv6 global address followed by a link-local one (RFC 2545 §3); a
+16-byte ``fe80::/10`` next hop is *link-local only*. The AFI/SAFI are the route's (an IPv4
+route over an IPv6 next hop, RFC 8950, has AFI 1 and a 16- or 32-byte next hop).
+
+NNHN value: Next-hop BGP ID (4), then one BGP ID per ECMP path (4 each, N >= 1); none of them
+may be 0.0.0.0 (not a valid BGP Identifier, RFC 6286 §2.1).
 BGPID value: BGP Identifier (4) [+ AS number (4)].
 
 Decoding policy:
@@ -24,19 +30,21 @@ Decoding policy:
 * A malformed *attribute* (framing, header, a TLV that does not fit, trailing bytes) raises
   :class:`DecodeError`; its RFC 7606 action is always "attribute discard": the caller drops the
   attribute and keeps the route, and never resets the session.
-* A malformed *characteristic* (NNHN length < 8 or not a multiple of 4, BGPID of a wrong length
-  or zero) is discarded on its own and named in :attr:`Nhc.discarded`; the other
-  characteristics stay usable (draft-ietf-idr-nhc §2.4).
+* A malformed *characteristic* (NNHN length < 8 or not a multiple of 4, an NNHN with a 0.0.0.0
+  identifier, BGPID of a wrong length or zero) is discarded on its own and named in
+  :attr:`Nhc.discarded`; the other characteristics stay usable (draft-ietf-idr-nhc §2.4).
 * Only the first NNHN and the first BGPID instance count; later ones are ignored (and named).
 * NNHN IDs are accepted in any order; duplicates are ignored. They are stored ascending and
   unique, which is also the order they are encoded in.
 * Unknown characteristic codes are kept as :class:`RawTlv` so that the session layer can drop
   them when it rewrites the next hop, as the draft requires.
+* Attribute flags must say optional transitive (:func:`flags_problem`); Partial is allowed.
 
-BGPID encoding choice: an object encodes the form it holds. 4 bytes (``asn=None``) is what FRR
-10.x emits and *requires*; 8 bytes (ID + AS) is the current draft (gobmp, by a co-author). glbd
-only needs BGPID for a link-local-only IPv6 next hop, which it never advertises, so the session
-layer attaches none; peers that send either form are understood.
+BGPID length: FRR 10.x encodes 4 octets (the BGP Identifier) and discards any other length; a
+draft co-author's BMP collector (gobmp) reads 8 (BGP Identifier + 4-octet AS). Both are
+accepted; an object encodes the form it holds, and glbd sends the 4-octet form (what FRR
+interoperates with). glbd attaches a BGPID when the next hop it advertises is link-local only
+(draft-ietf-idr-nhc §2.2.1, §3.2): such an address does not identify the router by itself.
 """
 
 from __future__ import annotations
@@ -69,6 +77,8 @@ __all__ = [
     "decode",
     "decode_attribute",
     "decode_value",
+    "flags_problem",
+    "is_link_local",
     "parse_hex",
 ]
 
@@ -89,6 +99,22 @@ RFC7606_ACTION = "attribute_discard"
 
 _ZERO4 = ipaddress.IPv4Address(0)
 _ZERO6 = ipaddress.IPv6Address(0)
+_LINK_LOCAL6 = ipaddress.IPv6Network("fe80::/10")
+
+
+def is_link_local(address: IPAddress) -> bool:
+    """An IPv6 link-local unicast address (fe80::/10): unique only on its link."""
+    return address.version == 6 and address in _LINK_LOCAL6
+
+
+def flags_problem(flags: int | None) -> str | None:
+    """Why these path attribute flags are wrong for an NHC (None: they are right). The NHC is
+    optional transitive (draft-ietf-idr-nhc §2); Partial and Extended Length may be set."""
+    if flags is None:
+        return None
+    if flags & (FLAG_OPTIONAL | FLAG_TRANSITIVE) != FLAG_OPTIONAL | FLAG_TRANSITIVE:
+        return "bad_flags"
+    return None
 
 
 class DecodeError(ValueError):
@@ -128,6 +154,8 @@ class Nnhn:
         ids = tuple(sorted({_ipv4(i) for i in self.nnh_ids}))
         if not ids:
             raise ValueError("NNHN needs at least one next-next-hop ID")
+        if self.nh_bgp_id == _ZERO4 or ids[0] == _ZERO4:
+            raise ValueError("0.0.0.0 is not a BGP Identifier")
         object.__setattr__(self, "nnh_ids", ids)
 
     def encode_value(self) -> bytes:
@@ -146,6 +174,8 @@ class BgpId:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bgp_id", _ipv4(self.bgp_id))
+        if self.bgp_id == _ZERO4:
+            raise ValueError("0.0.0.0 is not a BGP Identifier")
         if self.asn is not None and not 0 <= self.asn <= 0xFFFFFFFF:
             raise ValueError(f"AS number out of range: {self.asn}")
 
@@ -181,8 +211,10 @@ def _tlv(code: int, value: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class Nhc:
-    """The decoded attribute value. ``discarded`` names characteristics that were ignored while
-    decoding (malformed or repeated); it does not take part in equality."""
+    """The decoded attribute value. ``next_hop`` is the header's (global) next hop,
+    ``link_local`` the second half of a 32-byte IPv6 header. ``discarded`` names
+    characteristics that were ignored while decoding (malformed or repeated); it does not take
+    part in equality."""
 
     afi: int
     safi: int
@@ -191,10 +223,15 @@ class Nhc:
     bgpid: BgpId | None = None
     other: tuple[RawTlv, ...] = ()
     discarded: tuple[str, ...] = field(default=(), compare=False)
+    link_local: ipaddress.IPv6Address | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.afi <= 0xFFFF or not 0 <= self.safi <= 0xFF:
             raise ValueError("AFI/SAFI out of range")
+        if self.link_local is not None and (
+            self.next_hop.version != 6 or not is_link_local(self.link_local)
+        ):
+            raise ValueError("a second next hop is an IPv6 link-local address after an IPv6 one")
         object.__setattr__(self, "other", tuple(sorted(self.other, key=lambda t: t.code)))
         if any(t.code in (CODE_NNHN, CODE_BGPID) for t in self.other):
             raise ValueError("NNHN/BGPID must use their typed fields, not RawTlv")
@@ -207,20 +244,36 @@ class Nhc:
         nnhn: Nnhn | None = None,
         bgpid: BgpId | None = None,
         safi: int = 1,
+        afi: int | None = None,
+        link_local: ipaddress.IPv6Address | str | None = None,
     ) -> Nhc:
+        """An NHC for routes sent with ``next_hop``. ``afi`` is the routes' family (default:
+        the next hop's); an IPv4 route over an IPv6 next hop (RFC 8950) says AFI 1."""
         nh = ipaddress.ip_address(next_hop)
-        return cls(AFI_IPV4 if nh.version == 4 else AFI_IPV6, safi, nh, nnhn, bgpid)
+        ll = None if link_local is None else ipaddress.IPv6Address(link_local)
+        if afi is None:
+            afi = AFI_IPV4 if nh.version == 4 else AFI_IPV6
+        return cls(afi, safi, nh, nnhn, bgpid, link_local=ll)
 
     @property
     def next_hop_unspecified(self) -> bool:
         return self.next_hop in (_ZERO4, _ZERO6)
 
+    @property
+    def link_local_only(self) -> bool:
+        """The header next hop is an IPv6 link-local address with no global part: the draft
+        requires a BGPID with it (draft-ietf-idr-nhc §2.2.1, §3.3)."""
+        return self.link_local is None and is_link_local(self.next_hop)
+
     def next_hop_match(self, route_next_hop: IPAddress | str) -> NextHopMatch:
         """Compare the header next hop with the route's next hop (the draft's semantic match).
-        An all-zero header is reported as UNSPECIFIED; the policy belongs to the caller."""
+        An all-zero header is reported as UNSPECIFIED; the policy belongs to the caller. With a
+        32-byte header the route's next hop may be either half (ExaBGP reports the global one;
+        a route whose global half is link-local too is reported by its link-local one)."""
         if self.next_hop_unspecified:
             return NextHopMatch.UNSPECIFIED
-        if self.next_hop == ipaddress.ip_address(route_next_hop):
+        nh = ipaddress.ip_address(route_next_hop)
+        if self.next_hop == nh or (self.link_local is not None and self.link_local == nh):
             return NextHopMatch.MATCH
         return NextHopMatch.MISMATCH
 
@@ -235,7 +288,7 @@ class Nhc:
         return out
 
     def encode_value(self) -> bytes:
-        nh = self.next_hop.packed
+        nh = self.next_hop.packed + (b"" if self.link_local is None else self.link_local.packed)
         head = struct.pack("!HBB", self.afi, self.safi, len(nh)) + nh
         return head + b"".join(_tlv(c, v) for c, v in self.tlvs())
 
@@ -249,6 +302,7 @@ class Nhc:
             "afi": self.afi,
             "safi": self.safi,
             "next_hop": str(self.next_hop),
+            "link_local": None if self.link_local is None else str(self.link_local),
             "nnhn": None if self.nnhn is None else self.nnhn.to_dict(),
             "bgpid": None if self.bgpid is None else self.bgpid.to_dict(),
             "other": [t.to_dict() for t in self.other],
@@ -303,11 +357,16 @@ def decode_value(data: bytes) -> Nhc:
     afi, safi, nhl = struct.unpack_from("!HBB", data)
     if afi not in (AFI_IPV4, AFI_IPV6):
         raise DecodeError("unknown_afi", str(afi))
-    if nhl not in (4, 16):
+    if nhl not in (4, 16, 32):
         raise DecodeError("bad_next_hop_length", str(nhl))
     if len(data) < 4 + nhl:
         raise DecodeError("truncated_next_hop", f"{len(data) - 4} of {nhl} bytes")
-    next_hop: IPAddress = ipaddress.ip_address(data[4 : 4 + nhl])
+    next_hop: IPAddress = ipaddress.ip_address(data[4 : 4 + min(nhl, 16)])
+    link_local: ipaddress.IPv6Address | None = None
+    if nhl == 32:  # global + link-local (RFC 2545 §3)
+        link_local = ipaddress.IPv6Address(data[20:36])
+        if not is_link_local(link_local):
+            raise DecodeError("bad_link_local_next_hop", str(link_local))
     nnhn: Nnhn | None = None
     bgpid: BgpId | None = None
     seen_nnhn = seen_bgpid = False
@@ -333,8 +392,11 @@ def decode_value(data: bytes) -> Nhc:
             if length < 8 or length % 4:
                 discarded.append("nnhn_bad_length")
                 continue
-            ids = [ipaddress.IPv4Address(value[i : i + 4]) for i in range(4, length, 4)]
-            nnhn = Nnhn(ipaddress.IPv4Address(value[:4]), tuple(ids))
+            ids = [ipaddress.IPv4Address(value[i : i + 4]) for i in range(0, length, 4)]
+            if _ZERO4 in ids:  # not a BGP Identifier: the characteristic is malformed
+                discarded.append("nnhn_zero_id")
+                continue
+            nnhn = Nnhn(ids[0], tuple(ids[1:]))
         elif code == CODE_BGPID:
             if seen_bgpid:
                 discarded.append("bgpid_extra_instance")
@@ -351,7 +413,7 @@ def decode_value(data: bytes) -> Nhc:
             bgpid = BgpId(ident, asn)
         else:
             other.append(RawTlv(code, value))
-    return Nhc(afi, safi, next_hop, nnhn, bgpid, tuple(other), tuple(discarded))
+    return Nhc(afi, safi, next_hop, nnhn, bgpid, tuple(other), tuple(discarded), link_local)
 
 
 def decode_attribute(data: bytes) -> NhcAttribute:
@@ -362,7 +424,7 @@ def decode_attribute(data: bytes) -> NhcAttribute:
     flags, atype = data[0], data[1]
     if atype != ATTR_TYPE:
         raise DecodeError("wrong_type", str(atype))
-    if flags & (FLAG_OPTIONAL | FLAG_TRANSITIVE) != FLAG_OPTIONAL | FLAG_TRANSITIVE:
+    if flags_problem(flags) is not None:
         raise DecodeError("bad_flags", f"0x{flags:02x} is not optional transitive")
     if flags & FLAG_EXTENDED:
         if len(data) < 4:

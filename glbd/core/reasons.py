@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["FibConflict", "QualitySource", "RemoteStatus", "ResetReason"]
+__all__ = [
+    "NHC_DISREGARDED",
+    "FibConflict",
+    "NhcStatus",
+    "QualitySource",
+    "RemoteStatus",
+    "ResetReason",
+    "nhc_malformed",
+]
 
 
 class QualitySource(enum.StrEnum):
@@ -57,3 +65,60 @@ class FibConflict(enum.StrEnum):
     NEXTHOP_ID_TAKEN = "nexthop_id_taken"
     #: one of glbd's nexthop ids now carries another protocol
     NEXTHOP_REOWNED = "nexthop_reowned"
+
+
+class NhcStatus(enum.StrEnum):
+    """What became of a received route's NHC (``NextHop.nnhn_status``). Every value but
+    ``absent``, ``not_validated`` and ``valid`` is a reason the NHC was disregarded (the route
+    is kept: RFC 7606 attribute discard), counted per peer and in total (``glbctl counters``,
+    metric ``glbd_nhc_disregarded_total{reason}``)."""
+
+    #: no NHC on the route
+    ABSENT = "absent"
+    #: a helper only: received NHCs are not validated
+    NOT_VALIDATED = "not_validated"
+    #: a usable NNHN, the next-next hops are known
+    VALID = "valid"
+    #: the attribute flags are not optional transitive (draft-ietf-idr-nhc §2)
+    NHC_BAD_FLAGS = "nhc_bad_flags"
+    #: malformed attribute (``glbd.codec.nhc.DecodeError.reason``), by reason
+    NHC_MALFORMED_TOO_SHORT = "nhc_malformed_too_short"
+    NHC_MALFORMED_UNKNOWN_AFI = "nhc_malformed_unknown_afi"
+    NHC_MALFORMED_BAD_NEXT_HOP_LENGTH = "nhc_malformed_bad_next_hop_length"
+    NHC_MALFORMED_BAD_LINK_LOCAL_NEXT_HOP = "nhc_malformed_bad_link_local_next_hop"
+    NHC_MALFORMED_TRUNCATED_NEXT_HOP = "nhc_malformed_truncated_next_hop"
+    NHC_MALFORMED_TRAILING_BYTES = "nhc_malformed_trailing_bytes"
+    NHC_MALFORMED_TLV_OVERFLOW = "nhc_malformed_tlv_overflow"
+    #: a link-local-only header next hop without a usable BGPID (draft-ietf-idr-nhc §3.3.1)
+    NHC_MALFORMED_BGPID_MISSING = "nhc_malformed_bgpid_missing"
+    #: the header's AFI/SAFI are not the route's family
+    NHC_FAMILY_MISMATCH = "nhc_family_mismatch"
+    #: the header next hop is not the route's (a relayed NHC)
+    NHC_NH_MISMATCH = "nhc_nh_mismatch"
+    #: an all-zero header next hop with ``nnhn_strict_next_hop``
+    NHC_NH_UNSPECIFIED_REJECTED = "nhc_nh_unspecified_rejected"
+    #: a link-local-only next hop whose BGPID is not the peer's (no semantic match, §3.3)
+    NHC_BGPID_MISMATCH = "nhc_bgpid_mismatch"
+    #: no NNHN characteristic
+    NNHN_ABSENT = "nnhn_absent"
+    #: the NNHN characteristic was malformed (length) and discarded
+    NNHN_DISCARDED = "nnhn_discarded"
+    #: the NNHN held 0.0.0.0, which is not a BGP Identifier: discarded
+    NNHN_ZERO_ID = "nnhn_zero_id"
+    #: the NNHN's first ID is not the peer's BGP ID (a stale relayed NNHN)
+    NNHN_NH_BGP_ID_MISMATCH = "nnhn_nh_bgp_id_mismatch"
+    #: a later prefix of a multi-prefix UPDATE (``trust_packed_nnhn`` off)
+    NNHN_PACKED_UNTRUSTED = "nnhn_packed_untrusted"
+
+
+#: the statuses that disregard the NHC (counted)
+NHC_DISREGARDED = frozenset(NhcStatus) - {
+    NhcStatus.ABSENT,
+    NhcStatus.NOT_VALIDATED,
+    NhcStatus.VALID,
+}
+
+
+def nhc_malformed(reason: str) -> NhcStatus:
+    """The status for a :class:`glbd.codec.nhc.DecodeError` reason."""
+    return NhcStatus(f"nhc_malformed_{reason}")

@@ -23,14 +23,23 @@ Selection (eBGP only, as in a Clos fabric):
 Advertisement to peer Q: the best path's AS path with our AS prepended, next hop = our local
 address on that session (next-hop-self), nothing to a peer that contributed a path of the
 multipath set, nothing to a peer whose AS is already in the path (it would drop it anyway).
-A helper attaches one NHC per prefix and peer: header next hop = the next hop sent, NNHN =
-[our router id; the BGP IDs of the peers of the multipath set, ascending]. It is recomputed
-whenever the multipath set changes, received NHCs are never relayed (so unknown TLVs go too).
+A helper attaches one NHC per prefix and peer: header AFI/SAFI = the prefix's family, header
+next hop = the next hop sent, NNHN = [our router id; the BGP IDs of the peers of the multipath
+set, ascending], and a 4-octet BGPID (our router id) when that next hop is link-local only
+(draft-ietf-idr-nhc §2.2.1). It is recomputed whenever the multipath set changes; received
+NHCs are never relayed: next-hop-self always, so neither a downstream NNHN, a downstream
+BGPID nor an unknown TLV goes upstream (draft-ietf-idr-next-next-hop-nodes §5: MUST NOT
+forward a downstream NNHN with next-hop-self).
 
-Validation of a received NHC (load balancer), in order, each failure counted by name:
-decodes (else ``nhc_malformed_<reason>``, the route stays: attribute discard) -> header next
-hop equals the route's next hop (all-zero accepted as ``nhc_nh_unspecified`` unless strict)
--> has a usable NNHN -> NNHN[0] equals the peer's BGP ID (else ``nnhn_nh_bgp_id_mismatch``, a
+Validation of a received NHC (load balancer), in order, each failure counted by name (a
+:class:`~glbd.core.reasons.NhcStatus`; the route always stays: attribute discard): flags
+optional transitive as ExaBGP reports them (``nhc_bad_flags``) -> decodes (else
+``nhc_malformed_<reason>``) -> header AFI/SAFI equal the route's family
+(``nhc_family_mismatch``) -> header next hop equals the route's next hop (all-zero accepted as
+``nhc_nh_unspecified`` unless strict) -> a link-local-only next hop carries a BGPID
+(``nhc_malformed_bgpid_missing``) equal to the peer's BGP ID, and AS when 8 octets
+(``nhc_bgpid_mismatch``) -> has a usable NNHN (``nnhn_absent``, ``nnhn_discarded``,
+``nnhn_zero_id``) -> NNHN[0] equals the peer's BGP ID (else ``nnhn_nh_bgp_id_mismatch``, a
 stale relayed NNHN) -> not one of the later prefixes of a multi-prefix UPDATE (FRR 10.x computes
 one NNHN per UPDATE from its first prefix, so the others are not trusted unless
 ``trust_packed_nnhn``).
@@ -56,7 +65,7 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
-from glbd.core.reasons import ResetReason
+from glbd.core.reasons import NHC_DISREGARDED, NhcStatus, ResetReason, nhc_malformed
 
 __all__ = [
     "Advertise",
@@ -339,8 +348,10 @@ class Rib:
         )
         #: interned forwarding sets (see ``_intern_fwd``)
         self._fwd_sets: dict[tuple[int, ...], tuple[NextHop, ...]] = {}
-        #: NHC values by NNHN ids, then by the next hop sent
-        self._nhc_cache: dict[tuple[ipaddress.IPv4Address, ...], dict[IPAddress, bytes]] = {}
+        #: NHC values by NNHN ids, then by the next hop sent and the prefix's IP version
+        self._nhc_cache: dict[
+            tuple[ipaddress.IPv4Address, ...], dict[tuple[IPAddress, int], bytes]
+        ] = {}
         #: UPDATE coalescing: prefixes whose Adj-RIB-In changed but are not selected yet
         self._dirty: set[Prefix] = set()
         self._flush_at: float | None = None
@@ -406,10 +417,10 @@ class Rib:
         made: dict[tuple[IPAddress, str], Path] = {}  # one Path per distinct result
         for i, a in enumerate(ev.announced):
             next_hop = a.next_hop if a.next_hop is not None else ev.peer
-            nnh, status = self._validate(st, next_hop, attrs.nhc is not None, decoded, decode_error)
+            nnh, status = self._validate(st, a, next_hop, attrs, decoded, decode_error)
             if nnh is not None and i > 0 and not self.params.trust_packed_nnhn:
-                nnh, status = None, "nnhn_packed_untrusted"
-            if status not in ("absent", "valid", "not_validated"):
+                nnh, status = None, NhcStatus.NNHN_PACKED_UNTRUSTED
+            if status in NHC_DISREGARDED:
                 st.counters[status] += 1
                 self.counters[status] += 1
                 n = st.counters[status]
@@ -703,30 +714,53 @@ class Rib:
     def _validate(
         self,
         st: PeerState,
+        route: api.RouteAnnounced,
         next_hop: IPAddress,
-        present: bool,
+        attrs: api.PathAttributes,
         decoded: nhcmod.Nhc | None,
         decode_error: str,
-    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, str]:
-        if not present:
-            return None, "absent"
+    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, NhcStatus]:
+        if attrs.nhc is None:
+            return None, NhcStatus.ABSENT
         if not self.params.role.load_balancer:
-            return None, "not_validated"
+            return None, NhcStatus.NOT_VALIDATED
+        if nhcmod.flags_problem(attrs.nhc_flags) is not None:
+            return None, NhcStatus.NHC_BAD_FLAGS
         if decoded is None:
-            return None, f"nhc_malformed_{decode_error}"
+            return None, nhc_malformed(decode_error)
+        if (decoded.afi, decoded.safi) != _family_afi_safi(route):
+            return None, NhcStatus.NHC_FAMILY_MISMATCH
         match = decoded.next_hop_match(next_hop)
         if match is nhcmod.NextHopMatch.MISMATCH:
-            return None, "nhc_nh_mismatch"
+            return None, NhcStatus.NHC_NH_MISMATCH
         if match is nhcmod.NextHopMatch.UNSPECIFIED:
             if self.params.nnhn_strict_next_hop:
-                return None, "nhc_nh_unspecified_rejected"
+                return None, NhcStatus.NHC_NH_UNSPECIFIED_REJECTED
             self.counters["nhc_nh_unspecified"] += 1
             st.counters["nhc_nh_unspecified"] += 1
+        if decoded.link_local_only:  # the address alone does not name the router (§3.3)
+            bid = decoded.bgpid
+            if bid is None:
+                return None, NhcStatus.NHC_MALFORMED_BGPID_MISSING
+            if (
+                st.bgp_id is None
+                or bid.bgp_id != st.bgp_id
+                or bid.asn
+                not in (
+                    None,
+                    st.params.remote_as,
+                )
+            ):
+                return None, NhcStatus.NHC_BGPID_MISMATCH
         if decoded.nnhn is None:
-            return None, "nnhn_absent" if not decoded.discarded else "nnhn_discarded"
+            if "nnhn_zero_id" in decoded.discarded:
+                return None, NhcStatus.NNHN_ZERO_ID
+            if any(d.startswith("nnhn_") for d in decoded.discarded):
+                return None, NhcStatus.NNHN_DISCARDED
+            return None, NhcStatus.NNHN_ABSENT
         if st.bgp_id is None or decoded.nnhn.nh_bgp_id != st.bgp_id:
-            return None, "nnhn_nh_bgp_id_mismatch"
-        return decoded.nnhn.nnh_ids, "valid"
+            return None, NhcStatus.NNHN_NH_BGP_ID_MISMATCH
+        return decoded.nnhn.nnh_ids, NhcStatus.VALID
 
     def _peer_down(self, st: PeerState, reason: str) -> list[Effect]:
         was_up = st.state == "up"
@@ -917,16 +951,31 @@ class Rib:
         object.__setattr__(p, "view", v)  # a memo, not part of the path's value
         return v
 
-    def _nhc_values(self, mp_ids: tuple[ipaddress.IPv4Address, ...]) -> dict[IPAddress, bytes]:
-        """NHC values for one NNHN, by the next hop sent (filled as peers need them): the same
-        for every prefix with that multipath set, so it is encoded once per peer, not per
-        prefix and peer."""
+    def _nhc_values(
+        self, mp_ids: tuple[ipaddress.IPv4Address, ...]
+    ) -> dict[tuple[IPAddress, int], bytes]:
+        """NHC values for one NNHN, by the next hop sent and the prefix's IP version (filled as
+        peers need them): the same for every prefix with that multipath set, so it is encoded
+        once per peer and family, not per prefix and peer."""
         by_nh = self._nhc_cache.get(mp_ids)
         if by_nh is None:
             if len(self._nhc_cache) >= 1024:
                 self._nhc_cache.clear()
             by_nh = self._nhc_cache[mp_ids] = {}
         return by_nh
+
+    def _own_nhc(
+        self, nh: IPAddress, version: int, mp_ids: tuple[ipaddress.IPv4Address, ...]
+    ) -> bytes:
+        """Our NHC for routes of IP ``version`` sent with next hop ``nh``: built afresh, never
+        from a received one. A link-local-only next hop gets our BGP ID (4 octets, as FRR)."""
+        bgpid = nhcmod.BgpId(self.params.router_id) if nhcmod.is_link_local(nh) else None
+        return nhcmod.Nhc.for_next_hop(
+            nh,
+            afi=nhcmod.AFI_IPV4 if version == 4 else nhcmod.AFI_IPV6,
+            nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids),
+            bgpid=bgpid,
+        ).encode_value()
 
     def _advert(
         self,
@@ -936,7 +985,7 @@ class Rib:
         st: PeerState,
         mp_peers: set[PeerState],
         mp_ids: tuple[ipaddress.IPv4Address, ...],
-        nhcs: dict[IPAddress, bytes] | None,
+        nhcs: dict[tuple[IPAddress, int], bytes] | None,
     ) -> Advertise | None:
         if not originated and (
             best is None or st in mp_peers or st.params.remote_as in best.as_path
@@ -956,11 +1005,9 @@ class Rib:
         assert best is not None
         value: bytes | None = None
         if nhcs is not None:
-            value = nhcs.get(nh)
+            value = nhcs.get((nh, prefix.version))
             if value is None:
-                value = nhcs[nh] = nhcmod.Nhc.for_next_hop(
-                    nh, nnhn=nhcmod.Nnhn(self.params.router_id, mp_ids)
-                ).encode_value()
+                value = nhcs[(nh, prefix.version)] = self._own_nhc(nh, prefix.version, mp_ids)
         return Advertise(
             n.address,
             prefix,
@@ -970,6 +1017,19 @@ class Rib:
             communities=best.communities,
             nhc=value,
         )
+
+
+def _family_afi_safi(route: api.RouteAnnounced) -> tuple[int, int]:
+    """The (AFI, SAFI) of ExaBGP's family name ("ipv4 unicast" -> (1, 1))."""
+    afi, _, safi = route.family.partition(" ")
+    return (
+        _AFI.get(afi, nhcmod.AFI_IPV4 if route.prefix.version == 4 else nhcmod.AFI_IPV6),
+        _SAFI.get(safi, -1),
+    )
+
+
+_AFI = {"ipv4": nhcmod.AFI_IPV4, "ipv6": nhcmod.AFI_IPV6}
+_SAFI = {"unicast": 1, "multicast": 2}
 
 
 def _family_order(p: Prefix) -> tuple[int, Prefix]:

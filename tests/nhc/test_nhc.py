@@ -262,7 +262,8 @@ def test_parse_hex_forms() -> None:
 ipv4s = st.integers(0, 2**32 - 1).map(V4)
 nonzero_ipv4s = st.integers(1, 2**32 - 1).map(V4)
 next_hops = st.one_of(ipv4s, st.integers(0, 2**128 - 1).map(V6))
-nnhns = st.builds(Nnhn, ipv4s, st.lists(ipv4s, min_size=1, max_size=20).map(tuple))
+nnhns = st.builds(Nnhn, nonzero_ipv4s, st.lists(nonzero_ipv4s, min_size=1, max_size=20).map(tuple))
+link_locals = st.integers(0, 2**64 - 1).map(lambda i: V6(int(V6("fe80::")) + i))
 bgpids = st.builds(BgpId, nonzero_ipv4s, st.one_of(st.none(), st.integers(0, 2**32 - 1)))
 raws = st.builds(
     RawTlv,
@@ -270,14 +271,21 @@ raws = st.builds(
     st.binary(max_size=20),
 )
 nhcs = st.builds(
-    lambda nh, safi, nn, bid, other: Nhc(
-        1 if nh.version == 4 else 2, safi, nh, nn, bid, tuple(other)
+    lambda nh, safi, nn, bid, other, ll: Nhc(
+        1 if nh.version == 4 else 2,
+        safi,
+        nh,
+        nn,
+        bid,
+        tuple(other),
+        link_local=ll if nh.version == 6 else None,
     ),
     next_hops,
     st.integers(0, 255),
     st.one_of(st.none(), nnhns),
     st.one_of(st.none(), bgpids),
     st.lists(raws, max_size=4),
+    st.one_of(st.none(), link_locals),
 )
 
 
