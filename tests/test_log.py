@@ -92,3 +92,19 @@ def test_auto_is_journal_when_stderr_is_journald_stream(
         first = (tmp_path / "stream").read_text()
     assert first.startswith("<3>{") and json.loads(first[3:])["event"] == "reload_rejected"
     assert other.startswith("{")
+
+
+def test_child_processes_are_told_to_prefix_when_glbd_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The BFD engine process writes to glbd's stderr: it prefixes its lines exactly when glbd's
+    own lines carry priorities."""
+    logmod.setup("info", "journal", stream=io.StringIO())
+    assert logmod.priority_prefixes()
+    logmod.setup("info", "json", stream=io.StringIO())
+    assert not logmod.priority_prefixes()
+    with open(tmp_path / "stream", "w+") as f:
+        st = os.fstat(f.fileno())
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        logmod.setup("info", "auto", stream=f)
+        assert logmod.priority_prefixes()

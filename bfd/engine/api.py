@@ -33,6 +33,9 @@ class BfdEngine:
     path) the engine's sockets live in. ``rt_priority``: run the engine SCHED_FIFO at this
     priority (root). ``seed``: make discriminators, ports and jitter reproducible.
     ``on_exit``: called (from the reader thread) if the engine process dies unexpectedly.
+    ``log_priority``: the engine process starts its stderr lines with their syslog priority
+    (``<3>``), as the daemon does when its stderr is the journal (thread mode logs through the
+    daemon's own handlers).
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class BfdEngine:
         seed: int | None = None,
         on_exit: Callable[[int | None], None] | None = None,
         call_timeout: float = 5.0,
+        log_priority: bool = False,
     ) -> None:
         if mode not in ("process", "thread"):
             raise ValueError("mode must be 'process' or 'thread'")
@@ -55,6 +59,7 @@ class BfdEngine:
         self._on_event = on_event
         self._on_exit = on_exit
         self._timeout = call_timeout
+        self.log_priority = log_priority
         self._running = False
         self._stopping = False
         # thread mode
@@ -191,7 +196,7 @@ class BfdEngine:
     # ------------------------------------------------------------------ process mode
 
     def _start_process(self) -> None:
-        self._proc, conn = spawn(self.netns, self.rt_priority, self.seed)
+        self._proc, conn = spawn(self.netns, self.rt_priority, self.seed, self.log_priority)
         self._remote = DaemonEnd(conn, self._on_event, self._engine_closed)
         self._remote.start()
 

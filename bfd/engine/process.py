@@ -1,7 +1,8 @@
 """Where the engine loop runs: the child process (spawn and entry point) and what both modes
 do before the loop starts (enter the network namespace, real-time priority, fd limit).
 
-Process mode runs ``python -m bfd.engine --fd N [--netns NAME] [--rt-priority P] [--seed S]``
+Process mode runs ``python -m bfd.engine --fd N [--netns NAME] [--rt-priority P] [--seed S]
+[--log-priority]``
 (``bfd/engine/__main__.py`` calls :func:`child_main`): its own interpreter and GIL, so the
 daemon's main loop cannot delay a transmit or an expiry check, and with ``--rt-priority``
 SCHED_FIFO, so a busy core cannot either (measurements: docs/benchmarks.md, "BFD engine:
@@ -26,6 +27,7 @@ import subprocess
 import sys
 from multiprocessing.connection import Connection
 
+from .. import log as bfdlog
 from .channel import EngineEnd
 from .loop import Loop
 
@@ -83,9 +85,10 @@ def prepare(netns: str | None, rt_priority: int | None) -> None:
 
 
 def spawn(
-    netns: str | None, rt_priority: int | None, seed: int | None
+    netns: str | None, rt_priority: int | None, seed: int | None, log_priority: bool = False
 ) -> tuple[subprocess.Popen[bytes], Connection]:
-    """Start the engine process; returns it and the daemon's end of its control socket."""
+    """Start the engine process; returns it and the daemon's end of its control socket.
+    ``log_priority``: its stderr lines start with their syslog priority (``<4>``), for journald."""
     parent, child = socket.socketpair()
     env = dict(os.environ)
     env["PYTHONPATH"] = _PKG_ROOT + (
@@ -98,6 +101,8 @@ def spawn(
         argv += ["--rt-priority", str(rt_priority)]
     if seed is not None:
         argv += ["--seed", str(seed)]
+    if log_priority:
+        argv.append("--log-priority")
     try:
         proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), env=env)
     finally:
@@ -112,8 +117,9 @@ def child_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--netns")
     ap.add_argument("--rt-priority", type=int)
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--log-priority", action="store_true", help="<N> syslog prefixes (journald)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="bfd-engine: %(levelname)s %(message)s")
+    bfdlog.setup(logging.WARNING, priorities=args.log_priority)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the daemon's to handle
     with contextlib.suppress(Exception):  # die with the daemon
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

@@ -6,7 +6,8 @@ journal (systemd sets ``JOURNAL_STREAM`` to its device:inode) or the format is `
 each JSON line starts with its syslog priority (``<3>`` for an error), which journald strips
 and stores as the record's priority, so ``journalctl -p err`` finds glbd's errors. The stdlib
 ``logging`` records of ``bfd`` and ``heartbeat`` (which must not import structlog) are routed
-through the same renderer.
+through the same renderer; the BFD engine's own process is told to prefix its lines too
+(:func:`priority_prefixes`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ _LEVELS = {
 
 #: syslog priorities (sd-daemon(3) prefixes) of structlog's level names
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2, "exception": 3}
+
+_prefixes = False  # what the last setup() chose
+
+
+def priority_prefixes() -> bool:
+    """Whether glbd's lines start with their ``<N>`` syslog priority (stderr is the journal or
+    the format is ``journal``): child processes writing to the same stderr do the same."""
+    return _prefixes
 
 
 def stream_is_journal(out: TextIO) -> bool:
@@ -59,7 +68,9 @@ def setup(level: str = "info", fmt: Format = "auto", stream: TextIO | None = Non
     """Configure structlog and stdlib logging once for the process."""
     out = stream if stream is not None else sys.stderr
     lvl = _LEVELS.get(level.lower(), logging.INFO)
+    global _prefixes
     journal = fmt == "journal" or (fmt == "auto" and stream_is_journal(out))
+    _prefixes = journal
     use_json = journal or fmt == "json" or (fmt == "auto" and not out.isatty())
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -38,6 +38,7 @@ import structlog
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import State
 from glbd.app import config as cfgmod
+from glbd.app import log as logmod
 from glbd.app import params, views
 from glbd.app.component import Host
 from glbd.app.failover import FailoverArming
@@ -210,6 +211,7 @@ class Node:
             on_exit=lambda rc: log.error("bfd_engine_exited", rc=rc),
             # a fresh interpreter on a busy box can take seconds to answer the first call
             call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
+            log_priority=logmod.priority_prefixes(),  # its stderr is ours: same priorities
         )
         await asyncio.to_thread(self.bfd.start)
         for s in sessions:
