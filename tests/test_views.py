@@ -185,3 +185,20 @@ def test_heartbeat_to_fib_latency_is_observed_only_for_syncs_that_carry_a_heartb
     assert math.isclose(got[("glbd_heartbeat_to_fib_seconds_sum", ())], 0.1)
     assert got[("glbd_heartbeat_to_fib_seconds_bucket", (("le", "0.1"),))] == 1
     assert got[("glbd_heartbeat_to_fib_seconds_bucket", (("le", "0.05"),))] == 0
+
+
+def test_control_server_counters_are_metrics() -> None:
+    """What ``glbctl counters`` shows of the control socket is exported too, the clients
+    dropped for not reading included."""
+    control = {
+        "requests": 7,
+        "errors": 2,
+        "decode_errors": 3,
+        "stalled_clients": 1,
+        "decode_error_too_long": 3,
+    }
+    got = _rows(views.daemon_samples("1", True, 0.0, {}, control))
+    assert got[("glbd_control_requests_total", ())] == 7
+    assert got[("glbd_control_errors_total", ())] == 2
+    assert got[("glbd_control_stalled_clients_total", ())] == 1
+    assert got[("glbd_control_decode_errors_total", (("reason", "too_long"),))] == 3

@@ -563,6 +563,18 @@ def daemon_samples(
         help="control socket requests",
         kind="counter",
     )
+    yield Sample(
+        "glbd_control_errors_total",
+        float(control.get("errors", 0)),
+        help="control requests answered with an error (unknown command, bad arguments, failed)",
+        kind="counter",
+    )
+    yield Sample(
+        "glbd_control_stalled_clients_total",
+        float(control.get("stalled_clients", 0)),
+        help="control clients dropped for not reading an answer within the stall timeout",
+        kind="counter",
+    )
     for key, n in control.items():
         if key.startswith("decode_error_"):
             yield Sample(
