@@ -24,7 +24,8 @@ case "$job" in demo|test|install) ;; *) die "usage: $0 {demo|test|install} [args
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(iproute2 nftables debootstrap tcpdump iperf3 procps psmisc kmod
               python3 python3-venv python3-dev gcc systemd ca-certificates
-              build-essential dpkg-dev debhelper dh-virtualenv help2man)
+              build-essential dpkg-dev debhelper dh-virtualenv help2man
+              clang libbpf-dev bpftool)
 # Services the tests run themselves, never as host services: their start is blocked while
 # they install (FRR 8.4 for the legacy interop test; Prometheus: promtool checks the alert
 # rules and a test scrapes a lab glbd).
@@ -76,6 +77,12 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ] || [ lab
   .venv/bin/pip install -q --upgrade pip >/dev/null
   .venv/bin/pip install -q -e '.[test,bench]' -e ./lab
   touch .venv/.installed
+fi
+
+# glbd's flowlet program (tc BPF), compiled from glbd/bpf/flowlet.bpf.c next to its source
+if [ ! -e glbd/bpf/flowlet.bpf.o ] || [ glbd/bpf/flowlet.bpf.c -nt glbd/bpf/flowlet.bpf.o ]; then
+  step "bpf: glbd/bpf/flowlet.bpf.o (clang -target bpf)"
+  glbd/bpf/build.sh
 fi
 
 step "lab: FRR 10.x chroot (Debian sid, cached)"

@@ -1,0 +1,177 @@
+"""Flowlet switching in the real kernel: one 5-tuple from a host through a router whose route
+is a 2-member nexthop group (weights 3:1), counted per member at the sink.
+
+A flow that pauses longer than the flowlet timeout moves among the members in proportion to the
+weights, with hash-threshold and resilient groups, IPv4 and IPv6, UDP and TCP; one that never
+pauses that long stays on one member; without glbd's program the flow never moves at all (the
+kernel uses the sender socket's hash under fib_multipath_hash_policy 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+from flowletrig import DST4, DST6, PORT, Rig, Start, bursts
+
+from glbd.io.flowlet import FlowletAttachment
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+BURSTS = 300
+SIZE = 4
+PAUSE_S = 0.004  # 4x the 1 ms timeout: every burst is a flowlet of its own
+
+
+def share(rig: Rig) -> tuple[float, int]:
+    m1, m2 = rig.counts()
+    total = m1 + m2
+    return (m1 / total if total else 0.0), total
+
+
+def sink_tcp(rig: Rig, v6: bool) -> Iterator[None]:
+    """A listener at the sink that reads and discards until the peer closes."""
+    fam = socket.AF_INET6 if v6 else socket.AF_INET
+    srv = rig.s.socket(fam, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((DST6 if v6 else DST4, PORT))
+    srv.listen(4)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while conn.recv(65536):
+                pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield
+    srv.close()
+    t.join(5)
+
+
+def _send(rig: Rig, proto: str, v6: bool, n: int, size: int, pause_s: float) -> None:
+    if proto == "udp":
+        with rig.udp(v6) as s:
+            bursts(s, n, size, pause_s)
+        return
+    gen = sink_tcp(rig, v6)
+    next(gen)
+    with rig.tcp(v6) as s:
+        rig.reset()  # the handshake is not part of the stimulus
+        bursts(s, n, size, pause_s)
+        s.shutdown(socket.SHUT_WR)
+    next(gen, None)
+
+
+def _set_policy(rig: Rig) -> None:
+    rig.r.run(["sysctl", "-q", "-w", "net.ipv4.fib_multipath_hash_policy=1",
+               "net.ipv6.fib_multipath_hash_policy=1"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "proto", "v6"),
+    [
+        ("hash-threshold", "udp", False),
+        ("resilient", "udp", False),
+        ("hash-threshold", "udp", True),
+        ("resilient", "udp", True),
+        ("hash-threshold", "tcp", False),
+        ("hash-threshold", "tcp", True),
+    ],
+)
+async def test_flow_with_gaps_moves_by_weight(
+    rig: Rig, flowlet: Start, kind: str, proto: str, v6: bool
+) -> None:
+    rig.group((3, 1), kind)
+    att = await flowlet(timeout_us=1000)
+    rig.reset()
+    _send(rig, proto, v6, BURSTS, SIZE, PAUSE_S)
+    m1, total = share(rig)
+    # TCP may carry a burst's writes in fewer segments; each burst is at least one
+    assert total >= (BURSTS * SIZE * 0.9 if proto == "udp" else BURSTS), rig.counts()
+    # 300 flowlets on a 3:1 group: member 1's share is 0.75 +- 0.025 (one sd)
+    assert 0.62 <= m1 <= 0.88, (rig.counts(), m1)
+    st = await att.poll()
+    c = st.counters["r-h"]
+    assert c["flowlets"] >= BURSTS * 0.9, c
+    assert c["moved"] >= BURSTS * 0.9 - 1, c
+
+
+@pytest.mark.parametrize("v6", [False, True])
+async def test_flow_without_long_gaps_never_moves(rig: Rig, flowlet: Start, v6: bool) -> None:
+    rig.group((3, 1))
+    att = await flowlet(timeout_us=2_000_000)
+    rig.reset()
+    with rig.udp(v6) as s:
+        bursts(s, BURSTS, SIZE, 0.001)
+    m1, m2 = rig.counts()
+    assert m1 + m2 >= BURSTS * SIZE * 0.9
+    assert 0 in (m1, m2), (m1, m2)
+    c = (await att.poll()).counters["r-h"]
+    assert (c["flowlets"], c["moved"], c["new_flows"]) == (1, 0, 1), c
+
+
+@pytest.mark.parametrize("v6", [False, True])
+async def test_without_the_program_a_flow_never_moves(rig: Rig, v6: bool) -> None:
+    """The control: the same stimulus as the moving test, policy 1, no program."""
+    rig.group((3, 1))
+    _set_policy(rig)
+    rig.reset()
+    with rig.udp(v6) as s:
+        bursts(s, BURSTS, SIZE, PAUSE_S)
+    m1, m2 = rig.counts()
+    assert m1 + m2 >= BURSTS * SIZE * 0.9
+    assert 0 in (m1, m2), (m1, m2)
+
+
+def _pins(att: FlowletAttachment) -> list[str]:
+    return sorted(p.name for p in att.dir.rglob("*")) if att.dir.exists() else []
+
+
+async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: Start) -> None:
+    rig.group((1, 1))
+    first = await flowlet()
+    assert first.state.attached == ["r-h"]
+    assert first.state.events["loaded"] == 1
+    assert _pins(first) == ["config", "flows", "maps", "prog", "stats", "table"]
+    prog = first.state.prog_id
+    with rig.udp() as s:
+        bursts(s, 3, 2, PAUSE_S)
+    before = (await first.poll()).counters["r-h"]["packets"]
+    assert before == 6
+
+    # a restart adopts: same program, same table, counters go on
+    second = await flowlet()
+    assert second.state.prog_id == prog
+    assert (second.state.events["adopted"], second.state.events["loaded"]) == (1, 0)
+    assert second.state.counters["r-h"]["packets"] == before
+
+    # a restart in a fresh mount namespace finds no pins: they are made again from the filter
+    for p in sorted(second.dir.rglob("*"), key=lambda p: -len(p.parts)):
+        p.rmdir() if p.is_dir() else p.unlink()
+    third = await flowlet()
+    assert third.state.prog_id == prog
+    assert third.state.events["repinned"] == 1
+    assert _pins(third) == ["config", "flows", "maps", "prog", "stats", "table"]
+
+    # a filter someone deleted is put back by the next apply
+    rig.r.run(["tc", "filter", "del", "dev", "r-h", "ingress"])
+    assert third.params is not None
+    await third.apply(third.params)
+    assert third.state.attached == ["r-h"]
+    assert third.state.events["reattached"] == 1
+
+    # a new table size replaces the program (and the table)
+    assert third.params is not None
+    await third.apply(dataclasses.replace(third.params, table_size=8192))
+    assert third.state.prog_id != prog and third.state.table_size == 8192
+
+    await third.stop()
+    assert third.state.attached == []
+    assert not third.dir.exists()
+    out = rig.r.run(["tc", "-j", "filter", "show", "dev", "r-h", "ingress"]).stdout
+    assert "glbd_flowlet" not in out

@@ -1,0 +1,109 @@
+"""The loader's reading of tc's and bpftool's JSON (samples as this machine's tools print them),
+and the counter layout it shares with the C program."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from glbd.io import flowlet
+from glbd.io.flowlet import (
+    COUNTERS,
+    PREF,
+    Filter,
+    FlowletParams,
+    _is_bpffs,
+    config_value,
+    parse_filters,
+    parse_links,
+    parse_stats,
+)
+
+SOURCE = Path(flowlet.__file__).resolve().parent.parent / "bpf" / "flowlet.bpf.c"
+
+TC_SHOW = json.dumps(
+    [
+        {"protocol": "all", "pref": PREF, "kind": "bpf", "chain": 0},
+        {
+            "protocol": "all",
+            "pref": PREF,
+            "kind": "bpf",
+            "chain": 0,
+            "options": {
+                "handle": "0x1",
+                "bpf_name": "prog:[*fsobj]",
+                "direct-action": True,
+                "not_in_hw": True,
+                "prog": {"id": 104, "name": "glbd_flowlet", "tag": "9854d17ad111a141", "jited": 1},
+            },
+        },
+        # someone else's programs: another priority, another name
+        {"pref": 1, "kind": "bpf", "options": {"prog": {"id": 7, "name": "glbd_flowlet"}}},
+        {"pref": PREF, "kind": "bpf", "options": {"prog": {"id": 8, "name": "cilium"}}},
+        {"pref": PREF, "kind": "u32", "options": {}},
+    ]
+)
+
+
+def _hex(values: list[int]) -> list[str]:
+    return [f"0x{b:02x}" for v in values for b in v.to_bytes(8, "little")]
+
+
+def test_filters_are_ours_by_priority_and_program_name() -> None:
+    assert parse_filters("eth1", TC_SHOW) == [Filter("eth1", 104)]
+    assert parse_filters("eth1", "") == []
+    assert parse_filters("eth1", "[]") == []
+
+
+def test_stats_sum_the_cpus_per_interface() -> None:
+    n = len(COUNTERS)
+    cpu0 = [0] * n
+    cpu0[COUNTERS.index("skip_proto")] = 1
+    cpu1 = [1, 1, 0, 1] + [0] * (n - 4)
+    dump = json.dumps(
+        [
+            {
+                "key": ["0x02", "0x00", "0x00", "0x00"],
+                "values": [{"cpu": 0, "value": _hex(cpu0)}, {"cpu": 1, "value": _hex(cpu1)}],
+                "formatted": {"key": 2, "values": []},
+            }
+        ]
+    )
+    got = parse_stats(dump)
+    assert list(got) == [2]
+    assert got[2]["packets"] == 1 and got[2]["new_flows"] == 1 and got[2]["skip_proto"] == 1
+    assert sum(got[2].values()) == 4
+    assert parse_stats("[]") == {}
+
+
+def test_counters_match_the_program() -> None:
+    """``enum counter`` in flowlet.bpf.c, C_PACKETS.. in order, is COUNTERS."""
+    body = re.search(r"enum counter \{(.*?)\};", SOURCE.read_text(), re.S)
+    assert body is not None
+    names = re.findall(r"^\s*C_([A-Z_]+),", body.group(1), re.M)
+    assert names[-1] == "MAX"
+    assert tuple(n.lower() for n in names[:-1]) == COUNTERS
+
+
+def test_config_value_is_two_little_endian_u64() -> None:
+    v = config_value(1_000_000, 2**40)
+    assert len(v) == 16
+    assert bytes(int(b, 16) for b in v) == (1_000_000).to_bytes(8, "little") + (2**40).to_bytes(
+        8, "little"
+    )
+
+
+def test_links_and_mountinfo() -> None:
+    links = json.dumps([{"ifindex": 1, "ifname": "lo"}, {"ifindex": 5, "ifname": "h-r"}])
+    assert parse_links(links) == {1: "lo", 5: "h-r"}
+    assert _is_bpffs("41 30 0:36 / /sys/fs/bpf rw,nosuid - bpf bpf rw,mode=700")
+    assert not _is_bpffs("22 1 0:21 / /sys rw - sysfs sysfs rw")
+    assert not _is_bpffs("")
+
+
+def test_targets_default_to_every_non_fabric_interface() -> None:
+    p = FlowletParams(None, 1, 1, 16, exclude=("swp1", "swp2"))
+    assert p.targets(["lo", "swp1", "swp2", "host1", "host2"]) == ["host1", "host2"]
+    named = FlowletParams(("host1", "gone"), 1, 1, 16)
+    assert named.targets(["lo", "swp1", "host1"]) == ["host1"]
