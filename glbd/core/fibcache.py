@@ -98,6 +98,8 @@ class FibStats:
     #: glbd-owned member nexthops deleted by someone else while wanted
     foreign_deletes: int = 0
     link_events: int = 0
+    #: nexthop notifications received (the echoes of glbd's own writes are filtered out in the
+    #: kernel, see glbd.io.rtnl.nexthop_event_filter)
     nexthop_events: int = 0
     overruns: int = 0
     route_events: int = 0

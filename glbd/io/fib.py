@@ -73,7 +73,13 @@ from glbd.core.fibsnap import RouteLookup, snapshot
 from glbd.core.fibwire import ROUTE_WANT, RowMemo, observe, op_wire, routes_from_rows
 from glbd.io.fibkernel import get_compat_mode, set_compat_mode
 from glbd.io.netlink import NetlinkError, NetlinkSocket
-from glbd.io.rtnl import link_dump, nexthop_dump, route_dump, route_event_filter
+from glbd.io.rtnl import (
+    link_dump,
+    nexthop_dump,
+    nexthop_event_filter,
+    route_dump,
+    route_event_filter,
+)
 
 __all__ = ["DEFAULT_PROTOCOL", "ApplyResult", "FibProgrammer"]
 
@@ -165,6 +171,10 @@ class FibProgrammer:
             on_event=self._on_event,
             on_overrun=self._on_overrun,
         )
+        try:
+            self._ev.attach_filter(nexthop_event_filter(self.protocol))
+        except OSError as e:  # unfiltered still works (the handler ignores them), at more cost
+            log.warning("fib_nexthop_event_filter_failed", error=str(e))
         self._rev = await NetlinkSocket.open(
             netns=self.netns,
             groups=(c.RTNLGRP_IPV4_ROUTE, c.RTNLGRP_IPV6_ROUTE),

@@ -19,6 +19,7 @@ Counters only (no names, no state; far fewer bytes than a link dump)::
 from __future__ import annotations
 
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,8 @@ _BPF_RET_K = 0x06  # BPF_RET | BPF_K
 _NLMSGHDR_LEN = 16
 _RTM_TABLE_OFF = _NLMSGHDR_LEN + 4  # rtmsg: family dst_len src_len tos table protocol ...
 _RTM_PROTOCOL_OFF = _NLMSGHDR_LEN + 5
+_NLMSG_TYPE_OFF = 4  # nlmsghdr: len(u32) type(u16) flags(u16) seq pid, host byte order
+_NHM_PROTOCOL_OFF = _NLMSGHDR_LEN + 2  # nhmsg: family scope protocol resvd flags
 
 
 def route_event_filter(protocol: int, table: int) -> list[tuple[int, int, int, int]]:
@@ -108,6 +111,24 @@ def route_event_filter(protocol: int, table: int) -> list[tuple[int, int, int, i
         (_BPF_LDB_ABS, 0, 0, _RTM_TABLE_OFF),
         (_BPF_JEQ_K, 0, 3, rtm_table),  # other table: drop
         (_BPF_LDB_ABS, 0, 0, _RTM_PROTOCOL_OFF),
+        (_BPF_JEQ_K, 1, 0, protocol),  # glbd's own: drop
+        accept,
+        drop,
+    ]
+
+
+def nexthop_event_filter(protocol: int) -> list[tuple[int, int, int, int]]:
+    """BPF program for a link + nexthop event socket: drop RTM_NEWNEXTHOP notifications of
+    glbd's own protocol (the echoes of its own writes: a failover that replaces 1,000 groups
+    would otherwise queue 1,000 notifications ahead of the ACKs it waits for); keep deletions,
+    other protocols' nexthops and every link event."""
+    # every rtnetlink type is < 256: its low byte (first in little-endian) identifies it
+    lsb = _NLMSG_TYPE_OFF + (0 if sys.byteorder == "little" else 1)
+    accept, drop = (_BPF_RET_K, 0, 0, 0xFFFFFFFF), (_BPF_RET_K, 0, 0, 0)
+    return [
+        (_BPF_LDB_ABS, 0, 0, lsb),
+        (_BPF_JEQ_K, 0, 2, c.RTM_NEWNEXTHOP),  # anything else: keep
+        (_BPF_LDB_ABS, 0, 0, _NHM_PROTOCOL_OFF),
         (_BPF_JEQ_K, 1, 0, protocol),  # glbd's own: drop
         accept,
         drop,

@@ -21,6 +21,7 @@ from glbd.io.rtnl import (
     nexthop_dump,
     qdisc_dump,
     qdisc_queue,
+    nexthop_event_filter,
     route_event_filter,
 )
 
@@ -122,6 +123,47 @@ async def test_route_event_filter_drops_own_protocol_and_other_tables(netns_lab:
             (c.RTM_DELROUTE, c.RTPROT_STATIC, 254),
             (c.RTM_NEWROUTE, c.RTPROT_BOOT, 254),
         ]
+    finally:
+        ev.close()
+
+
+async def test_nexthop_event_filter_drops_own_new_nexthops_only(netns_lab: Lab) -> None:
+    """The echoes of glbd's own nexthop writes (protocol 200) never reach the socket; their
+    deletions, other protocols' nexthops and link events do."""
+    a, b = netns_lab.pair(a_addr="198.18.0.1/30", b_addr="198.18.0.2/30")
+    events: list[Message] = []
+    ev = await NetlinkSocket.open(
+        netns=a.name, groups=(c.RTNLGRP_LINK, c.RTNLGRP_NEXTHOP), on_event=events.append
+    )
+    ev.attach_filter(nexthop_event_filter(200))
+    try:
+        a.ip_batch([
+            "nexthop add id 11 via 198.18.0.2 dev a-b proto 200",
+            "nexthop add id 12 group 11 proto 200",
+            "nexthop add id 21 via 198.18.0.2 dev a-b proto static",
+            "nexthop replace id 12 group 11 proto 200",
+            "nexthop del id 12",
+            "nexthop add id 22 via 198.18.0.2 dev a-b proto boot",  # a marker
+        ])  # fmt: skip
+
+        def seen() -> list[tuple[int, int]]:
+            return [(m.type, m.header.protocol) for m in events if isinstance(m.header, NhMsg)]
+
+        for _ in range(250):  # notifications come in order: all are in once the marker is
+            if (c.RTM_NEWNEXTHOP, c.RTPROT_BOOT) in seen():
+                break
+            await asyncio.sleep(0.02)
+        assert seen() == [
+            (c.RTM_NEWNEXTHOP, c.RTPROT_STATIC),
+            (c.RTM_DELNEXTHOP, 200),
+            (c.RTM_NEWNEXTHOP, c.RTPROT_BOOT),
+        ]
+        b.link_down("b-a")
+        for _ in range(250):
+            if any(m.type == c.RTM_NEWLINK for m in events):
+                break
+            await asyncio.sleep(0.02)
+        assert any(m.type == c.RTM_NEWLINK for m in events)
     finally:
         ev.close()
 
