@@ -19,9 +19,9 @@ from glbd.io.rtnl import (
     link_dump,
     link_state,
     nexthop_dump,
+    nexthop_event_filter,
     qdisc_dump,
     qdisc_queue,
-    nexthop_event_filter,
     route_event_filter,
 )
 
