@@ -476,6 +476,59 @@ class LoggingSection(_Model):
 class MetricsSection(_Model):
     listen: str | None = None
 
+class FlowletSection(_Model):
+    """Flowlet switching (docs/flowlet.md): a tc BPF program on the host-facing interfaces
+    gives each flow a new hash after an idle gap longer than ``timeout_us``, so the kernel's
+    multipath selection may move it to another next hop (by glbd's weights) only where that
+    cannot reorder it."""
+
+    enabled: bool = False
+    #: the idle gap after which a flow may move; it must exceed the delay difference between
+    #: the paths (500 us: CONGA's choice for a datacenter fabric; glbd measures no path delay)
+    timeout_us: Annotated[int, Field(ge=1, le=10_000_000)] = 500
+    #: where the program runs; default: every interface that is no neighbor's port (and not lo)
+    interfaces: list[str] | None = None
+    #: flows tracked at once (an LRU table: the least recently seen flow makes room)
+    table_size: Annotated[int, Field(ge=64, le=16_777_216)] = 65_536
+    #: a flow idle this long counts as a new flow when it comes back, not as a moved one
+    aging_s: Annotated[float, Field(gt=0, le=86_400)] = 10.0
+    #: write fib_multipath_hash_policy = 1 (IPv4 and IPv6): the only policy under which the
+    #: kernel uses the hash the program sets
+    set_hash_policy: bool = True
+    #: "remove": filter and pins go on stop; "keep": the next glbd adopts them (no rehash)
+    on_stop: Literal["remove", "keep"] = "remove"
+
+    @field_validator("interfaces")
+    @classmethod
+    def _ifnames(cls, v: list[str] | None) -> list[str] | None:
+        for name in v or []:
+            if not _IFNAME.match(name):
+                raise ValueError(f"{name!r} is not a Linux interface name")
+        return v
+
+    @model_validator(mode="after")
+    def _aging(self) -> Self:
+        if self.aging_s * 1e6 <= self.timeout_us:
+            raise ValueError("aging_s must be longer than timeout_us")
+        return self
+
+    def warnings(self, fabric: Iterable[str] = ()) -> list[str]:
+        """What ``glbd check-config`` warns about: the machine cannot run it, or the program
+        is put on a fabric interface."""
+        if not self.enabled:
+            return []
+        from glbd.io.flowlet import problems
+
+        out = [f"flowlet: enabled, but {p}" for p in problems()]
+        on_fabric = sorted(set(self.interfaces or ()) & set(fabric))
+        if on_fabric:
+            out.append(
+                f"flowlet.interfaces: {', '.join(on_fabric)} is a neighbor's port: transit "
+                "traffic arriving there is rehashed too"
+            )
+        return out
+
+
     @field_validator("listen")
     @classmethod
     def _hostport(cls, v: str | None) -> str | None:
@@ -519,6 +572,7 @@ class Config(_Model):
         problems = _duplicates(
             [str(n.address) for n in self.neighbors], [str(p) for p in self.originate]
         )
+    flowlet: FlowletSection = FlowletSection()
         if problems:
             raise ValueError("; ".join(p.reason for p in problems))
         return self

@@ -290,6 +290,7 @@ class Daemon:
             "heartbeats": self._section("heartbeats", "quality"),
             "quality": self._section("quality", "quality"),
             "profiles": self._profiles,
+            "flowlet": self._whole("flowlet"),
         }
 
     def _filtered(self, handler: Callable[[dict[str, Any]], Any], key: str) -> Any:

@@ -25,6 +25,7 @@ from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
 from glbd.core.pathtable import PathTableParams
 from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.io.flowlet import FlowletParams
 from heartbeat import wire
 from heartbeat.receiver import ReceiverParams
 from heartbeat.sender import SenderParams
@@ -283,4 +284,18 @@ def resilient(f: cfgmod.FibSection) -> Resilient | None:
         buckets=f.resilient_buckets,
         idle_timer_s=f.resilient_idle_timer_s,
         unbalanced_timer_s=f.resilient_unbalanced_timer_s,
+    )
+
+
+def flowlet_params(cfg: cfgmod.Config) -> FlowletParams:
+    """The flowlet program's parameters; by default it goes on every interface that is no
+    BGP neighbor's port (the fabric interfaces)."""
+    f = cfg.flowlet
+    return FlowletParams(
+        interfaces=None if f.interfaces is None else tuple(f.interfaces),
+        timeout_ns=f.timeout_us * 1000,
+        aging_ns=int(f.aging_s * 1e9),
+        table_size=f.table_size,
+        set_hash_policy=f.set_hash_policy,
+        exclude=tuple(interfaces(cfg)),
     )

@@ -4,6 +4,8 @@ start order: fib, quality, bfd, bgp. Each starts, stops and reloads its part of 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
@@ -11,9 +13,10 @@ from typing import Any, cast
 import structlog
 
 from glbd.app import config as cfgmod
-from glbd.app import views
+from glbd.app import params, views
 from glbd.app.component import Component, Host
 from glbd.app.node import Node
+from glbd.io.flowlet import FlowletAttachment, FlowletError
 from glbd.io.metrics import Row
 
 log = structlog.get_logger(__name__)
@@ -191,7 +194,118 @@ def _no_route(_prefix: str) -> None:
     return None
 
 
-PARTS: tuple[Callable[[Node], Component], ...] = (FibPart, QualityPart, BfdPart, BgpPart)
+class FlowletPart(_Part):
+    """glbd's flowlet program (:mod:`glbd.io.flowlet`): attached on start when
+    ``[flowlet] enabled``, checked every ``fib.reconcile_interval_s`` (new interfaces, a filter
+    someone removed), counters read every second, removed on stop unless ``on_stop = "keep"``.
+    A failure is logged and counted, never fatal: routing runs on without flowlets."""
+
+    name = "flowlet"
+    POLL_S = 1.0
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(node)
+        self.att: FlowletAttachment | None = None
+        self.error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if not self.node.cfg.flowlet.enabled:
+            await self._remove_leftovers()
+            return
+        self.att = FlowletAttachment(netns=self.node.netns)
+        await self._apply(first=True)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _remove_leftovers(self) -> None:
+        """A glbd that kept its program (``on_stop = "keep"``) or died left its pins: with
+        flowlets off, its filters and pins go."""
+        try:
+            att = FlowletAttachment(netns=self.node.netns)
+            if att.dir.exists():
+                await att.stop()
+                log.info("flowlet_leftovers_removed", dir=str(att.dir))
+        except (OSError, FlowletError) as e:
+            log.warning("flowlet_leftovers", error=str(e))
+
+    async def _apply(self, first: bool = False) -> None:
+        assert self.att is not None
+        p = params.flowlet_params(self.node.cfg)
+        try:
+            if first:
+                await self.att.start(p)
+            else:
+                await self.att.apply(p)
+            self.error = None
+        except (OSError, FlowletError) as e:
+            self.att.state.events["errors"] += 1
+            if self.error != str(e):
+                log.error("flowlet_failed", error=str(e))
+            self.error = str(e)
+
+    async def _run(self) -> None:
+        assert self.att is not None
+        every = max(1, round(self.node.cfg.fib.reconcile_interval_s / self.POLL_S))
+        n = 0
+        while True:
+            await asyncio.sleep(self.POLL_S)  # the poll period
+            n += 1
+            if n % every == 0 or self.error is not None:
+                await self._apply()
+                continue
+            try:
+                await self.att.poll(full=False)
+            except (OSError, FlowletError) as e:
+                self.att.state.events["errors"] += 1
+                self.error = str(e)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.att is not None:
+            try:
+                await self.att.stop(keep=self.node.cfg.flowlet.on_stop == "keep")
+            except (OSError, FlowletError) as e:
+                log.error("flowlet_stop_failed", error=str(e))
+            self.att = None
+
+    async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
+        neighbors = changes["neighbors_added"] or changes["neighbors_removed"]
+        if "flowlet" not in changes["sections"] and not neighbors and self.att is None:
+            return
+        if not new.flowlet.enabled:
+            await self.stop()
+        elif self.att is None:
+            await self.start()
+        else:
+            await self._apply()
+
+    def snapshot(self) -> dict[str, Any]:
+        f = self.node.cfg.flowlet
+        if self.att is None:
+            return {"enabled": f.enabled, "error": self.error}
+        return {"enabled": f.enabled, "error": self.error, **self.att.snapshot()}
+
+    def section(self, key: str) -> Any:
+        if key == "counters":
+            snap = self.snapshot()
+            return {**snap.get("counters", {}), **snap.get("events", {})} or None
+        return super().section(key)
+
+    def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
+        return views.flowlet_samples(cast(views.FlowletView, snap))
+
+
+PARTS: tuple[Callable[[Node], Component], ...] = (
+    FibPart,
+    QualityPart,
+    BfdPart,
+    BgpPart,
+    FlowletPart,
+)
 
 
 def build_components(d: Host) -> list[Component]:

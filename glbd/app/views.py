@@ -496,6 +496,75 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
         )
 
 
+class FlowletView(TypedDict, total=False):
+    enabled: bool
+    error: str | None
+    timeout_us: float | None
+    table_size: int
+    attached: list[str]
+    interfaces: list[dict[str, Any]]
+    events: dict[str, int]
+
+
+#: per-interface flowlet counters exported as their own metric (the skip_* ones are a reason)
+_FLOWLET_COUNTERS = {
+    "packets": "packets whose hash the flowlet program set",
+    "flowlets": "flowlets started (a new hash: new flows, moved and aged)",
+    "moved": "flows given a new hash after an idle gap longer than the timeout",
+    "new_flows": "flows inserted into the flowlet table",
+    "aged": "flows back after an idle time longer than flowlet.aging_s",
+}
+
+
+def flowlet_samples(snap: FlowletView) -> Iterable[Sample]:
+    yield Sample(
+        "glbd_flowlet_enabled", 1.0 if snap.get("enabled") else 0.0, help="[flowlet] enabled"
+    )
+    yield Sample(
+        "glbd_flowlet_error",
+        1.0 if snap.get("error") else 0.0,
+        help="the flowlet program could not be loaded or attached (glbctl flowlet says why)",
+    )
+    if snap.get("timeout_us") is not None:
+        yield Sample(
+            "glbd_flowlet_timeout_seconds",
+            float(snap.get("timeout_us") or 0) / 1e6,
+            help="idle gap after which a flow may move to another next hop",
+        )
+        yield Sample(
+            "glbd_flowlet_table_size",
+            float(snap.get("table_size", 0)),
+            help="flows the flowlet table tracks at most",
+        )
+    for c in snap.get("interfaces") or []:
+        lab = {"interface": str(c.get("interface"))}
+        yield Sample(
+            "glbd_flowlet_attached",
+            1.0 if c.get("attached") else 0.0,
+            lab,
+            "the flowlet program runs on this interface",
+        )
+        for key, doc in _FLOWLET_COUNTERS.items():
+            yield Sample(f"glbd_flowlet_{key}_total", float(c.get(key, 0)), lab, doc, "counter")
+        for key, n in c.items():
+            if key.startswith("skip_"):
+                yield Sample(
+                    "glbd_flowlet_skipped_total",
+                    float(n),
+                    {**lab, "reason": key.removeprefix("skip_")},
+                    "packets the flowlet program left untouched, by reason",
+                    "counter",
+                )
+    for event, n in sorted((snap.get("events") or {}).items()):
+        yield Sample(
+            "glbd_flowlet_events_total",
+            float(n),
+            {"event": event},
+            "flowlet program lifecycle: loaded, adopted, repinned, (re)attached, detached, errors",
+            "counter",
+        )
+
+
 class Latencies:
     """The node's latency histograms, shown with the FIB part's metrics."""
 

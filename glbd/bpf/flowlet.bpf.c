@@ -36,7 +36,7 @@ enum counter {
 	C_SKIP_FRAGMENT, /* IPv4 fragment: no ports in every fragment, untouched */
 	C_SKIP_SHORT,    /* headers cut short: untouched */
 	C_SKIP_NO_CONFIG,/* loaded but no timeout written yet: untouched */
-	C_TABLE_FULL,    /* the table refused an insert: hashed with a per-packet salt */
+	C_SKIP_TABLE_FULL, /* the table refused an insert: untouched (no salt to keep stable) */
 	C_MAX,
 };
 
@@ -215,13 +215,13 @@ int glbd_flowlet(struct __sk_buff *skb)
 	} else {
 		struct flow_state fresh = { .last_ns = now, .salt = bpf_get_prandom_u32() };
 
-		salt = fresh.salt;
 		if (bpf_map_update_elem(&flows, &k, &fresh, BPF_ANY) < 0) {
-			count(c, C_TABLE_FULL);
-		} else {
-			count(c, C_FLOWLETS);
-			count(c, C_NEW_FLOWS);
+			count(c, C_SKIP_TABLE_FULL);
+			return TC_ACT_OK;
 		}
+		salt = fresh.salt;
+		count(c, C_FLOWLETS);
+		count(c, C_NEW_FLOWS);
 	}
 	__u32 h = key_hash(&k) ^ salt;
 

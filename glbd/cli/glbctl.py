@@ -415,6 +415,7 @@ HELPS = {
     "routes": "per-prefix next hops, next-next hops and installed group",
     "counters": "all counters, drops by reason",
     "config": "the running config (secrets removed)",
+    "flowlet": "flowlet switching: where the program runs, its timeout, counters per interface",
 }
 
 

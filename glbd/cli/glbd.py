@@ -60,7 +60,8 @@ def check_config(path: str, quiet: bool = False) -> int:
         n = len(e.problems)
         print(f"{path}: {n} problem{'s' if n != 1 else ''}; config rejected", file=sys.stderr)
         return EXIT_CONFIG
-    for w in c.heartbeat.warnings():  # valid, but a choice the operator should see
+    fabric = [n.interface for n in c.neighbors]
+    for w in [*c.heartbeat.warnings(), *c.flowlet.warnings(fabric)]:  # valid, but worth seeing
         print(f"{path}: warning: {w}", file=sys.stderr)
     if not quiet:
         print(

@@ -49,6 +49,7 @@ QUERIES = (
     "routes",
     "counters",
     "config",
+    "flowlet",
 )
 COMMANDS = (*QUERIES, "reload")
 

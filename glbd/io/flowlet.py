@@ -67,7 +67,7 @@ COUNTERS = (
     "skip_fragment",
     "skip_short",
     "skip_no_config",
-    "table_full",
+    "skip_table_full",
 )
 #: the flow table's key and value sizes (struct flow_key, struct flow_state)
 KEY_SIZE = 40
@@ -84,6 +84,7 @@ class FlowletSkip(enum.StrEnum):
     FRAGMENT = "fragment"
     SHORT = "short"
     NO_CONFIG = "no_config"
+    TABLE_FULL = "table_full"  # an insert the table refused (the LRU evicts, so rarely)
 
 
 class FlowletError(RuntimeError):
@@ -233,6 +234,7 @@ class FlowletAttachment:
         self.obj = obj
         self.state = State()
         self.params: FlowletParams | None = None
+        self._links: dict[int, str] = {}
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
 
@@ -429,16 +431,22 @@ class FlowletAttachment:
         self.state.table_size = p.table_size
         await self.poll(links)
 
-    async def poll(self, links: Mapping[int, str] | None = None) -> State:
-        """Refresh :attr:`state`: where the filter is, the hash policy, the counters."""
-        links = links if links is not None else await self.links()
-        found = await self.filters(links.values())
+    async def poll(self, links: Mapping[int, str] | None = None, *, full: bool = True) -> State:
+        """Refresh :attr:`state`: the counters and (``full``) where the filter is and the
+        hash policy."""
         st = self.state
-        st.attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
-        # configured by name but not there (yet): attached by the next apply once it is
-        want = (self.params.interfaces or ()) if self.params else ()
-        st.missing = sorted(set(want) - set(st.attached))
-        st.hash_policy = {k.split(".")[1]: read_sysctl(k, self.netns) for k in HASH_POLICY_SYSCTLS}
+        if full or links is not None or not self._links:
+            self._links = dict(links if links is not None else await self.links())
+        links = self._links
+        if full:
+            found = await self.filters(links.values())
+            st.attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
+            # configured by name but not there (yet): attached by the next apply once it is
+            want = (self.params.interfaces or ()) if self.params else ()
+            st.missing = sorted(set(want) - set(st.attached))
+            st.hash_policy = {
+                k.split(".")[1]: read_sysctl(k, self.netns) for k in HASH_POLICY_SYSCTLS
+            }
         by_index = parse_stats(
             await self._bpftool("-j", "map", "dump", "pinned", str(self.map_pin("stats")))
         )
@@ -471,7 +479,10 @@ class FlowletAttachment:
             "attached": st.attached,
             "missing": st.missing,
             "hash_policy": st.hash_policy,
-            "interfaces": st.counters,
+            "interfaces": [
+                {"interface": name, "attached": name in st.attached, **c}
+                for name, c in st.counters.items()
+            ],
             "counters": total,
             "events": dict(st.events),
         }

@@ -1,0 +1,94 @@
+"""``[flowlet]``: defaults, checks, the parameters the program gets, check-config's warnings,
+and the metrics derived from ``glbctl flowlet``'s snapshot."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from glbd.app import config as cfgmod
+from glbd.app import params, views
+from glbd.io import flowlet
+
+BASE: dict[str, Any] = {
+    "router_id": "10.0.0.1",
+    "local_as": 65001,
+    "role": "load-balancer",
+    "neighbors": [
+        {"address": "10.1.0.1", "remote_as": 65100, "interface": "swp1"},
+        {"address": "10.2.0.1", "remote_as": 65100, "interface": "swp2"},
+    ],
+}
+
+
+def _cfg(**flowlet_keys: Any) -> cfgmod.Config:
+    return cfgmod.parse({**BASE, "flowlet": flowlet_keys})
+
+
+def test_defaults_off_500us_every_non_fabric_interface() -> None:
+    c = cfgmod.parse(BASE)
+    assert not c.flowlet.enabled
+    p = params.flowlet_params(c)
+    assert p.timeout_ns == 500_000 and p.aging_ns == 10 * 10**9 and p.table_size == 65_536
+    assert p.interfaces is None and p.exclude == ("swp1", "swp2")
+    assert p.targets(["lo", "swp1", "swp2", "eth0", "vlan10"]) == ["eth0", "vlan10"]
+    assert p.set_hash_policy
+
+
+def test_named_interfaces() -> None:
+    p = params.flowlet_params(_cfg(enabled=True, interfaces=["eth0"], timeout_us=250))
+    assert p.interfaces == ("eth0",) and p.timeout_ns == 250_000
+
+
+@pytest.mark.parametrize(
+    ("keys", "where"),
+    [
+        ({"timeout_us": 0}, "flowlet.timeout_us"),
+        ({"table_size": 10}, "flowlet.table_size"),
+        ({"interfaces": ["bad name"]}, "flowlet.interfaces"),
+        ({"timeout_us": 2_000_000, "aging_s": 1}, "flowlet"),
+        ({"on_stop": "flush"}, "flowlet.on_stop"),
+        ({"timeout": 5}, "flowlet.timeout"),
+    ],
+)
+def test_bad_values_are_rejected_with_their_key(keys: dict[str, Any], where: str) -> None:
+    with pytest.raises(cfgmod.ConfigError) as e:
+        _cfg(**keys)
+    assert [p.key for p in e.value.problems] == [where], e.value.format()
+
+
+def test_check_config_warns_about_fabric_ports_and_missing_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _cfg(enabled=False, interfaces=["swp1"]).flowlet.warnings(["swp1"]) == []
+    c = _cfg(enabled=True, interfaces=["swp1", "eth0"])
+    monkeypatch.setattr(flowlet, "problems", lambda: ["'bpftool' is missing"])
+    w = c.flowlet.warnings(["swp1", "swp2"])
+    assert w[0] == "flowlet: enabled, but 'bpftool' is missing"
+    assert w[1].startswith("flowlet.interfaces: swp1 is a neighbor's port")
+
+
+def test_samples_per_interface_and_skip_reason() -> None:
+    counters = dict.fromkeys(flowlet.COUNTERS, 0)
+    counters.update(packets=10, flowlets=5, moved=4, new_flows=1, skip_not_ip=3)
+    snap = {
+        "enabled": True,
+        "error": None,
+        "timeout_us": 500.0,
+        "table_size": 1024,
+        "interfaces": [{"interface": "eth0", "attached": True, **counters}],
+        "events": {"loaded": 1, "errors": 0},
+    }
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for s in views.flowlet_samples(cast(views.FlowletView, snap))
+    }
+    eth0 = (("interface", "eth0"),)
+    assert got[("glbd_flowlet_timeout_seconds", ())] == 0.0005
+    assert got[("glbd_flowlet_attached", eth0)] == 1.0
+    assert got[("glbd_flowlet_moved_total", eth0)] == 4.0
+    assert got[("glbd_flowlet_skipped_total", (*eth0, ("reason", "not_ip")))] == 3.0
+    reasons = {dict(k[1])["reason"] for k in got if k[0] == "glbd_flowlet_skipped_total"}
+    assert reasons == {str(r) for r in flowlet.FlowletSkip}
+    assert got[("glbd_flowlet_events_total", (("event", "loaded"),))] == 1.0

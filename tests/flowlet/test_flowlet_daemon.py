@@ -1,0 +1,131 @@
+"""glbd itself runs the flowlet program: ``[flowlet] enabled`` attaches it on every interface
+that is no neighbor's port, ``glbctl flowlet`` shows it and its counters, a restart adopts it
+(under ``ip netns exec`` glbd gets a fresh bpffs each time, so the pins are made again from
+the filter), and a stop with ``on_stop = "remove"`` takes the filters and pins away."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flowletrig import Rig, bursts
+from glbdlab.nodes import wait_until
+
+from glbd.cli import glbctl as ctl
+from glbd.io.flowlet import object_path
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+IFACES = ["r-h", "r-m1", "r-m2"]
+
+
+def _config(tmp: Path, on_stop: str) -> Path:
+    cfg = tmp / "glbd.toml"
+    cfg.write_text(
+        f"""router_id = "198.18.0.2"
+local_as = 65001
+role = "load-balancer"
+
+[bfd]
+enabled = false
+
+[flowlet]
+enabled = true
+timeout_us = 1000
+table_size = 1024
+on_stop = "{on_stop}"
+
+[control]
+socket = "{tmp / "glbd.sock"}"
+
+[logging]
+format = "json"
+"""
+    )
+    return cfg
+
+
+class Glbd:
+    def __init__(self, rig: Rig, tmp: Path) -> None:
+        self.rig, self.tmp = rig, tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, on_stop: str) -> None:
+        cfg = _config(self.tmp, on_stop)
+        with open(self.tmp / "glbd.log", "ab") as log:
+            self.proc = self.rig.r.popen(
+                [sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log, stderr=log
+            )
+
+    def flowlet(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.poll() is None, self.log()
+        res: dict[str, Any] = ctl.request(str(self.tmp / "glbd.sock"), "flowlet", timeout=2)
+        return res
+
+    def when(self, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+        """``glbctl flowlet`` if ``pred`` holds for it, else None."""
+        snap = self.flowlet()
+        return snap if pred(snap) else None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
+    def log(self) -> str:
+        return (self.tmp / "glbd.log").read_text(errors="replace")[-3000:]
+
+
+def _filters(rig: Rig, ifname: str) -> str:
+    return rig.r.run(["tc", "-j", "filter", "show", "dev", ifname, "ingress"]).stdout
+
+
+def test_glbd_attaches_adopts_and_removes(rig: Rig, tmp_path: Path) -> None:
+    if object_path() is None:
+        pytest.skip("flowlet.bpf.o is not built (glbd/bpf/build.sh; bootstrap.sh builds it)")
+    rig.group((1, 1))
+    g = Glbd(rig, tmp_path)
+    try:
+        g.start(on_stop="keep")
+        first = wait_until(
+            lambda: g.when(lambda s: s.get("attached") == IFACES),
+            60,
+            what="glbd's flowlet program on every interface",
+        )
+        assert first["error"] is None and first["events"]["loaded"] == 1
+        assert first["hash_policy"] == {"ipv4": "1", "ipv6": "1"}
+        with rig.udp() as s:
+            bursts(s, 5, 2, 0.004)
+        counted = wait_until(
+            lambda: g.when(lambda s: s["counters"]["packets"] >= 10),
+            10,
+            what="the packets counted",
+        )
+        rows = {r["interface"]: r for r in counted["interfaces"]}
+        assert rows["r-h"]["packets"] == 10 and rows["r-h"]["attached"]
+        assert rows["r-h"]["flowlets"] == 5 and rows["r-h"]["moved"] == 4
+
+        g.stop()  # on_stop = "keep": the filters stay, the flows keep their salts
+        assert "glbd_flowlet" in _filters(rig, "r-h")
+
+        g.start(on_stop="remove")
+        again = wait_until(
+            lambda: g.when(lambda s: s.get("attached") == IFACES),
+            60,
+            what="the program adopted",
+        )
+        assert again["prog_id"] == first["prog_id"]
+        ev = again["events"]
+        assert (ev["adopted"], ev["loaded"], ev["repinned"]) == (1, 0, 1), ev
+        assert again["counters"]["packets"] >= 10
+
+        g.stop()
+        for ifname in IFACES:
+            assert "glbd_flowlet" not in _filters(rig, ifname)
+    finally:
+        g.stop()
