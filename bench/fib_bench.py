@@ -194,7 +194,9 @@ async def install(r: Netns, n: int) -> dict[str, float]:
     s = await NetlinkSocket.open(netns=r.name)
     try:
         msgs = [
-            op_message(RouteSet(p, 0, gid), protocol=PROTO, table=254, weight_16bit=True)
+            op_message(
+                RouteSet(p, 0, gid, replace=True), protocol=PROTO, table=254, weight_16bit=True
+            )
             for p in pfx
         ]
         t = time.perf_counter()
