@@ -132,3 +132,56 @@ def test_a_waiting_neighbor_is_retried_until_its_port_is_up(
     assert addrs.local == {missing: ipaddress.ip_address("127.0.0.1")}
     assert missing not in addrs.waiting
     assert [r["peer"] for r in addrs.bgp_rows()] == [str(cfg.neighbors[0].address)]
+
+
+def test_a_port_deleted_later_sends_its_neighbor_back_to_waiting_and_back_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Set up, its port deleted (no reload): ``on_lost`` tears it down and it waits again,
+    shown as waiting; the port re-created: ``on_resolved`` sets it up again."""
+    cfg = _leaf_config(MISSING_IF)
+    up: set[str] = {MISSING_IF}  # the interfaces that exist (stimulus)
+    real_resolve, real_still_ours = params.resolve, params.still_ours
+
+    def on_lo(n: config.NeighborSection) -> config.NeighborSection:
+        return n.model_copy(update={"interface": "lo"})
+
+    def resolve(n: config.NeighborSection) -> Any:
+        return real_resolve(on_lo(n)) if n.interface in up else real_resolve(n)
+
+    def still_ours(n: config.NeighborSection, addr: Any) -> bool:
+        return real_still_ours(on_lo(n), addr) if n.interface in up else real_still_ours(n, addr)
+
+    monkeypatch.setattr(params, "resolve", resolve)
+    monkeypatch.setattr(params, "still_ours", still_ours)
+    port = cfg.neighbors[1].address
+
+    async def run() -> tuple[list[str], dict[str, str]]:
+        calls: list[str] = []
+        events: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_resolved(found: list[Any]) -> None:
+            calls.append(f"resolved {found}")
+            await events.put("resolved")
+
+        async def on_lost(lost: list[Any]) -> None:
+            calls.append(f"lost {lost}")
+            await events.put("lost")
+
+        addrs = LocalAddresses(asyncio.get_running_loop(), on_resolved, on_lost, watch_s=0.01)
+        addrs.update(cfg)
+        assert port in addrs.local and port not in addrs.waiting
+        up.discard(MISSING_IF)  # the port is deleted
+        assert await asyncio.wait_for(events.get(), 30) == "lost"
+        assert port not in addrs.local
+        waiting = {r["peer"]: r["state"] for r in addrs.bgp_rows()}
+        up.add(MISSING_IF)  # and created again
+        assert await asyncio.wait_for(events.get(), 30) == "resolved"
+        await addrs.close()
+        assert addrs.local[port] == ipaddress.ip_address("127.0.0.1")
+        assert port not in addrs.waiting
+        return calls, waiting
+
+    calls, waiting = asyncio.run(run())
+    assert calls == [f"lost {[port]}", f"resolved {[port]}"]
+    assert waiting[str(port)] == "waiting_for_interface"

@@ -2,7 +2,9 @@
 
 A router boots with ports down or not yet created: such a neighbor waits (logged once, shown by
 ``glbctl neighbors``/``glbctl bfd`` with the reason as its state) while the others start, and is
-looked up again on a timer with backoff; when its address appears the node sets it up.
+looked up again on a timer with backoff; when its address appears the node sets it up. A port
+deleted later (its address gone with it) sends its neighbor back to waiting: the node removes its
+sessions, and sets them up again when the port is back. A port that is only down keeps them.
 """
 
 from __future__ import annotations
@@ -25,19 +27,32 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: retry delays (seconds): doubled after each look-up that resolved nothing, up to the maximum
 RETRY_INITIAL_S = 0.5
 RETRY_MAX_S = 5.0
+#: how often the set-up neighbors' local addresses are checked (is the port still there?)
+WATCH_S = 1.0
+
+Callback = Callable[[list[IPAddress]], Awaitable[None]]
 
 
 class LocalAddresses:
     """The resolved local address per neighbor (:attr:`local`) and the waiting ones
-    (:attr:`waiting`). ``on_resolved`` is awaited with the neighbors that got an address."""
+    (:attr:`waiting`). ``on_resolved`` is awaited with the neighbors that got an address;
+    ``on_lost`` with those whose address went away (checked every ``watch_s``), which wait
+    again. The two are never awaited at the same time."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        on_resolved: Callable[[list[IPAddress]], Awaitable[None]],
+        on_resolved: Callback,
+        on_lost: Callback | None = None,
+        *,
+        watch_s: float = WATCH_S,
     ) -> None:
         self._loop = loop
         self._on_resolved = on_resolved
+        self._on_lost = on_lost
+        self._watch_s = watch_s
+        self._watch_task: asyncio.Task[None] | None = None
+        self._setting_up = asyncio.Lock()  # a neighbor set up and torn down in order
         self.local: dict[IPAddress, IPAddress] = {}
         self.waiting: dict[IPAddress, params.Unresolved] = {}
         self._sections: dict[IPAddress, cfgmod.NeighborSection] = {}
@@ -71,8 +86,47 @@ class LocalAddresses:
             else:
                 local[n.address] = r
         self.local, self.waiting, self.ready = local, waiting, True
-        if waiting and (self._task is None or self._task.done()):
+        self._retry_waiting()
+        if self._on_lost is not None and self._watch_task is None:
+            self._watch_task = self._loop.create_task(self._watch())
+
+    def _retry_waiting(self) -> None:
+        if self.waiting and (self._task is None or self._task.done()):
             self._task = self._loop.create_task(self._retry())
+
+    def check(self) -> list[IPAddress]:
+        """Set-up neighbors whose local address is no longer ours (the port was deleted, or
+        its address removed): they wait again, looked up on the retry timer. Returns them."""
+        lost: list[IPAddress] = []
+        for addr, had in list(self.local.items()):
+            n = self._sections.get(addr)
+            if addr in self.waiting or n is None or params.still_ours(n, had):
+                continue  # being set up, or still there
+            r = params.resolve(n)
+            if not isinstance(r, params.Unresolved):  # the port has another address now
+                r = params.Unresolved(params.Waiting.NO_LOCAL_ADDRESS, f"{had} is gone")
+            del self.local[addr]
+            self.waiting[addr] = r
+            lost.append(addr)
+            _log_waiting(n, r, note="its port went away; retried until it is back")
+        if lost:
+            self._retry_waiting()
+        return lost
+
+    async def _watch(self) -> None:
+        assert self._on_lost is not None
+        while True:
+            await asyncio.sleep(self._watch_s)
+            async with self._setting_up:
+                lost = self.check()
+                if not lost:
+                    continue
+                try:
+                    await self._on_lost(lost)
+                except Exception as e:
+                    log.error(
+                        "neighbor_teardown_failed", neighbors=[str(a) for a in lost], error=repr(e)
+                    )
 
     async def _retry(self) -> None:
         delay = RETRY_INITIAL_S
@@ -93,19 +147,24 @@ class LocalAddresses:
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
             delay = RETRY_INITIAL_S
-            try:
-                await self._on_resolved(found)
-            except Exception as e:  # the next look-up does not redo these: say so loudly
-                log.error("neighbor_setup_failed", neighbors=[str(a) for a in found], error=repr(e))
-            finally:
-                for addr in found:
-                    self.waiting.pop(addr, None)
+            async with self._setting_up:
+                try:
+                    await self._on_resolved(found)
+                except Exception as e:  # the next look-up does not redo these: say so loudly
+                    log.error(
+                        "neighbor_setup_failed", neighbors=[str(a) for a in found], error=repr(e)
+                    )
+                finally:
+                    for addr in found:
+                        self.waiting.pop(addr, None)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._task, self._watch_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._watch_task = None
 
     # ---- rows for glbctl ------------------------------------------------------------------
 
@@ -155,12 +214,16 @@ def _same_port(a: cfgmod.NeighborSection, b: cfgmod.NeighborSection) -> bool:
     return (a.interface, a.local_address) == (b.interface, b.local_address)
 
 
-def _log_waiting(n: cfgmod.NeighborSection, r: params.Unresolved) -> None:
+def _log_waiting(
+    n: cfgmod.NeighborSection,
+    r: params.Unresolved,
+    note: str = "started without it; retried until its port is up",
+) -> None:
     log.warning(
         "neighbor_waiting",
         neighbor=str(n.address),
         interface=n.interface,
         reason=r.reason.value,
         detail=r.detail,
-        note="started without it; retried until its port is up",
+        note=note,
     )

@@ -101,7 +101,7 @@ class Node:
         self._exabgp_dir: Path | None = None
         self.failover = FailoverArming(self.loop, lambda: self.bfd, lambda: self.cfg, self.counters)
         # neighbors whose port is down or missing wait here; the others start without them
-        self.addrs = LocalAddresses(self.loop, self._neighbors_resolved)
+        self.addrs = LocalAddresses(self.loop, self._neighbors_resolved, self._neighbors_lost)
 
     @property
     def fib_hold_s(self) -> float:
@@ -333,6 +333,17 @@ class Node:
         elif new and self.bfd is not None:
             for s in new:
                 await asyncio.to_thread(self.bfd.add_session, s)
+
+    async def _neighbors_lost(self, lost: list[IPAddress]) -> None:
+        """Neighbors whose port was deleted: their BGP and BFD sessions go (retried forever
+        otherwise); they wait for the port again, as at start."""
+        if self.bgp is not None:
+            self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+        if self.bfd is not None:
+            gone = {params.unscoped(a) for a in lost}
+            for d in self.bfd.snapshot().get("sessions", []):
+                if params.unscoped(ipaddress.ip_address(d["peer"])) in gone:
+                    await asyncio.to_thread(self.bfd.remove_session, d["interface"], d["peer"])
 
     # ---- event routing --------------------------------------------------------------------
 

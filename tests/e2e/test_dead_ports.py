@@ -1,5 +1,5 @@
 """A router boots with ports down: glbd starts with the neighbours it can reach and adds the
-others when their port comes up.
+others when their port comes up; a port deleted later takes its neighbour back to waiting.
 
 leaf1 (automatic local addresses, as in conf/leaf.toml) starts with its port to spine2 down and
 its port to spine3 not there at all; spine3's only port is missing too. Real glbd daemons on a
@@ -30,6 +30,13 @@ def _up(node: GlbdNode, peer: str) -> bool:
     bgp = _row(node.request("neighbors"), peer)
     bfd = _row(node.request("bfd"), peer)
     return bool(bgp["state"] == "up" and str(bfd["state"]).lower() == "up")
+
+
+def _waiting_for_port(node: GlbdNode, peer: str) -> bool:
+    """``peer`` shown waiting for its interface by ``glbctl neighbors`` and ``glbctl bfd``."""
+    bgp = _row(node.request("neighbors"), peer)
+    bfd = _row(node.request("bfd"), peer)
+    return bool(bgp["state"] == bfd["state"] == "waiting_for_interface")
 
 
 def _create_link(fab: Fabric, a: str, b: str) -> None:
@@ -122,15 +129,29 @@ def test_leaf_starts_with_a_down_and_a_missing_port_and_adds_them_when_they_come
         fab.restore("leaf1", "spine2")
         wait_until(lambda: _up(leaf, peer["spine2"]), TIMEOUT, what="BGP + BFD with spine2 again")
 
-        # a port deleted later: a reload leaves its neighbour waiting (ExaBGP cannot bind its
-        # old address), the others keep running, and it comes back with the port
+        # a port deleted later, no reload: its neighbour waits again (its BGP session out of
+        # ExaBGP and its BFD session out of the engine: glbctl shows the waiting rows, which
+        # it shows only for neighbours neither has), and comes back with the port
+        fab.ns("leaf1").ip("link", "del", link3.a_if)
+        wait_until(
+            lambda: _waiting_for_port(leaf, peer["spine3"]), TIMEOUT, what="spine3 waiting again"
+        )
+        assert _up(leaf, peer["spine1"]) and _up(leaf, peer["spine2"])
+        _create_link(fab, "leaf1", "spine3")
+        wait_until(lambda: _up(leaf, peer["spine3"]), TIMEOUT, what="BGP + BFD with spine3 again")
+        assert len(leaf.events("neighbor_waiting")) == 3  # the new wait, logged once
+
+        # a port deleted later, then a reload: the neighbour stays waiting (ExaBGP cannot bind
+        # its old address), the others keep running, and it comes back with the port
         fab.ns("leaf1").ip("link", "del", link3.a_if)
         _reload_renaming_spine1(leaf, "spine1 c")
-        assert _row(leaf.request("neighbors"), peer["spine3"])["state"] == "waiting_for_interface"
+        wait_until(
+            lambda: _waiting_for_port(leaf, peer["spine3"]), TIMEOUT, what="spine3 waiting again"
+        )
         _create_link(fab, "leaf1", "spine3")
         wait_until(lambda: _up(leaf, peer["spine3"]), TIMEOUT, what="BGP + BFD with spine3 again")
         assert _up(leaf, peer["spine2"])
-        assert len(leaf.events("neighbor_waiting")) == 3  # the new wait, logged once
+        assert len(leaf.events("neighbor_waiting")) == 4  # the new wait, logged once
         # the healthy neighbour never went down
         assert [e for e in leaf.events("bgp_peer_down") if e["peer"] == peer["spine1"]] == []
     finally:
