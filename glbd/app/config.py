@@ -203,6 +203,26 @@ class NeighborSection(_Model):
     #: address is the lower one, so two glbd routers never both connect
     passive: Annotated[bool | Literal["auto"], BeforeValidator(_tristate)] = "auto"
     bfd: BfdOverride = BfdOverride()
+    #: TCP MD5 signature key (RFC 2385) for this session, read from this file at load time
+    password_file: Path | None = None
+    password: Secret | None = Field(default=None, exclude=True)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _no_inline_password(cls, v: Any) -> Any:
+        if v is not None:  # a key in the config file would show in dumps, backups and diffs
+            raise ValueError("keys are not written in the config: name a file with password_file")
+        return v
+
+    @model_validator(mode="after")
+    def _load_password(self) -> Self:
+        if self.password_file is not None:
+            # Linux holds at most 80 key bytes per peer (TCP_MD5SIG_MAXKEYLEN)
+            key = read_secret(self.password_file, 1, 80, "a TCP MD5 key")
+            object.__setattr__(self, "password", key)
+        return self
 
     @field_validator("interface")
     @classmethod

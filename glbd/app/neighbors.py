@@ -182,6 +182,7 @@ class LocalAddresses:
                     "remote_as": n.remote_as,
                     "interface": n.interface,
                     "local_address": None if n.local_address is None else str(n.local_address),
+                    "tcp_md5": n.password is not None,
                     "bgp_id": None,
                     "state": w.reason.value,
                     "bfd_down": False,

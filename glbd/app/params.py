@@ -221,6 +221,7 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
                 hold_time=n.hold_time or c.bgp.hold_time,
                 description=n.description,
                 passive=None if n.passive == "auto" else n.passive,
+                tcp_md5=None if n.password is None else n.password.reveal(),
             )
             for n in c.neighbors
             if n.address in local

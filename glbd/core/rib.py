@@ -121,6 +121,8 @@ class NeighborParams:
     #: is the lower one, so two glbds never both connect (ExaBGP 5.0.15 is sometimes slow
     #: after a connection collision). Default False: always connect, as routers expect.
     passive: bool | None = False
+    #: TCP MD5 signature key (RFC 2385) of the session, None: unsigned. Never in a repr.
+    tcp_md5: bytes | None = field(default=None, repr=False)
 
     @property
     def is_passive(self) -> bool:
@@ -568,12 +570,13 @@ class Rib:
                 self._add_peer(n)
                 touched.add(addr)
             elif st_old.params != n:
-                session = (n.remote_as, n.local_address, n.hold_time, n.is_passive)
+                session = (n.remote_as, n.local_address, n.hold_time, n.is_passive, n.tcp_md5)
                 if session != (
                     st_old.params.remote_as,
                     st_old.params.local_address,
                     st_old.params.hold_time,
                     st_old.params.is_passive,
+                    st_old.params.tcp_md5,
                 ):
                     touched.add(addr)
                     changed |= {p for p, _ in st_old.paths()} | set(st_old.adj_out)
@@ -647,6 +650,7 @@ class Rib:
                     "remote_as": st.params.remote_as,
                     "interface": st.params.interface,
                     "local_address": str(st.params.local_address),
+                    "tcp_md5": st.params.tcp_md5 is not None,
                     "bgp_id": None if st.bgp_id is None else str(st.bgp_id),
                     "state": "stale" if st.stale else st.state,
                     "bfd_down": st.bfd_down,

@@ -57,6 +57,7 @@ from glbd.core.rib import (
     StaleTimerExpired,
 )
 from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+from glbd.io.netns import in_netns
 
 __all__ = [
     "BgpEvent",
@@ -112,6 +113,12 @@ def command_for(d: Decision) -> api.Command:
     return api.Teardown(d.peer, _CEASE_SUBCODE[d.reason])
 
 
+def _md5_reason(reason: str, kernel: dict[str, int]) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in kernel.items())
+    hint = MD5_HINT + (f"; kernel now: {counts}" if counts else "")
+    return f"{reason}; {hint}" if reason else hint
+
+
 @dataclass(frozen=True)
 class ProcessOptions:
     """How ExaBGP is run (defaults fit production)."""
@@ -124,6 +131,35 @@ class ProcessOptions:
     stop_grace_s: float = 5.0
     drain_timeout_s: float = 5.0
     exabgp_log_level: str = "WARNING"
+    #: a TCP MD5 session still not established this long after ExaBGP (re)started is logged
+    #: (``bgp_session_not_established``) with the kernel's MD5 counters
+    md5_hint_after_s: float = 30.0
+
+
+#: the kernel's TCP MD5 counters (``nstat``: TcpExtTCPMD5NotFound, ...): a segment without the
+#: signature we expect, a signature we do not expect, a signature that does not verify
+MD5_COUNTERS = ("TCPMD5NotFound", "TCPMD5Unexpected", "TCPMD5Failure")
+
+MD5_HINT = (
+    "TCP MD5 is configured: the kernel drops segments whose signature is missing or wrong "
+    "without a word to BGP, so a key mismatch shows only as a session that never comes up "
+    "(check both keys; nstat -az TcpExtTCPMD5Failure TcpExtTCPMD5NotFound TcpExtTCPMD5Unexpected)"
+)
+
+
+def tcp_md5_counters(netns: str | None = None) -> dict[str, int]:
+    """The kernel's TCP MD5 drop counters in ``netns`` (``/proc/net/netstat``, per namespace);
+    {} if unreadable."""
+    try:
+        with in_netns(netns), open("/proc/thread-self/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names.startswith("TcpExt:") and values.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:], strict=False))
+            return {k: int(row[k]) for k in MD5_COUNTERS if k in row}
+    return {}
 
 
 class BgpSpeaker:
@@ -154,6 +190,7 @@ class BgpSpeaker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._armed_for: float | None = None
+        self._md5_check: asyncio.TimerHandle | None = None
         self.events_emitted = 0
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -169,6 +206,9 @@ class BgpSpeaker:
             for prefix, adv in list(st.adj_out.items()):
                 self.supervisor.send(api.Withdraw(adv.peer, prefix, adv.next_hop))
         await self.supervisor.stop()
+        if self._md5_check is not None:
+            self._md5_check.cancel()
+            self._md5_check = None
         self._loop = None
         self._arm()
 
@@ -198,6 +238,7 @@ class BgpSpeaker:
         self.params = params
         if neighbors_changed:
             self.supervisor.reload(self.exabgp_params())
+            self._schedule_md5_check()
         self._apply(effects)
         for addr in touched:
             st = self.rib.peers.get(addr)
@@ -208,7 +249,14 @@ class BgpSpeaker:
     # ---- views -------------------------------------------------------------------------
 
     def neighbors_snapshot(self) -> list[dict[str, Any]]:
-        return self.rib.neighbors_snapshot(self._now())
+        """``glbctl neighbors``: a TCP MD5 session that is not up says why it may not be."""
+        rows = self.rib.neighbors_snapshot(self._now())
+        if any(r["tcp_md5"] and r["state"] != "up" for r in rows):
+            kernel = tcp_md5_counters(self.netns)
+            for r in rows:
+                if r["tcp_md5"] and r["state"] != "up":
+                    r["last_down_reason"] = _md5_reason(r["last_down_reason"], kernel)
+        return rows
 
     def routes_snapshot(self) -> list[dict[str, Any]]:
         return self.rib.routes_snapshot()
@@ -234,7 +282,12 @@ class BgpSpeaker:
             local_as=p.local_as,
             neighbors=tuple(
                 ExabgpNeighbor(
-                    str(n.address), str(n.local_address), n.remote_as, n.hold_time, n.is_passive
+                    str(n.address),
+                    str(n.local_address),
+                    n.remote_as,
+                    n.hold_time,
+                    n.is_passive,
+                    md5=n.tcp_md5,
                 )
                 for n in p.neighbors
             ),
@@ -286,7 +339,40 @@ class BgpSpeaker:
     def _on_ready(self) -> None:
         for adv in self.rib.adj_rib_out():
             self.supervisor.send(command_for(adv))
+        self._schedule_md5_check()
         self._emit(SpeakerReady(self.supervisor.generation))
+
+    def _schedule_md5_check(self) -> None:
+        if self._md5_check is not None:
+            self._md5_check.cancel()
+            self._md5_check = None
+        if self._loop is not None and any(n.tcp_md5 for n in self.params.neighbors):
+            self._md5_check = self._loop.call_later(
+                self.process.md5_hint_after_s, self._check_md5_sessions
+            )
+
+    def _check_md5_sessions(self) -> None:
+        """Log each TCP MD5 session that is still not up, once per ExaBGP start: a key mismatch
+        is otherwise silent (the kernel drops the segments; ExaBGP only sees timeouts)."""
+        self._md5_check = None
+        down = [
+            st
+            for st in self.rib.peers.values()
+            if st.params.tcp_md5 is not None and st.state != "up"
+        ]
+        if not down:
+            return
+        kernel = tcp_md5_counters(self.netns)
+        for st in down:
+            log.warning(
+                "bgp_session_not_established",
+                peer=str(st.params.address),
+                state=st.state,
+                tcp_md5=True,
+                after_s=self.process.md5_hint_after_s,
+                hint=MD5_HINT,
+                **{f"kernel_{k.lower()}": v for k, v in kernel.items()},
+            )
 
     def _apply(self, effects: list[Effect]) -> None:
         for e in effects:

@@ -8,6 +8,9 @@
   neighbor is only accepted, never connected to: two ExaBGPs that both connect collide, and
   after collision handling ExaBGP 5.0.15 sometimes services the surviving session only on its
   idle tick (~75 UPDATEs/s instead of ~600/s, observed in bench/bgp_burst.py).
+* A neighbor's TCP MD5 key (RFC 2385) is written into that config (``md5-password``, base64),
+  so the config file is 0600 in a 0700 directory of ours and removed at stop; ExaBGP's
+  ``configuration`` log category, which would echo it at DEBUG, is off.
 * ExaBGP runs in the foreground as root without named pipes (``exabgp.daemon.user=root``,
   ``exabgp.api.cli=false``, ``exabgp.daemon.daemonize=false``), with systemd's
   NOTIFY_SOCKET/WATCHDOG_*/LISTEN_* removed from its environment, optionally inside a network
@@ -31,6 +34,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import os
@@ -70,6 +74,8 @@ class ExabgpNeighbor:
     hold_time: int = 9
     #: only accept the TCP session, never open it (see ``render_config``)
     passive: bool = False
+    #: TCP MD5 signature key (RFC 2385); never in a repr
+    md5: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             f"    hold-time {n.hold_time};",
             "    listen 179;",
             *(["    passive true;"] if n.passive else []),
+            *_md5_lines(n.md5),
             "    group-updates false;",
             # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
             "    adj-rib-in false;",
@@ -183,6 +190,18 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _md5_lines(key: bytes | None) -> list[str]:
+    """ExaBGP 5.0's per-neighbor TCP MD5 key. Given as base64 with ``md5-base64 true``, so any
+    byte of the key (quotes, spaces, ``;``) survives ExaBGP's config tokenizer, and a key that
+    looks like hex is never re-read as base64 (ExaBGP's "auto" mode would)."""
+    if key is None:
+        return []
+    return [
+        f'    md5-password "{base64.b64encode(key).decode()}";',
+        "    md5-base64 true;",
+    ]
+
+
 def exabgp_env(base: dict[str, str], log_file: Path, log_level: str = "WARNING") -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
     env.update(
@@ -195,6 +214,10 @@ def exabgp_env(base: dict[str, str], log_file: Path, log_level: str = "WARNING")
             "exabgp.api.encoder": "json",
             "exabgp.log.destination": str(log_file),
             "exabgp.log.level": log_level,
+            # the configuration category echoes every token of the config at DEBUG, TCP MD5
+            # keys included; glbd writes that config itself and never needs it echoed
+            "exabgp.log.all": "false",
+            "exabgp.log.configuration": "false",
             "exabgp.daemon.pid": "",
         }
     )
