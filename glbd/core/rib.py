@@ -895,7 +895,10 @@ class Rib:
         for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
             best, mp_states = self._select_states(prefix)
             mp_peers = {st for st, _p in mp_states}
-            mp_ids = tuple(st.bgp_id for st, _p in mp_states if st.bgp_id is not None)
+            # an NNHN names BGP Identifiers only: never None or 0.0.0.0 (RFC 6286 §2.1)
+            mp_ids = tuple(
+                st.bgp_id for st, _p in mp_states if st.bgp_id is not None and int(st.bgp_id)
+            )
             fwd: tuple[NextHop, ...] = ()
             if prefix not in self.originated:
                 fwd = tuple(

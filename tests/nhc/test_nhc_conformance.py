@@ -224,3 +224,16 @@ def test_global_next_hop_carries_no_bgpid() -> None:
     eff = r.on_update(update(leaf1, "2001:db8:1::/48", "2001:db8::a", None), 1.0)
     (adv,) = [e for e in eff if isinstance(e, Advertise) and e.peer == leaf2.address]
     assert adv.nhc == h("0002 01 10 20010db800000000000000000000000d 0002 0008 0a00000b 0a000001")
+
+
+def test_a_peer_with_bgp_id_zero_is_left_out_of_our_nnhn() -> None:
+    """0.0.0.0 is no BGP Identifier: such a peer's path is used but never named in an NNHN."""
+    leaf3 = NeighborParams(A("fe80::e"), 65003, A("fe80::f"), "swp3")
+    params = RibParams(
+        V4("10.0.0.11"), 65100, Role.HELPER, (LEAF1, LEAF2, leaf3), update_coalesce_s=0.0
+    )
+    r = _up(Rib(params), (LEAF1, "10.0.0.1"), (LEAF2, "10.0.0.2"), (leaf3, "0.0.0.0"))
+    r.on_update(update(leaf3, "2001:db8:1::/48", "fe80::e", None), 1.0)
+    eff = r.on_update(update(LEAF1, "2001:db8:1::/48", "fe80::a", None), 1.0)
+    (adv,) = [e for e in eff if isinstance(e, Advertise) and e.peer == LEAF2.address]
+    assert adv.nhc == h(DOC["originate"][0]["value_hex"])
