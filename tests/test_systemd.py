@@ -39,9 +39,31 @@ def directive(key: str) -> list[str]:
     return re.findall(rf"^{key}=(.*)$", UNIT, re.M)
 
 
+def man_pages(tmp_path: Path) -> Path:
+    """glbd(8) and glbctl(8) as the package builds them (help2man, packaging/man/*.h2m), so
+    ``verify`` checks the unit's ``Documentation=`` man pages against what glbd ships."""
+    man8 = tmp_path / "man" / "man8"
+    man8.mkdir(parents=True)
+    for prog in ("glbd", "glbctl"):
+        wrapper = tmp_path / prog
+        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m glbd.cli.{prog} "$@"\n')
+        wrapper.chmod(0o755)
+        subprocess.run(
+            ["help2man", "--no-info", "--no-discard-stderr", "--section", "8",
+             "--include", str(ROOT / "packaging" / "man" / f"{prog}.h2m"),
+             "--output", str(man8 / f"{prog}.8"), str(wrapper)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return tmp_path / "man"
+
+
 def test_unit_verifies(tmp_path: Path) -> None:
+    manpath = f"{man_pages(tmp_path)}:"  # a trailing colon: and the system's (man-db)
     r = subprocess.run(
-        ["systemd-analyze", "verify", str(local_unit(tmp_path))], capture_output=True, text=True
+        ["systemd-analyze", "verify", str(local_unit(tmp_path))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MANPATH": manpath},
     )
     assert r.returncode == 0, r.stderr
     assert "glbd.service" not in r.stderr, r.stderr  # no warnings about our unit
