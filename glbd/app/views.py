@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict
 
 from glbd.core.pathtable import PathTable
-from glbd.core.reasons import NHC_DISREGARDED
+from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard
 from glbd.io.metrics import LATENCY_BUCKETS, Metric, Sample, histogram
 
 # ---- snapshot shapes the samplers read (the keys they use; snapshots carry more) --------------
@@ -484,6 +484,14 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
             float(counters.get(status, 0)),
             {"reason": str(status)},
             "received routes whose NHC was disregarded (the route is kept), by reason",
+            kind="counter",
+        )
+    for discard in NhcDiscard:
+        yield Sample(
+            "glbd_nhc_characteristics_discarded_total",
+            float(counters.get(discard.counter, 0)),
+            {"reason": str(discard)},
+            "NHC characteristics dropped on their own (malformed or repeated), by reason",
             kind="counter",
         )
     for reason, n in (counters.get("api_dropped") or {}).items():

@@ -12,6 +12,7 @@ import enum
 __all__ = [
     "NHC_DISREGARDED",
     "FibConflict",
+    "NhcDiscard",
     "NhcStatus",
     "QualitySource",
     "RemoteStatus",
@@ -117,6 +118,30 @@ NHC_DISREGARDED = frozenset(NhcStatus) - {
     NhcStatus.NOT_VALIDATED,
     NhcStatus.VALID,
 }
+
+
+class NhcDiscard(enum.StrEnum):
+    """A characteristic dropped on its own while the rest of the NHC stays usable
+    (``glbd.codec.nhc.Nhc.discarded``; draft-ietf-idr-nhc §2.4). Counted once per received
+    UPDATE by a load balancer as ``nhc_characteristic_<value>`` (``glbctl counters``, metric
+    ``glbd_nhc_characteristics_discarded_total{reason}``)."""
+
+    #: NNHN shorter than 8 octets or not a multiple of 4
+    NNHN_BAD_LENGTH = "nnhn_bad_length"
+    #: NNHN holding 0.0.0.0
+    NNHN_ZERO_ID = "nnhn_zero_id"
+    #: a second NNHN (only the first counts)
+    NNHN_EXTRA_INSTANCE = "nnhn_extra_instance"
+    #: BGPID neither 4 nor 8 octets
+    BGPID_BAD_LENGTH = "bgpid_bad_length"
+    #: BGPID 0.0.0.0
+    BGPID_ZERO = "bgpid_zero"
+    #: a second BGPID (only the first counts)
+    BGPID_EXTRA_INSTANCE = "bgpid_extra_instance"
+
+    @property
+    def counter(self) -> str:
+        return f"nhc_characteristic_{self.value}"
 
 
 def nhc_malformed(reason: str) -> NhcStatus:

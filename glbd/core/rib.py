@@ -65,7 +65,13 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
-from glbd.core.reasons import NHC_DISREGARDED, NhcStatus, ResetReason, nhc_malformed
+from glbd.core.reasons import (
+    NHC_DISREGARDED,
+    NhcDiscard,
+    NhcStatus,
+    ResetReason,
+    nhc_malformed,
+)
 
 __all__ = [
     "Advertise",
@@ -416,6 +422,11 @@ class Rib:
                 decoded = nhcmod.decode_value(attrs.nhc)
             except nhcmod.DecodeError as exc:
                 decode_error = exc.reason
+            if decoded is not None and decoded.discarded and self.params.role.load_balancer:
+                for d in decoded.discarded:  # once per UPDATE, however many prefixes
+                    key = NhcDiscard(d).counter
+                    st.counters[key] += 1
+                    self.counters[key] += 1
         made: dict[tuple[IPAddress, str], Path] = {}  # one Path per distinct result
         for i, a in enumerate(ev.announced):
             next_hop = a.next_hop if a.next_hop is not None else ev.peer

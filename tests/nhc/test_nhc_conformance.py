@@ -4,6 +4,7 @@ a received NHC (and counts), and the exact NHC a helper sends with next-hop-self
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 from pathlib import Path
@@ -15,7 +16,7 @@ from glbd.app import views
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
 from glbd.codec.nhc import BgpId, DecodeError, Nhc, Nnhn
-from glbd.core.reasons import NHC_DISREGARDED, NhcStatus, nhc_malformed
+from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard, NhcStatus, nhc_malformed
 from glbd.core.rib import Advertise, NeighborParams, Rib, RibParams, Role
 
 A = ipaddress.ip_address
@@ -237,3 +238,49 @@ def test_a_peer_with_bgp_id_zero_is_left_out_of_our_nnhn() -> None:
     eff = r.on_update(update(LEAF1, "2001:db8:1::/48", "fe80::a", None), 1.0)
     (adv,) = [e for e in eff if isinstance(e, Advertise) and e.peer == LEAF2.address]
     assert adv.nhc == h(DOC["originate"][0]["value_hex"])
+
+
+def test_dropped_characteristics_are_counted_once_per_update() -> None:
+    """A characteristic dropped on its own (the route and the rest of the NHC stay) is counted
+    by reason, once per UPDATE, and exported."""
+    r = lb()
+    value = h(
+        "0002 01 10 fe80000000000000000000000000000a 0002 000c 0a00000b 0a000002 0a000003"
+        " 0002 0008 0a00000b 0a000009 0003 0004 0a00000b 0003 0002 0a00"
+    )
+    ev = update(SPINE, "2001:db8:2::/48", "fe80::a", value)
+    second = api.RouteAnnounced("ipv6 unicast", A("fe80::a"), N("2001:db8:3::/48"))
+    r.on_update(dataclasses.replace(ev, announced=(*ev.announced, second)), 1.0)
+    assert r.next_hops(N("2001:db8:2::/48"))[0].nnhn_status == "valid"
+    assert sorted(nhc.decode_value(value).discarded) == [
+        "bgpid_extra_instance",
+        "nnhn_extra_instance",
+    ]
+    assert r.counters["nhc_characteristic_nnhn_extra_instance"] == 1
+    assert r.counters["nhc_characteristic_bgpid_extra_instance"] == 1
+    samples = {
+        s.labels["reason"]: s.value
+        for s in views.bgp_samples({"counters": dict(r.counters)})
+        if s.name == "glbd_nhc_characteristics_discarded_total"
+    }
+    assert samples == {
+        "nnhn_bad_length": 0.0,
+        "nnhn_zero_id": 0.0,
+        "nnhn_extra_instance": 1.0,
+        "bgpid_bad_length": 0.0,
+        "bgpid_zero": 0.0,
+        "bgpid_extra_instance": 1.0,
+    }
+
+
+def test_every_codec_discard_is_a_member() -> None:
+    cases = [
+        "0001 01 04 00000000 0002 0004 0a000063",
+        "0001 01 04 00000000 0002 0008 0a000063 00000000",
+        "0001 01 04 00000000 0002 0008 0a000063 0a000001 0002 0008 0a000063 0a000001",
+        "0001 01 04 00000000 0003 0005 0a00000100",
+        "0001 01 04 00000000 0003 0004 00000000",
+        "0001 01 04 00000000 0003 0004 0a000001 0003 0004 0a000001",
+    ]
+    seen = {d for c in cases for d in nhc.decode_value(h(c)).discarded}
+    assert seen == {str(m) for m in NhcDiscard}
