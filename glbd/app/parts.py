@@ -207,6 +207,7 @@ class FlowletPart(_Part):
         super().__init__(node)
         self.att: FlowletAttachment | None = None
         self.error: str | None = None
+        self._started = False
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -232,8 +233,9 @@ class FlowletPart(_Part):
         assert self.att is not None
         p = params.flowlet_params(self.node.cfg)
         try:
-            if first:
+            if first or not self._started:  # adopt first, also when the first try failed
                 await self.att.start(p)
+                self._started = True
             else:
                 await self.att.apply(p)
             self.error = None
@@ -271,6 +273,7 @@ class FlowletPart(_Part):
             except (OSError, FlowletError) as e:
                 log.error("flowlet_stop_failed", error=str(e))
             self.att = None
+            self._started = False
 
     async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
         neighbors = changes["neighbors_added"] or changes["neighbors_removed"]

@@ -404,6 +404,11 @@ class FlowletAttachment:
         links = links if links is not None else await self.links()
         found = found if found is not None else await self.filters(links.values())
         pinned = await self._pinned_prog_id()
+        ids = sorted({f.prog_id for f in found})
+        if pinned is None and ids:  # pins gone under running filters: made again, no rehash
+            await self._repin(ids[0])
+            self.state.events["repinned"] += 1
+            pinned = await self._pinned_prog_id()
         if pinned is None or await self._table_size() != p.table_size:
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()

@@ -158,6 +158,14 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     assert third.state.events["repinned"] == 1
     assert _pins(third) == ["config", "flows", "maps", "prog", "stats", "table"]
 
+    # pins deleted under a running glbd: the next apply pins the same program again
+    for p in sorted(third.dir.rglob("*"), key=lambda p: -len(p.parts)):
+        p.rmdir() if p.is_dir() else p.unlink()
+    assert third.params is not None
+    await third.apply(third.params)
+    assert third.state.prog_id == prog and third.state.events["repinned"] == 2
+    assert third.state.events["loaded"] == 0
+
     # a filter someone deleted is put back by the next apply
     rig.r.run(["tc", "filter", "del", "dev", "r-h", "ingress"])
     assert third.params is not None
