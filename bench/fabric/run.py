@@ -30,7 +30,13 @@ Contenders (each on a freshly built fabric, one after the other, same parameters
 5. ``glb-res``: glbd GLB, resilient nexthop groups (glbd's default);
 6. ``optimum``: static weighted routes from the known residual capacities (spine1's share for
    the hot leaf's prefix = (1 - hot) of the others'); in the ``during`` case an oracle switches
-   them at the instant the background starts.
+   them at the instant the background starts;
+7. ``glb-flowlet``: glbd GLB, resilient groups, with flowlet switching on the leaves
+   (docs/flowlet.md): a flow may change spine after an idle gap longer than the flowlet
+   timeout (default: the links' queue latency, the worst delay difference between two paths
+   here); the groups' idle timer is that timeout too, so idle buckets follow the weights as
+   soon as moving them cannot reorder. ``glb-flowlet-ht`` (opt-in): the same with
+   hash-threshold groups.
 """
 
 from __future__ import annotations
@@ -66,9 +72,11 @@ from bench.fabric.traffic import (
     tcp_counters,
 )
 
-CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "optimum")
+CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "glb-flowlet", "optimum")
 #: opt-in diagnostic contenders (``--only``), not part of the default run
-EXTRA_CONTENDERS = ("glb-res-fast", "ecmp-res", "glb-res-frozen")
+EXTRA_CONTENDERS = ("glb-res-fast", "ecmp-res", "glb-res-frozen", "glb-flowlet-ht")
+#: contenders whose leaves run glbd's flowlet program
+FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
 LABELS = {
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
@@ -79,6 +87,8 @@ LABELS = {
     "glb-res-fast": "glbd GLB resilient, 0.2 s timers",
     "ecmp-res": "ECMP, static resilient groups",
     "glb-res-frozen": "glbd resilient, weights frozen equal",
+    "glb-flowlet": "glbd GLB resilient + flowlets",
+    "glb-flowlet-ht": "glbd GLB hash-threshold + flowlets",
 }
 #: [fib] settings of the diagnostic contenders (written into the generated glbd.toml)
 FIB_OVERRIDES = {
@@ -121,6 +131,8 @@ class Params:
     residual: bool = True
     #: the leaves' path table keeps weights with memory (``path_quality.weight_memory``)
     memory: bool = True
+    #: flowlet timeout of the flowlet contenders, ms; 0 = the links' queue latency
+    flowlet_timeout_ms: float = 0.0
 
     @property
     def pair_bytes(self) -> int:
@@ -129,6 +141,10 @@ class Params:
     @property
     def hot_mbps(self) -> float:
         return self.rate * self.hot
+
+    @property
+    def flowlet_timeout_s(self) -> float:
+        return self.flowlet_timeout_ms / 1e3 if self.flowlet_timeout_ms else _secs(self.latency)
 
 
 @dataclass
@@ -291,7 +307,20 @@ def leaf_extra(key: str, p: Params) -> dict[str, str]:
     """Extra TOML of the leaves' glbd.toml for contender ``key``."""
     if key == "glb-res-frozen":
         return {"leaf": "[path_quality]\n" + FROZEN}
-    return {} if p.memory else {"leaf": "[path_quality]\nweight_memory = false"}
+    out = "" if p.memory else "[path_quality]\nweight_memory = false\n"
+    if key in FLOWLET:  # on every host-facing port (the default: all but the fabric's)
+        out += f"[flowlet]\nenabled = true\ntimeout_us = {round(p.flowlet_timeout_s * 1e6)}\n"
+    return {"leaf": out.rstrip("\n")} if out else {}
+
+
+def fib_extra(key: str, p: Params) -> dict[str, str]:
+    """Extra ``[fib]`` keys of contender ``key``: a flowlet contender's resilient groups move
+    an idle bucket once it has been idle for the flowlet timeout (never sooner than the
+    kernel's 10 ms clock)."""
+    out = dict(FIB_OVERRIDES.get(key, {}))
+    if key in FLOWLET:
+        out["resilient_idle_timer_s"] = f"{max(0.01, p.flowlet_timeout_s):g}"
+    return out
 
 
 class ControlPlane:
@@ -327,13 +356,15 @@ class ControlPlane:
         else:
             opts = GlbdOptions(
                 heartbeat=self.key != "dlb",
-                group_type="hash-threshold" if self.key == "glb-ht" else "resilient",
+                group_type="hash-threshold"
+                if self.key in ("glb-ht", "glb-flowlet-ht")
+                else "resilient",
                 capacity_mbps=self.p.rate,
                 foreign_classes=FOREIGN_CLASSES if self.p.residual else (),
                 extra=leaf_extra(self.key, self.p),
             )
             self.glbd = start_glbd_with(
-                fab, self.run_dir / self.key, opts, FIB_OVERRIDES.get(self.key, {})
+                fab, self.run_dir / self.key, opts, fib_extra(self.key, self.p)
             )
         self.wait_routes(90.0)
 
@@ -798,7 +829,7 @@ def targets(p: Params, by: dict[tuple[str, str], list[Exchange]], keys: list[str
         b = {e.run: e.completion_s for e in by.get((case, den), []) if e.ok}
         return model.summarize([a[r] / b[r] for r in a if r in b])
 
-    for k in ("glb-ht", "glb-res", *EXTRA_CONTENDERS):
+    for k in ("glb-ht", "glb-res", "glb-flowlet", *EXTRA_CONTENDERS):
         if k not in keys:
             continue
         for case in ("before", "during"):
@@ -869,6 +900,10 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         "--no-memory", action="store_true",
         help="the leaves' weights without memory (path_quality.weight_memory = false)",
     )  # fmt: skip
+    ap.add_argument(
+        "--flowlet-timeout-ms", type=float, default=d.flowlet_timeout_ms,
+        help="flowlet timeout of the flowlet contenders (default: the links' queue latency)",
+    )  # fmt: skip
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
@@ -886,6 +921,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows=a.flows, runs=a.runs, cases=cases,
         settle=a.settle, hot_at=a.hot_at, cc=a.cc, hash_policy=a.hash_policy,
         residual=not a.no_residual, memory=not a.no_memory,
+        flowlet_timeout_ms=a.flowlet_timeout_ms,
     )  # fmt: skip
     return p, only, a
 
@@ -897,6 +933,7 @@ def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
     prm["cases"] = tuple(prm["cases"])
     prm.setdefault("residual", False)  # files from before the option
     prm.setdefault("memory", True)
+    prm.setdefault("flowlet_timeout_ms", 0.0)
     rows = []
     for r in d["results"]:
         r["weights"] = [(t, w) for t, w in r.get("weights", [])]

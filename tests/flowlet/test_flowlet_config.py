@@ -3,6 +3,7 @@ and the metrics derived from ``glbctl flowlet``'s snapshot."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -92,3 +93,27 @@ def test_samples_per_interface_and_skip_reason() -> None:
     reasons = {dict(k[1])["reason"] for k in got if k[0] == "glbd_flowlet_skipped_total"}
     assert reasons == {str(r) for r in flowlet.FlowletSkip}
     assert got[("glbd_flowlet_events_total", (("event", "loaded"),))] == 1.0
+
+
+@pytest.mark.parametrize("key", ["glb-flowlet", "glb-flowlet-ht"])
+def test_fabric_bench_flowlet_contenders_configs_load(tmp_path: Path, key: str) -> None:
+    """bench.fabric's flowlet contenders: flowlets on the leaves only, timeout = the links'
+    queue latency (100 ms), the resilient idle timer the same."""
+    from glbdlab.nodes import GlbdOptions, glbd_config
+    from glbdlab.topology import leaf_spine
+
+    from bench.fabric.run import FOREIGN_CLASSES, Params, fib_extra, leaf_extra, parse
+
+    p = Params()
+    opts = GlbdOptions(capacity_mbps=p.rate, foreign_classes=FOREIGN_CLASSES,
+                       extra=leaf_extra(key, p))  # fmt: skip
+    for node, enabled in (("leaf1", True), ("spine1", False)):
+        f = tmp_path / f"{node}.toml"
+        f.write_text(glbd_config(leaf_spine(4, 4), node, tmp_path, opts))
+        cfg = cfgmod.load(f)
+        assert cfg.flowlet.enabled is enabled
+        if enabled:
+            assert cfg.flowlet.timeout_us == 100_000 and cfg.flowlet.interfaces is None
+    assert fib_extra(key, p) == {"resilient_idle_timer_s": "0.1"}
+    q, only, _ = parse(["--only", key, "--flowlet-timeout-ms", "20"])
+    assert only == [key] and q.flowlet_timeout_s == 0.02
