@@ -223,7 +223,7 @@ class FlowletPart(_Part):
         flowlets off, its filters and pins go."""
         try:
             att = FlowletAttachment(netns=self.node.netns)
-            if att.dir.exists():
+            if os.path.isdir(att.dir):  # False also where bpffs is not ours to read
                 await att.stop()
                 log.info("flowlet_leftovers_removed", dir=str(att.dir))
         except (OSError, FlowletError) as e:
