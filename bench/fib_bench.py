@@ -37,6 +37,7 @@ from glbdlab.netns import Lab, Netns
 
 from glbd.codec.netlink import const as c
 from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
+from glbd.codec.prefix import Net4
 from glbd.core.fibmodel import Desired, GroupSpec, Member
 from glbd.core.fibplan import GroupSet, RouteSet
 from glbd.core.fibwire import op_message
@@ -51,8 +52,9 @@ MEMBERS = [Member(ipaddress.ip_address(g), f"r-p{i + 1}") for i, g in enumerate(
 BASE = int(ipaddress.IPv4Address("198.18.16.0"))
 
 
-def prefixes(n: int) -> list[ipaddress.IPv4Network]:
-    return [ipaddress.IPv4Network((BASE + i, 32)) for i in range(n)]
+def prefixes(n: int) -> list[Net4]:
+    """The routes' prefixes as glbd's path table hands them to the FIB (glbd.codec.prefix)."""
+    return [Net4((BASE + i, 32)) for i in range(n)]
 
 
 def build(lab: Lab) -> Netns:

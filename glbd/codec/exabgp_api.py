@@ -29,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from glbd.codec.prefix import network
+
 __all__ = [
     "Ack",
     "Announce",
@@ -317,7 +319,7 @@ def _addr(v: Any, what: str) -> IPAddress:
 
 def _prefix(v: Any) -> Prefix:
     try:
-        return ipaddress.ip_network(str(v), strict=True)
+        return network(str(v), strict=True)
     except ValueError:
         raise DecodeError("bad_prefix", repr(v)) from None
 

@@ -22,6 +22,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
 
+from glbd.codec.prefix import network
 from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
 from glbd.core.pathtable import Changes, PathTable
 
@@ -219,7 +220,7 @@ class FibSync:
         sync of 10k routes)."""
         net = self._nets.get(prefix)
         if net is None:
-            net = self._nets[prefix] = ipaddress.ip_network(prefix)
+            net = self._nets[prefix] = network(prefix)
         return net
 
 

@@ -28,6 +28,7 @@ from glbd.codec.netlink.codec import (
     decode,
 )
 from glbd.codec.netlink.fibmsg import parse_group_entries
+from glbd.codec.prefix import Net4, Net6, network
 from glbd.core.fibmodel import (
     IPNetwork,
     KGroup,
@@ -164,7 +165,7 @@ def parse_route(msg: Message) -> KRoute | None:
     else:
         addr = ipaddress.ip_address(0 if h.family == c.AF_INET else "::")
     try:
-        prefix: IPNetwork = ipaddress.ip_network((addr, h.dst_len))
+        prefix: IPNetwork = network((addr, h.dst_len))
     except ValueError as e:
         raise DecodeError("bad_route_prefix", str(e)) from None
     metric = a[c.RTA_PRIORITY].as_u32() if c.RTA_PRIORITY in a else 0
@@ -226,11 +227,9 @@ def _route_row(
 ) -> tuple[RouteKey, KRoute | None] | None:
     try:
         if h.family == c.AF_INET:
-            prefix: IPNetwork = ipaddress.IPv4Network(
-                (int.from_bytes(dst, "big") if dst else 0, h.dst_len)
-            )
+            prefix: IPNetwork = Net4((int.from_bytes(dst, "big") if dst else 0, h.dst_len))
         elif h.family == c.AF_INET6:
-            prefix = ipaddress.IPv6Network((int.from_bytes(dst, "big") if dst else 0, h.dst_len))
+            prefix = Net6((int.from_bytes(dst, "big") if dst else 0, h.dst_len))
         else:
             return None
     except ValueError as e:

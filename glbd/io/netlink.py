@@ -29,7 +29,6 @@ import os
 import random
 import socket
 import struct
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -91,15 +90,7 @@ class _Batch:
 
 
 _FLAGS_SEQ = struct.Struct("=HI")  # nlmsg_flags, nlmsg_seq at offset 6
-
-
-def _wire(m: Message | bytes, seq: int, add_flags: int) -> bytes:
-    if isinstance(m, Message):
-        return Message(m.type, m.flags | add_flags, seq, 0, m.header, m.attrs).encode()
-    b = bytearray(m)
-    flags = int.from_bytes(b[6:8], sys.byteorder) | add_flags
-    _FLAGS_SEQ.pack_into(b, 6, flags, seq)
-    return bytes(b)
+_FLAGS = struct.Struct("=H")
 
 
 def open_route_socket(
@@ -313,17 +304,26 @@ class NetlinkSocket:
                     seq = self._next_seq()
                     seqs.append(seq)
                     seq_to_index[seq] = i
-                    b = _wire(msgs[i], seq, c.NLM_F_REQUEST)
+                    m = msgs[i]
+                    b = m if isinstance(m, bytes) else m.encode()
                     chunk.append(b)
                     size += len(b)
                     i += 1
-                # only the last message of the datagram asks for an ACK
-                chunk[-1] = _wire(msgs[i - 1], seqs[-1], c.NLM_F_REQUEST | c.NLM_F_ACK)
+                # seq and NLM_F_REQUEST patched in place in the datagram; only its last
+                # message asks for an ACK
+                buf = bytearray(b"".join(chunk))
+                off = 0
+                for b, seq in zip(chunk, seqs, strict=True):
+                    flags = _FLAGS.unpack_from(buf, off + 6)[0] | c.NLM_F_REQUEST
+                    _FLAGS_SEQ.pack_into(buf, off + 6, flags, seq)
+                    off += len(b)
+                last = off - len(chunk[-1]) + 6
+                _FLAGS.pack_into(buf, last, _FLAGS.unpack_from(buf, last)[0] | c.NLM_F_ACK)
                 bt = _Batch(self._loop.create_future(), seqs[-1])
                 for s in seqs:
                     self._pending[s] = bt
                 try:
-                    self._send(b"".join(chunk))
+                    self._send(bytes(buf))
                 except OSError:
                     for s in seqs:
                         self._pending.pop(s, None)

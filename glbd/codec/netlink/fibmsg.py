@@ -43,6 +43,8 @@ _NLA_HDR = struct.Struct("=HH")
 _NLA_U32 = struct.Struct("=HHI")
 _HDR_RT = struct.Struct("=IHHIIBBBBBBBBI")  # nlmsghdr + rtmsg
 _RT_SCOPE_NOWHERE = 255  # on delete: matches a route of any scope
+# the common bulk write in one pack: nlmsghdr + rtmsg + RTA_DST (IPv4) + RTA_TABLE + RTA_NH_ID
+_RT4_NH = struct.Struct("=IHHIIBBBBBBBBIHH4sHHIHHI")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -142,6 +144,33 @@ def route_wire(
 ) -> bytes:
     """RTM_NEWROUTE pointing ``prefix`` at nexthop ``nhid``, or RTM_DELROUTE when ``nhid`` is
     None (a delete names glbd's protocol: it never takes another protocol's route)."""
+    plen = prefix.prefixlen
+    if nhid is not None and not metric and plen and prefix.version == 4:
+        return _RT4_NH.pack(
+            _RT4_NH.size,
+            c.RTM_NEWROUTE,
+            REPLACE_FLAGS if replace else CREATE_FLAGS,
+            0,
+            0,
+            socket.AF_INET,
+            plen,
+            0,
+            0,
+            table if table < 256 else 0,
+            protocol,
+            c.RT_SCOPE_UNIVERSE,
+            c.RTN_UNICAST,
+            0,
+            8,
+            c.RTA_DST,
+            int(prefix.network_address).to_bytes(4, "big"),
+            8,
+            c.RTA_TABLE,
+            table,
+            8,
+            c.RTA_NH_ID,
+            nhid,
+        )
     parts = []
     if prefix.prefixlen:
         packed = prefix.network_address.packed
