@@ -131,8 +131,8 @@ class ProcessOptions:
     stop_grace_s: float = 5.0
     drain_timeout_s: float = 5.0
     exabgp_log_level: str = "WARNING"
-    #: a TCP MD5 session still not established this long after ExaBGP (re)started is logged
-    #: (``bgp_session_not_established``) with the kernel's MD5 counters
+    #: a TCP MD5 session not up this long (after ExaBGP (re)started or reloaded, or after it
+    #: went down) is logged once (``bgp_session_not_established``) with the kernel's MD5 counters
     md5_hint_after_s: float = 30.0
 
 
@@ -191,6 +191,8 @@ class BgpSpeaker:
         self._timer: asyncio.TimerHandle | None = None
         self._armed_for: float | None = None
         self._md5_check: asyncio.TimerHandle | None = None
+        #: TCP MD5 sessions not up, since when (``_check_md5``)
+        self._md5_down_since: dict[IPAddress, float] = {}
         self.events_emitted = 0
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -238,7 +240,7 @@ class BgpSpeaker:
         self.params = params
         if neighbors_changed:
             self.supervisor.reload(self.exabgp_params())
-            self._schedule_md5_check()
+            self._watch_md5()
         self._apply(effects)
         for addr in touched:
             st = self.rib.peers.get(addr)
@@ -320,6 +322,10 @@ class BgpSpeaker:
             if ev.state in ("up", "down"):
                 log.info("bgp_peer_state", peer=str(ev.peer), state=ev.state, reason=ev.reason)
             self._apply(self.rib.on_state(ev.peer, ev.state, now, ev.reason))
+            if ev.state == "down":  # a key changed on one side shows as no come-back
+                self._watch_md5((ev.peer,))
+            elif ev.state == "up":
+                self._md5_down_since.pop(ev.peer, None)
         elif isinstance(ev, api.UpdateEvent):
             self._apply(self.rib.on_update(ev, now))
         elif isinstance(ev, api.NotificationEvent):
@@ -339,40 +345,52 @@ class BgpSpeaker:
     def _on_ready(self) -> None:
         for adv in self.rib.adj_rib_out():
             self.supervisor.send(command_for(adv))
-        self._schedule_md5_check()
+        self._watch_md5()
         self._emit(SpeakerReady(self.supervisor.generation))
 
-    def _schedule_md5_check(self) -> None:
-        if self._md5_check is not None:
-            self._md5_check.cancel()
-            self._md5_check = None
-        if self._loop is not None and any(n.tcp_md5 for n in self.params.neighbors):
-            self._md5_check = self._loop.call_later(
-                self.process.md5_hint_after_s, self._check_md5_sessions
-            )
+    def _watch_md5(self, peers: Iterable[IPAddress] | None = None) -> None:
+        """Start timing the TCP MD5 sessions of ``peers`` (default: all) that are not up; one
+        still not up ``md5_hint_after_s`` later is logged once (until it comes up)."""
+        now = self._now()
+        for st in self.rib.peers.values():
+            if st.params.tcp_md5 is None or st.state == "up":
+                continue
+            if peers is None or st.params.address in peers:
+                self._md5_down_since.setdefault(st.params.address, now)
+        self._arm_md5_check()
 
-    def _check_md5_sessions(self) -> None:
-        """Log each TCP MD5 session that is still not up, once per ExaBGP start: a key mismatch
-        is otherwise silent (the kernel drops the segments; ExaBGP only sees timeouts)."""
-        self._md5_check = None
-        down = [
-            st
-            for st in self.rib.peers.values()
-            if st.params.tcp_md5 is not None and st.state != "up"
-        ]
-        if not down:
+    def _arm_md5_check(self) -> None:
+        if self._md5_check is not None or self._loop is None or not self._md5_down_since:
             return
-        kernel = tcp_md5_counters(self.netns)
-        for st in down:
-            log.warning(
-                "bgp_session_not_established",
-                peer=str(st.params.address),
-                state=st.state,
-                tcp_md5=True,
-                after_s=self.process.md5_hint_after_s,
-                hint=MD5_HINT,
-                **{f"kernel_{k.lower()}": v for k, v in kernel.items()},
-            )
+        due = min(self._md5_down_since.values()) + self.process.md5_hint_after_s
+        self._md5_check = self._loop.call_later(max(0.0, due - self._now()), self._check_md5)
+
+    def _check_md5(self) -> None:
+        """Log each TCP MD5 session not up for ``md5_hint_after_s``: a key mismatch is otherwise
+        silent (the kernel drops the segments; ExaBGP only sees timeouts)."""
+        self._md5_check = None
+        now = self._now()
+        late = []
+        for addr, since in list(self._md5_down_since.items()):
+            st = self.rib.peers.get(addr)
+            if st is None or st.state == "up" or st.params.tcp_md5 is None:
+                del self._md5_down_since[addr]
+            elif now - since >= self.process.md5_hint_after_s:
+                del self._md5_down_since[addr]  # logged once per episode
+                late.append((st, now - since))
+        if late:
+            kernel = tcp_md5_counters(self.netns)
+            for st, for_s in late:
+                log.warning(
+                    "bgp_session_not_established",
+                    peer=str(st.params.address),
+                    state=st.state,
+                    tcp_md5=True,
+                    for_s=round(for_s, 1),
+                    hint=MD5_HINT,
+                    **{f"kernel_{k.lower()}": v for k, v in kernel.items()},
+                )
+        self._arm_md5_check()
 
     def _apply(self, effects: list[Effect]) -> None:
         for e in effects:
