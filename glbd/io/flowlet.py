@@ -318,7 +318,10 @@ class FlowletAttachment:
         )  # fmt: skip
 
     async def _detach(self, ifname: str) -> None:
-        await self._tc("filter", "del", "dev", ifname, "ingress", "pref", str(PREF), check=False)
+        await self._tc(
+            "filter", "del", "dev", ifname, "ingress", "pref", str(PREF), "handle", "1", "bpf",
+            check=False,
+        )  # fmt: skip
 
     # -- load / adopt
     async def _pinned_prog_id(self) -> int | None:
