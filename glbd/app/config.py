@@ -483,19 +483,6 @@ class FibSection(_Model):
     route_audit_interval_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
 
 
-class ControlSection(_Model):
-    socket: Path = Path("/run/glbd/glbd.sock")
-
-
-class LoggingSection(_Model):
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    #: auto: console on a TTY, journal when stderr is journald's stream, else json
-    format: Literal["auto", "console", "json", "journal"] = "auto"
-
-
-class MetricsSection(_Model):
-    listen: str | None = None
-
 class FlowletSection(_Model):
     """Flowlet switching (docs/flowlet.md): a tc BPF program on the host-facing interfaces
     gives each flow a new hash after an idle gap longer than ``timeout_us``, so the kernel's
@@ -549,6 +536,19 @@ class FlowletSection(_Model):
         return out
 
 
+class ControlSection(_Model):
+    socket: Path = Path("/run/glbd/glbd.sock")
+
+
+class LoggingSection(_Model):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    #: auto: console on a TTY, journal when stderr is journald's stream, else json
+    format: Literal["auto", "console", "json", "journal"] = "auto"
+
+
+class MetricsSection(_Model):
+    listen: str | None = None
+
     @field_validator("listen")
     @classmethod
     def _hostport(cls, v: str | None) -> str | None:
@@ -579,6 +579,7 @@ class Config(_Model):
     control: ControlSection = ControlSection()
     logging: LoggingSection = LoggingSection()
     metrics: MetricsSection = MetricsSection()
+    flowlet: FlowletSection = FlowletSection()
 
     @field_validator("router_id")
     @classmethod
@@ -592,7 +593,6 @@ class Config(_Model):
         problems = _duplicates(
             [str(n.address) for n in self.neighbors], [str(p) for p in self.originate]
         )
-    flowlet: FlowletSection = FlowletSection()
         if problems:
             raise ValueError("; ".join(p.reason for p in problems))
         return self
