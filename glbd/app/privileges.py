@@ -1,4 +1,4 @@
-"""What glbd needs instead of root: four capabilities, checked at start (``CapEff``).
+"""What glbd needs instead of root: up to five capabilities, checked at start (``CapEff``).
 
 systemd grants them to the ``glbd`` user (``AmbientCapabilities=`` in systemd/glbd.service), so
 ExaBGP and the BFD engine, glbd's children, inherit them.
@@ -14,10 +14,12 @@ __all__ = ["capability_problem", "required_capabilities"]
 
 def required_capabilities(cfg: cfgmod.Config) -> list[str]:
     """Netlink routes and nexthops, interface-bound BFD/heartbeat sockets, ExaBGP's TCP 179,
-    and the BFD engine's SCHED_FIFO when configured."""
+    the BFD engine's SCHED_FIFO and the flowlet program's bpf() when configured."""
     need = ["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE"]
     if cfg.bfd.enabled and cfg.bfd.rt_priority:
         need.append("CAP_SYS_NICE")
+    if cfg.flowlet.enabled:
+        need.append("CAP_BPF")
     return need
 
 
