@@ -129,9 +129,15 @@ class NeighborParams:
     passive: bool | None = False
     #: TCP MD5 signature key (RFC 2385) of the session, None: unsigned. Never in a repr.
     tcp_md5: bytes | None = field(default=None, repr=False)
+    #: an unnumbered neighbor: a link-local session on ``interface`` that sends IPv4 prefixes
+    #: with our IPv6 link-local next hop (RFC 8950). It always connects (ExaBGP cannot listen
+    #: on a link-local address)
+    unnumbered: bool = False
 
     @property
     def is_passive(self) -> bool:
+        if self.unnumbered:
+            return False
         if self.passive is not None:
             return self.passive
         return (self.local_address.version, int(self.local_address)) < (
@@ -1015,7 +1021,7 @@ class Rib:
                 n.local_address if n.local_address.version == 6 else n.local_address6
             )
         else:
-            nh = n.local_address if n.local_address.version == 4 else None
+            nh = n.local_address if n.local_address.version == 4 or n.unnumbered else None
         if nh is None:
             return None
         if originated:

@@ -290,6 +290,7 @@ class BgpSpeaker:
                     n.hold_time,
                     n.is_passive,
                     md5=n.tcp_md5,
+                    interface=n.interface if n.unnumbered else None,
                 )
                 for n in p.neighbors
             ),

@@ -70,12 +70,16 @@ YIELD_AFTER_S = 0.002
 class ExabgpNeighbor:
     address: str
     local_address: str
-    remote_as: int
+    #: None: any AS (``peer-as auto``; glbd checks the OPEN's AS itself)
+    remote_as: int | None
     hold_time: int = 9
     #: only accept the TCP session, never open it (see ``render_config``)
     passive: bool = False
     #: TCP MD5 signature key (RFC 2385); never in a repr
     md5: bytes | None = field(default=None, repr=False)
+    #: an unnumbered neighbor: the session runs between link-local addresses on this port
+    #: (``source-interface``) and IPv4 routes carry an IPv6 next hop (RFC 8950)
+    interface: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,10 +166,10 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             f"    router-id {params.router_id};",
             f"    local-address {n.local_address};",
             f"    local-as {params.local_as};",
-            f"    peer-as {n.remote_as};",
+            f"    peer-as {'auto' if n.remote_as is None else n.remote_as};",
             f"    hold-time {n.hold_time};",
-            "    listen 179;",
-            *(["    passive true;"] if n.passive else []),
+            *(_unnumbered_lines(n.interface) if n.interface else ["    listen 179;"]),
+            *(["    passive true;"] if n.passive and not n.interface else []),
             *_md5_lines(n.md5),
             "    group-updates false;",
             # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
@@ -188,6 +192,20 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _unnumbered_lines(interface: str) -> list[str]:
+    """A link-local session: ExaBGP 5.0 connects from the port (SO_BINDTODEVICE gives the
+    link-local addresses their scope) but cannot listen on a link-local address (its bind has
+    no scope id: EINVAL), so the neighbor is never passive and has no ``listen``. RFC 8950:
+    IPv4 unicast may carry an IPv6 next hop (the ``nexthop`` block alone enables the
+    capability)."""
+    return [
+        f"    source-interface {interface};",
+        "    nexthop {",
+        "        ipv4 unicast ipv6;",
+        "    }",
+    ]
 
 
 def _md5_lines(key: bytes | None) -> list[str]:

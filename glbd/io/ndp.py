@@ -1,0 +1,269 @@
+"""Router advertisements on unnumbered ports: say we are here, and learn who is there.
+
+One raw ICMPv6 socket per port (bound to it, SO_BINDTODEVICE; only RS and RA pass its
+ICMP6_FILTER). It sends a router advertisement (lifetime 0, see :mod:`glbd.codec.ndp`) at start,
+every ``interval_s`` and in answer to a router solicitation, so a peer that learns unnumbered
+neighbors from advertisements (FRR's ``neighbor PORT interface``) learns our link-local
+address; and it feeds the advertisements it hears into :class:`glbd.core.ndpeers.NdpPeers`,
+whose events go to ``on_event``. A port that does not exist yet is retried every interval.
+
+Received messages are checked as RFC 4861 §6.1.2 asks (hop limit 255, link-local source,
+code 0, well-formed options); every drop is counted by :class:`glbd.codec.ndp.NdpDrop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import ipaddress
+import socket
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from glbd.codec import ndp
+from glbd.codec.ipzone import strip_zone
+from glbd.core.ndpeers import HOLD_S, NdpEvent, NdpPeers
+from glbd.io.netns import in_netns
+
+__all__ = ["NdpSpeaker"]
+
+log = structlog.get_logger(__name__)
+
+#: FRR's default advertisement interval on an unnumbered BGP port
+INTERVAL_S = 10.0
+#: answers to solicitations on one port are at least this far apart
+MIN_ANSWER_S = 0.5
+_ICMP6_FILTER = 1
+_SIOCGIFHWADDR = 0x8927
+_SIOCGIFINDEX = 0x8933
+_ALL_NODES = "ff02::1"
+_ALL_ROUTERS = "ff02::2"
+
+
+def _filter(*passed: int) -> bytes:
+    """struct icmp6_filter: a set bit blocks that type (Linux)."""
+    words = [0xFFFFFFFF] * 8
+    for t in passed:
+        words[t >> 5] &= ~(1 << (t & 31)) & 0xFFFFFFFF
+    return struct.pack("8I", *words)
+
+
+class _Port:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sock: socket.socket | None = None
+        self.ifindex = 0
+        self.lladdr: bytes | None = None
+        self.last_answer = 0.0
+
+
+class NdpSpeaker:
+    def __init__(
+        self,
+        interfaces: Iterable[str],
+        on_event: Callable[[NdpEvent], None],
+        *,
+        netns: str | None = None,
+        interval_s: float = INTERVAL_S,
+        hold_s: float = HOLD_S,
+    ) -> None:
+        self.netns = netns
+        self.interval_s = interval_s
+        self.core = NdpPeers(hold_s=hold_s)
+        self._on_event = on_event
+        self._ports: dict[str, _Port] = {}
+        self.sent: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.received = 0
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        for name in interfaces:
+            self.add(name)
+
+    # ---- public ----------------------------------------------------------------------------
+
+    def add(self, name: str) -> None:
+        if name not in self._ports:
+            self._ports[name] = _Port(name)
+            self.core.watch(name)
+            if self._loop is not None:
+                self._open(self._ports[name])
+
+    def remove(self, name: str) -> None:
+        p = self._ports.pop(name, None)
+        if p is not None:
+            self._close(p)
+            self.core.forget(name)
+
+    def peers(self) -> dict[str, ipaddress.IPv6Address]:
+        return self.core.peers()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for p in self._ports.values():
+            self._open(p)
+        self._task = asyncio.create_task(self._run(), name="ndp")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for p in self._ports.values():
+            self._close(p)
+        self._loop = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "ports": self.core.snapshot(),
+            "sent": dict(self.sent),
+            "received": self.received,
+            "dropped": dict(self.dropped),
+        }
+
+    # ---- sockets ---------------------------------------------------------------------------
+
+    def _open(self, p: _Port) -> None:
+        if p.sock is not None:
+            return
+        try:
+            with in_netns(self.netns):
+                s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        except OSError as e:
+            log.error("ndp_socket_failed", interface=p.name, error=str(e))
+            return
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, p.name.encode())
+            ifreq = struct.pack("16s16x", p.name.encode())
+            p.ifindex = struct.unpack_from("16xi", fcntl.ioctl(s, _SIOCGIFINDEX, ifreq))[0]
+            hw = fcntl.ioctl(s, _SIOCGIFHWADDR, ifreq)
+            p.lladdr = hw[18:24] if any(hw[18:24]) else None
+            s.setsockopt(socket.IPPROTO_ICMPV6, _ICMP6_FILTER, _filter(ndp.RS, ndp.RA))
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, ndp.HOP_LIMIT)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, ndp.HOP_LIMIT)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP, 0)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, p.ifindex)
+            # solicitations go to all-routers, which a host that does not forward never joins
+            mreq = socket.inet_pton(socket.AF_INET6, _ALL_ROUTERS) + struct.pack("@I", p.ifindex)
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_JOIN_GROUP, mreq)
+            s.setblocking(False)
+        except OSError:  # no such port yet: retried at the next interval
+            s.close()
+            return
+        p.sock = s
+        assert self._loop is not None
+        self._loop.add_reader(s.fileno(), self._readable, p)
+        self._send(p, ndp.encode_solicit(p.lladdr), _ALL_ROUTERS, "rs")
+        self._send(p, ndp.encode_advert(p.lladdr), _ALL_NODES, "ra")
+        log.info("ndp_port_open", interface=p.name, ifindex=p.ifindex)
+
+    def _close(self, p: _Port) -> None:
+        if p.sock is None:
+            return
+        if self._loop is not None:
+            self._loop.remove_reader(p.sock.fileno())
+        p.sock.close()
+        p.sock = None
+
+    def _send(self, p: _Port, data: bytes, dst: str, kind: str) -> None:
+        if p.sock is None:
+            return
+        try:
+            p.sock.sendto(data, (dst, 0, 0, p.ifindex))
+            self.sent[kind] += 1
+        except OSError as e:  # port down or deleted: the next interval tries again
+            self.sent[f"{kind}_failed"] += 1
+            if e.errno == 19:  # ENODEV: the port is gone; reopen later
+                self._close(p)
+
+    def _readable(self, p: _Port) -> None:
+        for _ in range(64):
+            if p.sock is None:
+                return
+            try:
+                data, anc, _, addr = p.sock.recvmsg(1500, socket.CMSG_SPACE(4))
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self._close(p)
+                return
+            self.received += 1
+            self._handle(p, data, anc, addr)
+
+    def _handle(self, p: _Port, data: bytes, anc: list[tuple[int, int, bytes]], addr: Any) -> None:
+        hops = next(
+            (
+                struct.unpack("@i", d[:4])[0]
+                for lvl, typ, d in anc
+                if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_HOPLIMIT
+            ),
+            None,
+        )
+        if hops != ndp.HOP_LIMIT:
+            self.dropped[ndp.NdpDrop.HOP_LIMIT] += 1
+            return
+        if not data:
+            self.dropped[ndp.NdpDrop.MALFORMED] += 1
+            return
+        now = time.monotonic()
+        if data[0] == ndp.RS:
+            if now - p.last_answer >= MIN_ANSWER_S:
+                p.last_answer = now
+                self._send(p, ndp.encode_advert(p.lladdr), _ALL_NODES, "ra")
+            return
+        ra = ndp.decode_advert(data)
+        if isinstance(ra, ndp.NdpDrop):
+            self.dropped[ra] += 1
+            return
+        if p.lladdr is not None and ra.lladdr == p.lladdr:
+            self.dropped[ndp.NdpDrop.OWN] += 1
+            return
+        src = ipaddress.IPv6Address(strip_zone(addr[0]))
+        if not src.is_link_local:
+            self.dropped[ndp.NdpDrop.SOURCE_NOT_LINK_LOCAL] += 1
+            return
+        ev = self.core.heard(p.name, src, now)
+        if ev is not None:
+            self._emit(ev)
+
+    def _emit(self, ev: NdpEvent) -> None:
+        log.info(
+            "ndp_peer",
+            interface=ev.interface,
+            change=ev.change.value,
+            peer=str(ev.address),
+            previous=None if ev.previous is None else str(ev.previous),
+        )
+        try:
+            self._on_event(ev)
+        except Exception:
+            log.exception("ndp_on_event_failed")
+
+    async def _run(self) -> None:
+        next_ra = time.monotonic() + self.interval_s
+        while True:
+            wake = next_ra
+            deadline = self.core.next_deadline()
+            if deadline is not None:
+                wake = min(wake, deadline)
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+            now = time.monotonic()
+            for ev in self.core.tick(now):
+                self._emit(ev)
+            if now < next_ra:
+                continue
+            next_ra = now + self.interval_s
+            for p in self._ports.values():
+                if p.sock is None:
+                    self._open(p)  # sends its first advertisement
+                else:
+                    self._send(p, ndp.encode_advert(p.lladdr), _ALL_NODES, "ra")

@@ -1,0 +1,129 @@
+"""Unnumbered BGP against FRR 10.x: a glbd leaf and an FRR spine joined by a veth with no
+address. FRR runs ``neighbor PORT interface remote-as external``; glbd advertises itself with
+router advertisements (FRR learns a peer's link-local address from them), learns FRR's from
+FRR's, and ExaBGP connects between the two link-local addresses. IPv4 prefixes travel with
+IPv6 link-local next hops both ways (RFC 8950)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+from bgp_helpers import Node, wait_for
+from glbdlab.frr import FrrInstance
+from glbdlab.netns import Lab, Netns
+
+from glbd.core.ndpeers import NdpEvent, PeerChange
+from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
+from glbd.io.ndp import NdpSpeaker
+
+pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
+
+N = ipaddress.ip_network
+
+
+@pytest.fixture(autouse=True)
+def _need_chroot() -> None:
+    from glbdlab.provision import provisioned
+
+    if provisioned() is None:
+        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
+
+
+def spine_conf(port: str) -> str:
+    return "\n".join(
+        [
+            "frr defaults datacenter",
+            "router bgp 65100",
+            " bgp router-id 10.0.0.100",
+            " no bgp ebgp-requires-policy",
+            " no bgp network import-check",
+            f" neighbor {port} interface remote-as external",
+            f" neighbor {port} timers 3 9",
+            f" neighbor {port} timers connect 1",
+            " address-family ipv4 unicast",
+            "  network 10.100.0.0/24",
+            " exit-address-family",
+            "exit",
+            "",
+        ]
+    )
+
+
+def link_local(ns: Netns, ifname: str) -> ipaddress.IPv6Address:
+    out = json.loads(ns.ip("-6", "-j", "addr", "show", "dev", ifname).stdout)
+    for a in out[0].get("addr_info", []):
+        addr = ipaddress.IPv6Address(a["local"])
+        if addr.is_link_local:
+            return addr
+    raise AssertionError(f"no link-local address on {ifname}")
+
+
+async def test_unnumbered_leaf_to_frr_spine(netns_lab: Lab) -> None:
+    lab = netns_lab
+    leaf, spine = lab.netns("leaf"), lab.netns("spine")
+    lab.veth(leaf, "l-s", spine, "s-l")
+    await wait_for(lambda: link_local(leaf, "l-s") and link_local(spine, "s-l"), 10)
+    frr = FrrInstance(spine, hostname="spine").start(spine_conf("s-l"))
+
+    events: list[NdpEvent] = []
+    ndp = NdpSpeaker(["l-s"], events.append, netns=leaf.name, interval_s=1.0)
+    await ndp.start()
+    node: Node | None = None
+    try:
+        # FRR learns us from our advertisements, we learn FRR from its own
+        await wait_for(lambda: "l-s" in ndp.peers(), 30, "FRR's advertisement")
+        assert events[0].change is PeerChange.LEARNED
+        assert ndp.peers()["l-s"] == link_local(spine, "s-l")
+
+        ours = link_local(leaf, "l-s")
+        params = RibParams(
+            ipaddress.IPv4Address("10.0.0.1"),
+            65001,
+            Role.LOAD_BALANCER,
+            (
+                NeighborParams(
+                    ndp.peers()["l-s"],
+                    65100,
+                    ours,
+                    interface="l-s",
+                    hold_time=9,
+                    unnumbered=True,
+                ),
+            ),
+            (N("10.201.0.0/24"),),
+        )
+        bgp_events: list[BgpEvent] = []
+        sp = BgpSpeaker(
+            params,
+            netns=leaf.name,
+            on_event=bgp_events.append,
+            process=ProcessOptions(backoff_initial_s=0.2, stop_grace_s=3.0, drain_timeout_s=3.0),
+        )
+        node = Node(sp, bgp_events)
+        await sp.start()
+        await frr.await_bgp_established(["s-l"], timeout=60)
+
+        # FRR -> glbd: an IPv4 prefix with FRR's link-local address as its next hop
+        await wait_for(lambda: sp.rib.next_hops(N("10.100.0.0/24")), 30, "10.100/24 at glbd")
+        (nh,) = sp.rib.next_hops(N("10.100.0.0/24"))
+        assert nh.next_hop == ndp.peers()["l-s"]
+        assert nh.interface == "l-s"
+
+        # glbd -> FRR: our IPv4 prefix with our link-local next hop
+        def frr_route() -> object:
+            r = frr.vtysh_json("show bgp ipv4 unicast 10.201.0.0/24 json")
+            return r.get("paths") if isinstance(r, dict) else None
+
+        await wait_for(frr_route, 30, "10.201/24 at FRR")
+        r = frr.vtysh_json("show bgp ipv4 unicast 10.201.0.0/24 json")
+        hops = [h for p in r["paths"] for h in p.get("nexthops", [])]
+        assert any(h.get("ip") == str(ours) or h.get("linkLocal") == str(ours) for h in hops), hops
+        frr.wait_route("10.201.0.0/24")
+        assert ndp.dropped == {}, ndp.dropped
+    finally:
+        if node is not None:
+            await node.speaker.stop()
+        await ndp.stop()
