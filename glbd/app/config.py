@@ -249,6 +249,14 @@ class BgpSection(_Model):
     stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
     bfd_strict: bool = True
+    #: graceful restart (RFC 4724), both roles: glbd advertises the capability with the
+    #: Forwarding State bit (it keeps its FIB across a glbd or ExaBGP restart), so peers keep
+    #: forwarding to it while it restarts; and it keeps a restarting peer's routes
+    graceful_restart: bool = True
+    #: the restart time glbd advertises: how long peers keep its routes while it is down
+    restart_time_s: Annotated[int, Field(ge=1, le=4095)] = 120
+    #: once a restarting peer is back, how long its stale routes wait for its End-of-RIB
+    stale_path_time_s: Annotated[float, Field(gt=0, le=3600)] = 360.0
     #: UPDATEs arriving within this long of a selection are selected together at its end
     #: (a quiet RIB still selects at once); 0 = select on every UPDATE
     update_coalesce_ms: Annotated[float, Field(ge=0, le=1000)] = 50.0

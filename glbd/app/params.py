@@ -232,6 +232,9 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
         nnhn_strict_next_hop=c.bgp.nnhn_strict_next_hop,
         stale_timer_s=c.bgp.stale_timer_s,
         bfd_strict=c.bgp.bfd_strict,
+        graceful_restart=c.bgp.graceful_restart,
+        restart_time_s=c.bgp.restart_time_s,
+        stale_path_time_s=c.bgp.stale_path_time_s,
         trust_packed_nnhn=c.bgp.trust_packed_nnhn,
         update_coalesce_s=c.bgp.update_coalesce_ms / 1e3,
     )

@@ -17,7 +17,12 @@ Facts (ExaBGP 5.0's API with ``encoder json``, observed on 5.0.15 peering in nam
   ``message.eor = {"afi": ..., "safi": ...}``;
 * unknown attributes are ``"attribute-0x27-0xE0": "0x<hex>"``: match on the code, because
   ExaBGP ORs Partial into the flags of every unknown transitive attribute it parses;
-* every command is acknowledged with a bare ``done`` or ``error`` line (``exabgp.api.ack``).
+* every command is acknowledged with a bare ``done`` or ``error`` line (``exabgp.api.ack``);
+* the graceful restart capability (RFC 4724, code 64) of an OPEN is
+  ``capabilities["64"] = {"name": "graceful restart", "time": T, "address-family-flags":
+  {"ipv4/unicast": ["restart"]}, "restart-flags": ["forwarding"]}`` with the two labels
+  swapped in ExaBGP 5.0.15 (``Graceful.json``): a family's ``"restart"`` is its Forwarding
+  State bit (0x80), ``"forwarding"`` in ``restart-flags`` is the Restart State bit (R).
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ __all__ = [
     "Announce",
     "ApiParser",
     "DecodeError",
+    "EndOfRib",
     "Event",
+    "GracefulRestart",
     "KeepaliveEvent",
     "NotificationEvent",
     "OpenEvent",
@@ -127,7 +134,20 @@ class Teardown:
         return f"neighbor {self.neighbor} teardown {self.subcode}"
 
 
-Command = Announce | Withdraw | Teardown
+@dataclass(frozen=True)
+class EndOfRib:
+    """``neighbor <peer> announce eor ipv4 unicast``: the End-of-RIB marker (RFC 4724 §2),
+    sent by glbd when ExaBGP runs with ``manual-eor``. ExaBGP sends it after every route
+    queued before it and answers ``error`` if the session is not established."""
+
+    neighbor: IPAddress
+    family: str = "ipv4 unicast"
+
+    def encode(self) -> str:
+        return f"neighbor {self.neighbor} announce eor {self.family}"
+
+
+Command = Announce | Withdraw | Teardown | EndOfRib
 
 
 def encode_command(cmd: Command) -> str:
@@ -166,12 +186,35 @@ class StateEvent(_Peer):
 
 
 @dataclass(frozen=True)
+class GracefulRestart:
+    """A peer's graceful restart capability (RFC 4724 §3) as its OPEN carried it."""
+
+    restart_time: int
+    #: the Restart State bit: the peer has restarted (do not wait for its End-of-RIB)
+    restarting: bool = False
+    #: the families the capability lists (ExaBGP's "ipv4/unicast" spelling)
+    families: tuple[str, ...] = ()
+    #: the families whose Forwarding State bit is set: their forwarding was preserved
+    forwarding: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "restart_time": self.restart_time,
+            "restarting": self.restarting,
+            "families": list(self.families),
+            "forwarding": list(self.forwarding),
+        }
+
+
+@dataclass(frozen=True)
 class OpenEvent(_Peer):
     direction: str
     asn: int
     hold_time: int
     router_id: ipaddress.IPv4Address
     families: tuple[str, ...] = ()
+    #: None: the OPEN has no graceful restart capability
+    graceful_restart: GracefulRestart | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -182,6 +225,9 @@ class OpenEvent(_Peer):
             "hold_time": self.hold_time,
             "router_id": str(self.router_id),
             "families": list(self.families),
+            "graceful_restart": None
+            if self.graceful_restart is None
+            else self.graceful_restart.to_dict(),
         }
 
 
@@ -425,6 +471,31 @@ def _update(n: Any, peer: dict[str, Any]) -> UpdateEvent:
     )
 
 
+def _graceful_restart(raw: Any) -> GracefulRestart:
+    """ExaBGP 5.0.15's JSON of capability 64 (labels swapped: see the module docstring)."""
+    if not isinstance(raw, dict):
+        raise DecodeError("bad_graceful_restart", repr(raw)[:80])
+    time = _int(raw.get("time", 0), "graceful-restart.time")
+    flags = raw.get("restart-flags") or []
+    fams = raw.get("address-family-flags") or {}
+    if not (isinstance(flags, list) and isinstance(fams, dict)):
+        raise DecodeError("bad_graceful_restart", repr(raw)[:80])
+    families: list[str] = []
+    forwarding: list[str] = []
+    for family, fflags in fams.items():
+        if not isinstance(fflags, list):
+            raise DecodeError("bad_graceful_restart", f"{family}={fflags!r}")
+        families.append(str(family))
+        if "restart" in fflags:  # ExaBGP's label for the Forwarding State bit
+            forwarding.append(str(family))
+    return GracefulRestart(
+        restart_time=time,
+        restarting="forwarding" in flags,  # ExaBGP's label for the Restart State bit
+        families=tuple(families),
+        forwarding=tuple(forwarding),
+    )
+
+
 def decode(line: str) -> Event:
     """Decode one line from ExaBGP. Raises :class:`DecodeError` only."""
     text = line.strip()
@@ -470,6 +541,7 @@ def _decode_doc(doc: Any) -> Event:
         rid = _addr(_get(o, "router_id"), "router_id")
         if not isinstance(rid, ipaddress.IPv4Address):
             raise DecodeError("bad_address", "router_id")
+        gr = caps.get("64") if isinstance(caps, dict) else None
         return OpenEvent(
             **peer,
             direction=str(n.get("direction", "receive")),
@@ -477,6 +549,7 @@ def _decode_doc(doc: Any) -> Event:
             hold_time=_int(_get(o, "hold_time"), "open.hold_time"),
             router_id=rid,
             families=tuple(families),
+            graceful_restart=None if gr is None else _graceful_restart(gr),
         )
     if kind == "update":
         return _update(n, peer)

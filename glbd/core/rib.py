@@ -1,6 +1,6 @@
 """Clos RIB (pure): Adj-RIB-In per peer, multipath selection, Adj-RIB-Out with next-hop-self,
 NNHN origination (helper) and validation (load balancer), BFD strict mode, stale handling
-across ExaBGP restarts.
+across ExaBGP restarts and across a peer's graceful restart (RFC 4724, receiving speaker).
 
 No sockets, no clock, no asyncio: every method takes ``now`` (monotonic seconds) where time
 matters and returns a list of effects. Effects are the RIB's decisions for the BGP speaker
@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import re
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -161,6 +162,14 @@ class RibParams:
     trust_packed_nnhn: bool = False
     #: keep paths of the peers of a dead ExaBGP this long, unless refreshed (End-of-RIB) earlier
     stale_timer_s: float = 60.0
+    #: graceful restart (RFC 4724) is negotiated with peers that offer it (ExaBGP advertises
+    #: it for us): a peer whose session drops without a NOTIFICATION keeps its paths, stale,
+    #: for the restart time its OPEN gave, then until its End-of-RIB or ``stale_path_time_s``
+    graceful_restart: bool = False
+    #: the restart time glbd advertises (s, RFC 4724 §3: at most 4095)
+    restart_time_s: int = 120
+    #: once a restarting peer is back, how long its stale paths may wait for its End-of-RIB
+    stale_path_time_s: float = 360.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: a neighbor's routes are not used while BFD is down
     bfd_strict: bool = True
     #: UPDATE coalescing: an UPDATE that arrives when the RIB has been quiet for this long is
@@ -316,6 +325,18 @@ class PeerState:
     pending_bgp_id: ipaddress.IPv4Address | None = None
     state: str = "idle"  # idle | connected | up | down | stale
     established_at: float | None = None
+    #: the graceful restart capability of the peer's latest OPEN (bound at "up", like its ID)
+    pending_gr: api.GracefulRestart | None = None
+    #: the capability of the current (or last) session if glbd negotiated it, else None
+    gr: api.GracefulRestart | None = None
+    #: the peer is restarting gracefully: its stale paths wait for it (helper role)
+    gr_helping: bool = False
+    #: this peer's stale paths go at this time unless its End-of-RIB comes first
+    stale_deadline: float | None = None
+    #: the NOTIFICATION of the current session, if any: (direction, code)
+    notification: tuple[str, int] | None = None
+    #: an End-of-RIB came in this session
+    eor_received: bool = False
     bfd_down: bool = False
     stale: bool = False
     #: how many prefixes this peer has a path for (its Adj-RIB-In lives in the index)
@@ -373,11 +394,18 @@ class Rib:
 
     # ---- inputs ------------------------------------------------------------------------
 
-    def on_open(self, peer: IPAddress, router_id: ipaddress.IPv4Address) -> list[Effect]:
-        """A received OPEN: remember the peer's BGP ID until the session comes up."""
+    def on_open(
+        self,
+        peer: IPAddress,
+        router_id: ipaddress.IPv4Address,
+        graceful_restart: api.GracefulRestart | None = None,
+    ) -> list[Effect]:
+        """A received OPEN: remember the peer's BGP ID and graceful restart capability until
+        the session comes up."""
         st = self._peer(peer)
         if st is not None:
             st.pending_bgp_id = router_id
+            st.pending_gr = graceful_restart
         return []
 
     def on_state(self, peer: IPAddress, state: str, now: float, reason: str = "") -> list[Effect]:
@@ -388,13 +416,18 @@ class Rib:
             st.state = "up"
             st.established_at = now
             st.bgp_id = st.pending_bgp_id or st.bgp_id
+            st.gr = st.pending_gr if self.params.graceful_restart else None
+            st.notification = None
+            st.eor_received = False
             st.counters["established"] += 1
             out: list[Effect] = [PeerUp(peer, st.bgp_id)]
             if not st.stale:
                 out += self._recompute({p for p, _ in st.paths()})
-            return out
+            elif st.gr_helping:
+                out += self._gr_reestablished(st, now)
+            return _events_first(out)
         if state == "down":
-            return self._peer_down(st, reason or "down")
+            return self._peer_down(st, reason or "down", now)
         st.state = state if st.state != "up" else st.state
         return []
 
@@ -476,6 +509,7 @@ class Rib:
         if st is not None:
             st.counters[f"notification_{ev.direction}"] += 1
             st.last_down_reason = f"notification {ev.direction} ({ev.code},{ev.subcode})"
+            st.notification = (ev.direction, ev.code)
         return []
 
     def peer_bfd_down(self, peer: IPAddress, now: float) -> list[Effect]:
@@ -490,6 +524,7 @@ class Rib:
             st.bfd_down = True
             out += self._recompute({p for p, _ in st.paths()})
         out.append(ResetPeer(peer, ResetReason.BFD_DOWN))
+        st.notification = ("send", 6)  # our Cease: a deliberate close, never a restart
         return _events_first(out)
 
     def peer_bfd_up(self, peer: IPAddress, now: float) -> list[Effect]:
@@ -509,18 +544,26 @@ class Rib:
     def speaker_lost(self, now: float) -> list[Effect]:
         """ExaBGP died: every session is gone, but forwarding is kept. Paths become stale and
         stay in use until each peer's End-of-RIB or until the stale timer."""
-        any_paths = False
         for st in self.peers.values():
             st.state = "down"
             st.last_down_reason = "exabgp restart"
             if st.n_paths:
-                any_paths = True
-                st.stale = True
-                for prefix, path in list(st.paths()):
-                    self._set_path(st, prefix, self._intern(_with_stale(path, True)))
-        if any_paths and self._stale_deadline is None:
-            self._stale_deadline = now + self.params.stale_timer_s
+                self._mark_stale(st)
+                if st.stale_deadline is None:
+                    st.stale_deadline = now + self.params.stale_timer_s
+        self._rearm_stale()
         return []
+
+    def converged(self) -> bool:
+        """Our side of a restart is over (RFC 4724 §4.1: the restarting speaker sends its
+        End-of-RIB once it has its peers' routes): every established peer sent End-of-RIB
+        or is restarting itself (its Restart State bit: waiting for each other would
+        deadlock), and no path is stale from our own ExaBGP's restart."""
+        return all(
+            (st.state != "up" or st.eor_received or (st.gr is not None and st.gr.restarting))
+            and not (st.stale and not st.gr_helping)
+            for st in self.peers.values()
+        )
 
     def next_deadline(self) -> float | None:
         ds = [d for d in (self._stale_deadline, self._flush_at) if d is not None]
@@ -532,15 +575,21 @@ class Rib:
             out += self._flush(now)
         if self._stale_deadline is None or now < self._stale_deadline:
             return out
-        self._stale_deadline = None
         changed: set[Prefix] = set()
         peers: list[IPAddress] = []
         removed = 0
         for addr, st in self.peers.items():
+            if st.stale_deadline is None or now < st.stale_deadline:
+                continue
+            st.stale_deadline = None
             if not st.stale:
                 continue
             peers.append(addr)
+            if st.gr_helping:
+                st.counters["gr_stale_timer_expired"] += 1
+                log.info("bgp_gr_stale_expired", peer=str(addr), state=st.state)
             removed += self._sweep(st, changed)
+        self._rearm_stale()
         out += self._recompute(changed)
         return _events_first([StaleTimerExpired(tuple(peers), removed), *out])
 
@@ -581,6 +630,8 @@ class Rib:
                 changed |= {p for p, _ in st.paths()} | set(st.adj_out)
                 self._clear_paths(st)
                 self._slots[st.slot] = None
+                st.stale_deadline = None
+                self._rearm_stale()
         for addr, n in new.items():
             st_old = self.peers.get(addr)
             if st_old is None:
@@ -670,6 +721,11 @@ class Rib:
                     "tcp_md5": st.params.tcp_md5 is not None,
                     "bgp_id": None if st.bgp_id is None else str(st.bgp_id),
                     "state": "stale" if st.stale else st.state,
+                    "graceful_restart": None if st.gr is None else st.gr.to_dict(),
+                    "gr_helping": st.gr_helping,
+                    "stale_for_s": None
+                    if st.stale_deadline is None
+                    else round(max(0.0, st.stale_deadline - now), 3),
                     "bfd_down": st.bfd_down,
                     "uptime_s": None
                     if st.state != "up" or st.established_at is None
@@ -783,15 +839,21 @@ class Rib:
             return None, NhcStatus.NNHN_NH_BGP_ID_MISMATCH
         return decoded.nnhn.nnh_ids, NhcStatus.VALID
 
-    def _peer_down(self, st: PeerState, reason: str) -> list[Effect]:
+    def _peer_down(self, st: PeerState, reason: str, now: float) -> list[Effect]:
         was_up = st.state == "up"
         st.state = "down"
         st.established_at = None
         st.last_down_reason = reason
+        notification, st.notification = st.notification or _notification_in(reason), None
         out: list[Effect] = []
         if st.stale and not was_up:  # ExaBGP restart churn: keep stale paths until EOR/timer
             return out
+        if was_up and self._gr_applies(st, notification):
+            return self._gr_start(st, reason, now)
         st.stale = False  # a re-established session failed again: everything goes
+        st.gr_helping = False
+        st.stale_deadline = None
+        self._rearm_stale()
         if was_up:
             out.append(PeerDown(st.params.address, reason))
         changed = {p for p, _ in st.paths()}
@@ -799,16 +861,93 @@ class Rib:
         out += self._recompute(changed)
         return _events_first(out)
 
+    def _gr_applies(self, st: PeerState, notification: tuple[str, int] | None) -> bool:
+        """RFC 4724 §4.2: a session with graceful restart that ends without a NOTIFICATION
+        (TCP reset or close) is a restart of the peer; our own NOTIFICATION for an expired
+        hold timer too (its control plane stalled). Any other NOTIFICATION is a deliberate
+        close, and a BFD failure is a forwarding failure, not a restart: paths go at once."""
+        gr = st.gr
+        if gr is None or gr.restart_time <= 0 or not gr.families or st.bfd_down:
+            return False
+        return notification is None or notification == ("send", 4)
+
+    def _gr_start(self, st: PeerState, reason: str, now: float) -> list[Effect]:
+        """The peer is restarting: its paths of the families its capability named stay in
+        use, stale, for its restart time; the others go now. Forwarding does not change."""
+        assert st.gr is not None
+        changed: set[Prefix] = set()
+        keep = _versions(st.gr.families)
+        for prefix, _ in list(st.paths()):
+            if prefix.version not in keep and self._del_path(st, prefix):
+                changed.add(prefix)
+        self._mark_stale(st)
+        st.gr_helping = st.stale
+        st.stale_deadline = now + st.gr.restart_time if st.stale else None
+        self._rearm_stale()
+        st.counters["gr_restarts"] += 1
+        log.info(
+            "bgp_gr_helper_start",
+            peer=str(st.params.address),
+            reason=reason,
+            restart_time=st.gr.restart_time,
+            stale_paths=st.n_paths,
+        )
+        out: list[Effect] = [PeerDown(st.params.address, reason)]
+        out += self._recompute(changed)
+        return _events_first(out)
+
+    def _gr_reestablished(self, st: PeerState, now: float) -> list[Effect]:
+        """A restarting peer is back (RFC 4724 §4.2): without the capability now, every stale
+        path goes; a family whose Forwarding State bit is clear (its forwarding was not kept)
+        loses its stale paths; the rest wait for that family's End-of-RIB, at most
+        ``stale_path_time_s``."""
+        gr = st.gr
+        keep = _versions(gr.forwarding) if gr is not None else set()
+        changed: set[Prefix] = set()
+        for version in (4, 6):
+            if version not in keep:
+                self._sweep(st, changed, version)
+        if st.stale:
+            st.stale_deadline = now + self.params.stale_path_time_s
+        else:
+            st.gr_helping = False
+            st.stale_deadline = None
+        self._rearm_stale()
+        if changed:
+            st.counters["gr_stale_flushed"] += 1
+            log.info(
+                "bgp_gr_stale_flushed",
+                peer=str(st.params.address),
+                capability=gr is not None,
+                forwarding=[] if gr is None else list(gr.forwarding),
+                prefixes=len(changed),
+            )
+        return self._recompute(changed)
+
+    def _mark_stale(self, st: PeerState) -> None:
+        for prefix, path in list(st.paths()):
+            if not path.stale:
+                self._set_path(st, prefix, self._intern(_with_stale(path, True)))
+        st.stale = st.n_paths > 0
+
+    def _rearm_stale(self) -> None:
+        """The RIB's stale deadline: the earliest of its peers'."""
+        ds = [st.stale_deadline for st in self.peers.values() if st.stale_deadline is not None]
+        self._stale_deadline = min(ds) if ds else None
+
     def _end_of_rib(self, st: PeerState, family: str) -> list[Effect]:
         """End-of-RIB for one family: the peer's stale paths of that family are gone."""
         st.counters["eor_in"] += 1
+        st.eor_received = True
         if not st.stale or st.state != "up":
             return []
         version = 6 if family.startswith("ipv6") else 4
         changed: set[Prefix] = set()
         self._sweep(st, changed, version)
-        if not any(p.stale for p in self.peers.values()):
-            self._stale_deadline = None
+        if not st.stale:
+            st.gr_helping = False
+            st.stale_deadline = None
+            self._rearm_stale()
         return self._recompute(changed)
 
     def _sweep(self, st: PeerState, changed: set[Prefix], version: int | None = None) -> int:
@@ -819,6 +958,8 @@ class Rib:
                 changed.add(prefix)
                 removed += 1
         st.stale = any(p.stale for _, p in st.paths())
+        if not st.stale:
+            st.gr_helping = False
         return removed
 
     # ---- Adj-RIB-In (the per-prefix index): change it only through these -----------------
@@ -1059,6 +1200,28 @@ _SAFI = {"unicast": 1, "multicast": 2}
 def _family_order(p: Prefix) -> tuple[int, Prefix]:
     """IPv4 before IPv6, each in address order."""
     return (p.version, p)
+
+
+_NOTIFICATION_REASON = re.compile(r"^notification (sent|received) \((\d+),")
+
+
+def _notification_in(reason: str) -> tuple[str, int] | None:
+    """ExaBGP's "down" reason names a NOTIFICATION it sent or received ("notification sent
+    (4,0)"); the API reports only received ones as events."""
+    m = _NOTIFICATION_REASON.match(reason)
+    if m is None:
+        return None
+    return ("send" if m.group(1) == "sent" else "receive", int(m.group(2)))
+
+
+def _versions(families: Iterable[str]) -> set[int]:
+    """IP versions of ExaBGP family names ("ipv4/unicast", "ipv6 unicast"); unicast only."""
+    out: set[int] = set()
+    for f in families:
+        afi, _, safi = f.replace("/", " ").partition(" ")
+        if safi == "unicast" and afi in ("ipv4", "ipv6"):
+            out.add(4 if afi == "ipv4" else 6)
+    return out
 
 
 def _with_stale(path: Path, stale: bool) -> Path:

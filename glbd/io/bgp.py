@@ -113,6 +113,13 @@ def command_for(d: Decision) -> api.Command:
     return api.Teardown(d.peer, _CEASE_SUBCODE[d.reason])
 
 
+def _eor_families(families: Iterable[str]) -> list[str]:
+    """ExaBGP's names ("ipv4 unicast") of the unicast families of an OPEN ("ipv4/unicast");
+    IPv4 unicast when the OPEN had no multiprotocol capability (RFC 4760)."""
+    out = [f.replace("/", " ") for f in families if f in ("ipv4/unicast", "ipv6/unicast")]
+    return out or ([] if families else ["ipv4 unicast"])
+
+
 def _md5_reason(reason: str, kernel: dict[str, int]) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in kernel.items())
     hint = MD5_HINT + (f"; kernel now: {counts}" if counts else "")
@@ -194,6 +201,11 @@ class BgpSpeaker:
         #: TCP MD5 sessions not up, since when (``_check_md5``)
         self._md5_down_since: dict[IPAddress, float] = {}
         self.events_emitted = 0
+        #: graceful restart: the families of each peer's OPEN, and the established peers
+        #: still owed our End-of-RIB (ExaBGP runs with manual-eor), since when
+        self._families: dict[IPAddress, tuple[str, ...]] = {}
+        self._eor_owed: dict[IPAddress, float] = {}
+        self._eor_check: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -211,6 +223,9 @@ class BgpSpeaker:
         if self._md5_check is not None:
             self._md5_check.cancel()
             self._md5_check = None
+        if self._eor_check is not None:
+            self._eor_check.cancel()
+            self._eor_check = None
         self._loop = None
         self._arm()
 
@@ -236,7 +251,10 @@ class BgpSpeaker:
         effects, touched = self.rib.reconfigure(params)
         neighbors_changed = {n.address: n for n in params.neighbors} != {
             n.address: n for n in self.params.neighbors
-        }
+        } or (params.graceful_restart, params.restart_time_s) != (
+            self.params.graceful_restart,
+            self.params.restart_time_s,
+        )
         self.params = params
         if neighbors_changed:
             self.supervisor.reload(self.exabgp_params())
@@ -290,6 +308,7 @@ class BgpSpeaker:
                     n.hold_time,
                     n.is_passive,
                     md5=n.tcp_md5,
+                    restart_time=p.restart_time_s if p.graceful_restart else None,
                     interface=n.interface if n.unnumbered else None,
                 )
                 for n in p.neighbors
@@ -318,15 +337,20 @@ class BgpSpeaker:
         now = self._now()
         if isinstance(ev, api.OpenEvent):
             if ev.direction == "receive":
-                self._apply(self.rib.on_open(ev.peer, ev.router_id))
+                self._families[ev.peer] = ev.families
+                self._apply(self.rib.on_open(ev.peer, ev.router_id, ev.graceful_restart))
         elif isinstance(ev, api.StateEvent):
             if ev.state in ("up", "down"):
                 log.info("bgp_peer_state", peer=str(ev.peer), state=ev.state, reason=ev.reason)
             self._apply(self.rib.on_state(ev.peer, ev.state, now, ev.reason))
             if ev.state == "down":  # a key changed on one side shows as no come-back
                 self._watch_md5((ev.peer,))
+                self._eor_owed.pop(ev.peer, None)
             elif ev.state == "up":
                 self._md5_down_since.pop(ev.peer, None)
+                if self.params.graceful_restart and ev.peer in self.rib.peers:
+                    self._eor_owed[ev.peer] = now
+                    self._send_eors()
         elif isinstance(ev, api.UpdateEvent):
             self._apply(self.rib.on_update(ev, now))
         elif isinstance(ev, api.NotificationEvent):
@@ -340,6 +364,7 @@ class BgpSpeaker:
             self._apply(self.rib.on_notification(ev))
 
     def _on_lost(self) -> None:
+        self._eor_owed.clear()
         self._apply(self.rib.speaker_lost(self._now()))
         self._emit(SpeakerLost(self.supervisor.generation))
 
@@ -400,6 +425,29 @@ class BgpSpeaker:
             else:
                 self._emit(e)
         self._arm()
+        if self._eor_owed:
+            self._send_eors()
+
+    def _send_eors(self) -> None:
+        """Send End-of-RIB to the peers owed one, once the RIB has its peers' routes (each
+        established peer sent its End-of-RIB, no path stale from our ExaBGP's restart) or
+        ``restart_time_s`` after the session came up. Queued after every route already
+        queued, so the peer sweeps only what glbd no longer advertises."""
+        now = self._now()
+        limit = self.params.restart_time_s
+        due = [p for p, since in self._eor_owed.items() if now - since >= limit]
+        if self.rib.converged():
+            due = list(self._eor_owed)
+        for peer in due:
+            del self._eor_owed[peer]
+            for family in _eor_families(self._families.get(peer, ())):
+                self.supervisor.send(api.EndOfRib(peer, family))
+        if self._eor_check is not None:
+            self._eor_check.cancel()
+            self._eor_check = None
+        if self._eor_owed and self._loop is not None:
+            first = min(self._eor_owed.values()) + limit
+            self._eor_check = self._loop.call_later(max(0.0, first - now), self._send_eors)
 
     def _emit(self, ev: BgpEvent) -> None:
         self.events_emitted += 1

@@ -77,6 +77,8 @@ class ExabgpNeighbor:
     passive: bool = False
     #: TCP MD5 signature key (RFC 2385); never in a repr
     md5: bytes | None = field(default=None, repr=False)
+    #: graceful restart (RFC 4724): the restart time advertised; None: no capability
+    restart_time: int | None = None
     #: an unnumbered neighbor: the session runs between link-local addresses on this port
     #: (``source-interface``) and IPv4 routes carry an IPv6 next hop (RFC 8950)
     interface: str | None = None
@@ -171,6 +173,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             *(_unnumbered_lines(n.interface) if n.interface else ["    listen 179;"]),
             *(["    passive true;"] if n.passive and not n.interface else []),
             *_md5_lines(n.md5),
+            *_graceful_restart_lines(n.restart_time),
             "    group-updates false;",
             # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
             "    adj-rib-in false;",
@@ -205,6 +208,24 @@ def _unnumbered_lines(interface: str) -> list[str]:
         "    nexthop {",
         "        ipv4 unicast ipv6;",
         "    }",
+    ]
+
+
+def _graceful_restart_lines(restart_time: int | None) -> list[str]:
+    """ExaBGP 5.0's graceful restart capability (``configuration/capability.py``): the
+    restart time, the Restart State bit on the first OPEN of each ExaBGP process (a glbd or
+    ExaBGP restart) and the Forwarding State bit on every family it sends (glbd keeps its
+    FIB across both). When glbd is killed, ExaBGP then closes its sessions without a
+    NOTIFICATION, so its peers keep glbd's routes while it comes back."""
+    if restart_time is None:
+        return []
+    return [
+        "    capability {",
+        f"        graceful-restart {restart_time};",
+        "    }",
+        # ExaBGP would send End-of-RIB as soon as its queue is empty after the OPEN, which
+        # can be before glbd replayed its routes: the peer would sweep them. glbd sends it.
+        "    manual-eor true;",
     ]
 
 
@@ -255,6 +276,8 @@ def _die_with_parent() -> None:
 def _key(cmd: api.Command) -> tuple[str, str, str]:
     if isinstance(cmd, api.Teardown):
         return ("teardown", str(cmd.neighbor), str(cmd.subcode))
+    if isinstance(cmd, api.EndOfRib):
+        return ("eor", str(cmd.neighbor), cmd.family)
     return ("route", str(cmd.neighbor), str(cmd.prefix))
 
 

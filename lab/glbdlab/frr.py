@@ -236,6 +236,32 @@ class FrrInstance:
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(d)
 
+    def kill_daemon(self, daemon: str) -> None:
+        """SIGKILL one daemon by PID (a crash, e.g. bgpd for a graceful restart test)."""
+        proc = self.procs[daemon]
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+    def restart_daemon(self, daemon: str, *, timeout: float = 20.0) -> None:
+        """Start ``daemon`` again after :meth:`kill_daemon` and push the config to it."""
+        if self.procs[daemon].poll() is None:
+            raise LabError(f"{self.name}: {daemon} is still running")
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / f"{daemon}.vty").unlink()  # left by the killed daemon
+        out = open(self.log_dir / f"{daemon}.out", "ab")  # noqa: SIM115
+        try:
+            self.procs[daemon] = self.ns.popen(
+                self._daemon_argv(daemon), stdout=out, stderr=subprocess.STDOUT
+            )
+        finally:
+            out.close()
+        self._wait_vty(daemon, timeout)
+        if self.build.kind == "sid":
+            self._vtysh(["-b"])
+        else:
+            self._vtysh(["-f", str(self.etc_dir / "frr.conf")])
+
     def state(self) -> dict[str, Any]:
         """JSON-safe record for ``glbd-lab down/status`` of a detached fabric."""
         return {

@@ -1,0 +1,218 @@
+"""Graceful restart (RFC 4724) between a glbd speaker (ExaBGP 5.0.15) and FRR 10.x in
+namespaces, both roles, each with GR on and off (off: the old behaviour, so the GR cases
+fail without the feature):
+
+* glbd restarts (its ExaBGP is killed with SIGKILL and restarted by the supervisor): with
+  GR, FRR keeps glbd's prefix in its kernel at every poll through the outage and refreshes
+  it at glbd's End-of-RIB; without, FRR deletes it.
+* FRR restarts (bgpd killed with SIGKILL and started again): with GR, glbd keeps FRR's
+  prefix in forwarding (no NextHopsChanged) while FRR is away and sweeps nothing at FRR's
+  End-of-RIB; without, the prefix leaves glbd's forwarding at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from bgp_helpers import Node, make_node, wait_for
+from glbdlab.frr import FrrInstance
+from glbdlab.netns import Lab, Netns
+
+from glbd.core.rib import Role
+from glbd.io.bgp import NextHopsChanged, SpeakerReady
+
+pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
+
+A = ipaddress.ip_address
+N = ipaddress.ip_network
+
+GLBD_PREFIX = "10.201.0.0/24"
+FRR_PREFIX = "10.99.0.0/24"
+
+
+@pytest.fixture(autouse=True)
+def _need_chroot() -> None:
+    from glbdlab.provision import provisioned
+
+    if provisioned() is None:
+        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
+
+
+def frr_conf(peer: str, *, gr: bool) -> str:
+    """FRR spine: GR mode "restart" (it preserves forwarding across a bgpd restart) when
+    ``gr``, else GR disabled; FRR's default would be helper only."""
+    mode = [" bgp graceful-restart", " bgp graceful-restart preserve-fw-state"]
+    return "\n".join(
+        [
+            "frr defaults datacenter",
+            "router bgp 65100",
+            " bgp router-id 10.0.0.11",
+            " no bgp ebgp-requires-policy",
+            " no bgp network import-check",
+            *(mode if gr else [" bgp graceful-restart-disable"]),
+            f" neighbor {peer} remote-as 65001",
+            f" neighbor {peer} timers 3 9",
+            f" neighbor {peer} timers connect 1",
+            " address-family ipv4 unicast",
+            f"  network {FRR_PREFIX}",
+            f"  neighbor {peer} activate",
+            " exit-address-family",
+            "exit",
+            "",
+        ]
+    )
+
+
+def kernel_has(ns: Netns, prefix: str) -> bool:
+    out = ns.ip("-j", "route", "show", prefix).stdout
+    return bool(json.loads(out or "[]"))
+
+
+@contextmanager
+def poll_kernel(ns: Netns, prefix: str) -> Iterator[dict[str, int]]:
+    """Poll ``ns``'s kernel for ``prefix`` in a thread until the block ends: how often it
+    was there and missing."""
+    seen = {"present": 0, "missing": 0}
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            seen["present" if kernel_has(ns, prefix) else "missing"] += 1
+            stop.wait(0.02)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        t.join(10)
+
+
+def frr_path(frr: FrrInstance, prefix: str) -> dict[str, object]:
+    data = frr.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
+    paths = data.get("paths", []) if isinstance(data, dict) else []
+    return paths[0] if paths else {}
+
+
+def frr_gr_info(frr: FrrInstance, peer: str) -> dict[str, object]:
+    data = frr.vtysh_json(f"show bgp neighbors {peer} graceful-restart json")
+    info = data.get(peer, {}) if isinstance(data, dict) else {}
+    return info if isinstance(info, dict) else {}
+
+
+def leaf(lab: Lab, ns: Netns, spine_addr: str, local: str, *, gr: bool) -> Node:
+    return make_node(
+        ns.name,
+        "10.0.0.1",
+        65001,
+        Role.LOAD_BALANCER,
+        [(spine_addr, 65100, local, "l1-s1")],
+        (GLBD_PREFIX,),
+        passive=False,
+        graceful_restart=gr,
+        restart_time_s=30,
+        stale_path_time_s=30.0,
+    )
+
+
+@pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
+async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
+    lab = netns_lab
+    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
+    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.41.2/24", b_addr="172.16.41.1/24")
+    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.41.2", gr=gr))
+    node = leaf(lab, leaf_ns, "172.16.41.1", "172.16.41.2", gr=gr)
+    try:
+        await node.speaker.start()
+        await spine.await_bgp_established(["172.16.41.2"], timeout=60)
+        await wait_for(lambda: kernel_has(spine_ns, GLBD_PREFIX), 30, "glbd's prefix in FRR")
+        info = frr_gr_info(spine, "172.16.41.2")
+        print(f"\nFRR's view of glbd's GR: {json.dumps(info)[:600]}")
+        mark = len(node.events)
+        pid = node.speaker.supervisor.pid
+        assert pid is not None
+        with poll_kernel(spine_ns, GLBD_PREFIX) as seen:
+            t0 = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            await wait_for(
+                lambda: any(isinstance(e, SpeakerReady) for e in node.events[mark:]), 30, "ready"
+            )
+            await spine.await_bgp_established(["172.16.41.2"], timeout=60)
+            # back, refreshed, and the stale mark gone (glbd's End-of-RIB)
+            await wait_for(
+                lambda: (
+                    kernel_has(spine_ns, GLBD_PREFIX)
+                    and frr_path(spine, GLBD_PREFIX)
+                    and not frr_path(spine, GLBD_PREFIX).get("stale")
+                ),
+                60,
+                "glbd's prefix refreshed in FRR",
+            )
+            took = time.monotonic() - t0
+        print(f"GR {'on' if gr else 'off'}: {seen} polls of FRR's kernel over {took:.2f}s")
+        if gr:
+            caps = info["neighborCapabilities"]
+            assert caps["gracefulRestart"] == "advertisedAndReceived", caps  # type: ignore[index]
+            assert caps["addressFamiliesByPeer"]["ipv4Unicast"]["preserved"], caps  # type: ignore[index]
+            assert seen["missing"] == 0, seen
+        else:
+            assert seen["missing"] > 0, seen
+    finally:
+        await node.speaker.stop()
+        spine.stop()
+
+
+@pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
+async def test_frr_restart_glbd_keeps_routes(netns_lab: Lab, gr: bool) -> None:
+    lab = netns_lab
+    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
+    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.42.2/24", b_addr="172.16.42.1/24")
+    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.42.2", gr=gr))
+    node = leaf(lab, leaf_ns, "172.16.42.1", "172.16.42.2", gr=gr)
+    try:
+        await node.speaker.start()
+        await spine.await_bgp_established(["172.16.42.2"], timeout=60)
+        await wait_for(lambda: node.speaker.rib.next_hops(N(FRR_PREFIX)), 30, "FRR's prefix")
+        mark = len(node.events)
+
+        def lost() -> bool:
+            return any(
+                isinstance(e, NextHopsChanged) and e.prefix == N(FRR_PREFIX) and not e.next_hops
+                for e in node.events[mark:]
+            )
+
+        def row() -> dict[str, object]:
+            (r,) = node.speaker.neighbors_snapshot()
+            return r
+
+        spine.kill_daemon("bgpd")
+        await wait_for(lambda: row()["state"] != "up", 30, "glbd sees the session go")
+        if not gr:
+            await wait_for(lost, 10, "FRR's prefix withdrawn from glbd's forwarding")
+            return
+        r = row()
+        assert r["gr_helping"] and r["state"] == "stale", r
+        assert node.speaker.rib.next_hops(N(FRR_PREFIX)), "stale path not in forwarding"
+        spine.restart_daemon("bgpd")
+        await spine.await_bgp_established(["172.16.42.2"], timeout=60)
+        # FRR's End-of-RIB ends the restart: nothing stale left, the prefix never left
+        await wait_for(lambda: not row()["gr_helping"] and row()["state"] == "up", 60, "EoR")
+        r = row()
+        print(f"\nglbd's row after FRR's restart: {r}")
+        assert r["graceful_restart"] and r["graceful_restart"]["restarting"], r  # type: ignore[index]
+        assert r["counters"]["gr_restarts"] == 1, r  # type: ignore[index]
+        assert node.speaker.rib.next_hops(N(FRR_PREFIX))
+        assert not lost()
+        assert not [e for e in node.events[mark:] if isinstance(e, NextHopsChanged)]
+    finally:
+        await node.speaker.stop()
+        spine.stop()
