@@ -192,9 +192,21 @@ class BfdOverride(_Model):
     auth: BfdAuth | None = None
 
 
-class NeighborSection(_Model):
-    address: IPAddr
-    remote_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
+def _remote_as(v: Any) -> Any:
+    if v in ("external", "internal"):
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4_294_967_295:
+        return v
+    raise ValueError(
+        'an AS number (1-4294967295), "external" (any AS but ours) or "internal" (ours)'
+    )
+
+
+class _PeerSection(_Model):
+    """What numbered and unnumbered neighbors share."""
+
+    #: the neighbor's AS, or as FRR spells it: "external" (any AS but ours), "internal" (ours)
+    remote_as: Annotated[int | Literal["external", "internal"], BeforeValidator(_remote_as)]
     interface: str
     local_address: IPAddr | None = None
     hold_time: Annotated[int, Field(ge=3, le=65535)] | None = None
@@ -231,11 +243,101 @@ class NeighborSection(_Model):
             raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
         return v
 
+    def peer_as(self, local_as: int) -> int | None:
+        """The AS the peer must have: ours for "internal", None (any other) for "external"."""
+        if self.remote_as == "internal":
+            return local_as
+        if self.remote_as == "external":
+            return None
+        return self.remote_as
+
+
+class NeighborSection(_PeerSection):
+    address: IPAddr
+
     @model_validator(mode="after")
     def _families(self) -> Self:
         if self.local_address is not None and self.local_address.version != self.address.version:
             raise ValueError("local_address and address are of different IP versions")
         return self
+
+
+class UnnumberedSection(_PeerSection):
+    """A ``[[neighbors]]`` entry without ``address``: the peer's link-local address is learned
+    on ``interface`` from its router advertisements (docs/bgp.md, "Unnumbered neighbours")."""
+
+    @model_validator(mode="after")
+    def _link_local(self) -> Self:
+        a = self.local_address
+        if a is not None and not (a.version == 6 and a.is_link_local):
+            raise ValueError(
+                "an unnumbered neighbor (no address) runs over link-local IPv6: "
+                "local_address must be an IPv6 link-local address or left out"
+            )
+        if self.passive is True:
+            raise ValueError(
+                "an unnumbered neighbor always connects (ExaBGP cannot listen on a "
+                "link-local address): leave passive out"
+            )
+        return self
+
+    def learned(self, peer: ipaddress.IPv6Address) -> LearnedNeighbor:
+        """This neighbor once its peer's address is known (the config is not read again)."""
+        values = {k: getattr(self, k) for k in type(self).model_fields}
+        return LearnedNeighbor.model_construct(address=peer, **values)
+
+
+class LearnedNeighbor(NeighborSection):
+    """An unnumbered neighbor with the address learned on its port (never from a file)."""
+
+
+#: a template's port range: ``swp1-64`` is swp1 ... swp64
+_PORT_RANGE = re.compile(r"^(.*[^\d])(\d+)-(\d+)$")
+#: the most ports one template entry may name
+_TEMPLATE_MAX = 1024
+
+
+def _expand_ports(spec: Any) -> list[Any]:
+    """A template's ``interfaces``: names, and ranges such as ``swp1-64`` (ascending)."""
+    names: list[Any] = []
+    for item in spec if isinstance(spec, list) else [spec]:
+        m = _PORT_RANGE.match(item) if isinstance(item, str) else None
+        if m is None:
+            names.append(item)
+            continue
+        lo, hi = int(m.group(2)), int(m.group(3))
+        if hi < lo or hi - lo >= _TEMPLATE_MAX:
+            raise ValueError(f"interfaces: {item!r} is not an ascending range of ports")
+        names += [f"{m.group(1)}{i}" for i in range(lo, hi + 1)]
+    if len(names) > _TEMPLATE_MAX:
+        raise ValueError(f"interfaces: more than {_TEMPLATE_MAX} ports in one entry")
+    return names
+
+
+def _split_neighbors(raw: list[Any]) -> tuple[list[Any], list[Any], list[int], list[int]]:
+    """``[[neighbors]]`` as written -> (numbered, unnumbered, the index each came from).
+    An entry with ``interfaces`` (a template) is one unnumbered neighbor per port."""
+    numbered: list[Any] = []
+    unnumbered: list[Any] = []
+    n_at: list[int] = []
+    u_at: list[int] = []
+    for i, item in enumerate(raw):
+        if isinstance(item, dict) and "interfaces" in item:
+            rest = {k: v for k, v in item.items() if k != "interfaces"}
+            if "interface" in rest or "address" in rest:
+                raise ValueError(
+                    f"neighbors.{i}: a template (interfaces) has neither interface nor address"
+                )
+            for name in _expand_ports(item["interfaces"]):
+                unnumbered.append({**rest, "interface": name})
+                u_at.append(i)
+        elif isinstance(item, dict) and "address" not in item:
+            unnumbered.append(item)
+            u_at.append(i)
+        else:
+            numbered.append(item)
+            n_at.append(i)
+    return numbered, unnumbered, n_at, u_at
 
 
 class BgpSection(_Model):
@@ -577,6 +679,8 @@ class Config(_Model):
     local_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
     role: Literal["helper", "load-balancer", "both"]
     neighbors: list[NeighborSection] = []
+    #: ``[[neighbors]]`` entries without an address (moved here when the file is read)
+    unnumbered: list[UnnumberedSection] = []
     originate: list[IPNet] = []
     bfd: BfdSection = BfdSection()
     bgp: BgpSection = BgpSection()
@@ -588,6 +692,19 @@ class Config(_Model):
     logging: LoggingSection = LoggingSection()
     metrics: MetricsSection = MetricsSection()
     flowlet: FlowletSection = FlowletSection()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unnumbered(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("neighbors"), list):
+            numbered, unnumbered, _, _ = _split_neighbors(data["neighbors"])
+            if unnumbered:
+                data = {
+                    **data,
+                    "neighbors": numbered,
+                    "unnumbered": [*data.get("unnumbered", []), *unnumbered],
+                }
+        return data
 
     @field_validator("router_id")
     @classmethod
@@ -601,11 +718,23 @@ class Config(_Model):
         problems = _duplicates(
             [str(n.address) for n in self.neighbors], [str(p) for p in self.originate]
         )
+        ports = [u.interface for u in self.unnumbered]
+        problems += [
+            Problem("neighbors", f"duplicate unnumbered neighbor on {name}")
+            for name in sorted({p for p in ports if ports.count(p) > 1})
+        ]
         if problems:
             raise ValueError("; ".join(p.reason for p in problems))
         return self
 
     # ---- derived views -----------------------------------------------------------------
+
+    def with_learned(self, peers: dict[str, ipaddress.IPv6Address]) -> Config:
+        """This config with each unnumbered neighbor whose peer was learned (by port) as a
+        neighbor with that address, in place of any learned before."""
+        numbered = [n for n in self.neighbors if not isinstance(n, LearnedNeighbor)]
+        learned = [u.learned(peers[u.interface]) for u in self.unnumbered if u.interface in peers]
+        return self.model_copy(update={"neighbors": [*numbered, *learned]})
 
     @property
     def is_helper(self) -> bool:
@@ -720,6 +849,16 @@ def _duplicates(neighbors: list[Any], originate: list[Any]) -> list[Problem]:
     return out
 
 
+def _entry_key(key: str, n_at: list[int], u_at: list[int]) -> str:
+    """``neighbors.1.x`` / ``unnumbered.0.x`` (after the split) -> the written entry's key."""
+    head, _, rest = key.partition(".")
+    idx, _, tail = rest.partition(".")
+    at = {"neighbors": n_at, "unnumbered": u_at}.get(head)
+    if at is None or not idx.isdigit() or int(idx) >= len(at):
+        return key
+    return ".".join(["neighbors", str(at[int(idx)]), *([tail] if tail else [])])
+
+
 def parse(data: dict[str, Any], path: str = "<config>") -> Config:
     """Validate an already-parsed TOML document."""
     try:
@@ -733,6 +872,22 @@ def parse(data: dict[str, Any], path: str = "<config>") -> Config:
         raw_n = data.get("neighbors")
         raw_o = data.get("originate")
         nlist: list[Any] = raw_n if isinstance(raw_n, list) else []
+        # errors of the split lists name the [[neighbors]] entry they came from
+        try:
+            _, unnumbered, n_at, u_at = _split_neighbors(nlist)
+        except ValueError:
+            unnumbered, n_at, u_at = [], [], []
+        problems = {(_entry_key(k, n_at, u_at), r): None for k, r in problems}
+        ports: dict[Any, int] = {}
+        for j, u in enumerate(unnumbered):
+            port = u.get("interface") if isinstance(u, dict) else None
+            if not isinstance(port, str):
+                continue
+            if port in ports:
+                why = f"duplicate unnumbered neighbor on {port} (also neighbors.{ports[port]})"
+                problems[(f"neighbors.{u_at[j]}.interface", why)] = None
+            else:
+                ports[port] = u_at[j]
         olist: list[Any] = raw_o if isinstance(raw_o, list) else []
         addrs = [n.get("address") for n in nlist if isinstance(n, dict)]
         for p in _duplicates(addrs, olist):
@@ -767,8 +922,11 @@ def diff(old: Config, new: Config) -> dict[str, Any]:
     "sections": [names of other top-level sections that differ], "restart_required": [...]}``.
     ``router_id``, ``local_as`` and ``role`` cannot change without a restart.
     """
-    old_n = {n.address: n for n in old.neighbors}
-    new_n = {n.address: n for n in new.neighbors}
+    old_n: dict[Any, Any] = {n.address: n for n in old.neighbors}
+    new_n: dict[Any, Any] = {n.address: n for n in new.neighbors}
+    # an unnumbered neighbor not learned yet is known by its port
+    old_n.update({f"{u.interface} (unnumbered)": u for u in old.unnumbered})
+    new_n.update({f"{u.interface} (unnumbered)": u for u in new.unnumbered})
     out: dict[str, Any] = {
         "neighbors_added": sorted(str(a) for a in new_n.keys() - old_n.keys()),
         "neighbors_removed": sorted(str(a) for a in old_n.keys() - new_n.keys()),

@@ -107,6 +107,9 @@ class Daemon:
         self.control = ControlServer(cfg.control.socket, self._handlers())
         self.metrics: MetricsServer | None = None
         self._reload_lock = asyncio.Lock()
+        #: a loaded config -> the one in force (fills in the unnumbered neighbors' learned
+        #: peers: set by the part that learns them)
+        self.resolve: Callable[[cfgmod.Config], cfgmod.Config] = lambda c: c
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -215,6 +218,7 @@ class Daemon:
                     ready=1, status=f"running (reload rejected: {len(e.problems)} problems)"
                 )
                 return res
+            new = self.resolve(new)
             changes = cfgmod.diff(self.cfg, new)
             if changes["restart_required"]:
                 res = ReloadResult(
@@ -240,6 +244,22 @@ class Daemon:
             log.info("reload_applied", **changes)
             systemd.notify(ready=1, status="running (reloaded)")
             return res
+
+    async def reapply(self) -> None:
+        """Resolve the config in force again (an unnumbered neighbor's peer was learned or
+        moved) and apply what changed: only neighbors can."""
+        async with self._reload_lock:
+            new = self.resolve(self.cfg)
+            changes = cfgmod.diff(self.cfg, new)
+            if new == self.cfg:
+                return
+            for c in self.components:
+                try:
+                    await c.reconfigure(new, changes)
+                except Exception as e:
+                    log.error("reconfigure_failed", component=c.name, error=repr(e))
+            self.cfg = new
+            log.info("neighbors_resolved_applied", **changes)
 
     # ---- background tasks ----------------------------------------------------------------
 

@@ -56,6 +56,7 @@ class LocalAddresses:
         self.local: dict[IPAddress, IPAddress] = {}
         self.waiting: dict[IPAddress, params.Unresolved] = {}
         self._sections: dict[IPAddress, cfgmod.NeighborSection] = {}
+        self._unnumbered: list[cfgmod.UnnumberedSection] = []
         self._task: asyncio.Task[None] | None = None
         self.ready = False  # update() ran at least once
 
@@ -70,6 +71,7 @@ class LocalAddresses:
         the sessions of a port that is only down, but one whose port was deleted waits again
         (a restarted ExaBGP could not bind the address that went with it)."""
         old, self._sections = self._sections, {n.address: n for n in cfg.neighbors}
+        self._unnumbered = list(cfg.unnumbered)
         local: dict[IPAddress, IPAddress] = {}
         waiting: dict[IPAddress, params.Unresolved] = {}
         for n in cfg.neighbors:
@@ -170,29 +172,20 @@ class LocalAddresses:
 
     def bgp_rows(self) -> list[dict[str, Any]]:
         """``glbctl neighbors`` rows of the waiting neighbors (same keys as the RIB's); one
-        being set up is the RIB's already."""
-        rows = []
+        being set up is the RIB's already. An unnumbered neighbor whose peer was not heard
+        yet is shown by its port."""
+        rows: list[dict[str, Any]] = []
+        learned = {n.interface for n in self._sections.values() if n.address.is_link_local}
+        for u in self._unnumbered:
+            if u.interface not in learned:
+                why = "no router advertisement heard on the port yet"
+                rows.append(
+                    _row(u, f"{u.interface} (unnumbered)", params.Waiting.WAITING_FOR_PEER, why)
+                )
         for addr, w in self.waiting.items():
             if addr in self.local:
                 continue
-            n = self._sections[addr]
-            rows.append(
-                {
-                    "peer": str(addr),
-                    "remote_as": n.remote_as,
-                    "interface": n.interface,
-                    "local_address": None if n.local_address is None else str(n.local_address),
-                    "tcp_md5": n.password is not None,
-                    "bgp_id": None,
-                    "state": w.reason.value,
-                    "bfd_down": False,
-                    "uptime_s": None,
-                    "prefixes_in": 0,
-                    "prefixes_out": 0,
-                    "last_down_reason": w.detail,
-                    "counters": {},
-                }
-            )
+            rows.append(_row(self._sections[addr], str(addr), w.reason, w.detail))
         return rows
 
     def bfd_rows(self, cfg: cfgmod.Config) -> list[dict[str, Any]]:
@@ -209,6 +202,32 @@ class LocalAddresses:
             for addr, w in self.waiting.items()
             if addr in self._sections and cfg.neighbor_bfd(self._sections[addr]).enabled
         ]
+
+
+def _row(
+    n: cfgmod.NeighborSection | cfgmod.UnnumberedSection,
+    peer: str,
+    state: params.Waiting,
+    detail: str,
+) -> dict[str, Any]:
+    return {
+        "peer": peer,
+        "remote_as": n.remote_as,
+        "interface": n.interface,
+        "local_address": None if n.local_address is None else str(n.local_address),
+        "tcp_md5": n.password is not None,
+        "bgp_id": None,
+        "state": state.value,
+        "bfd_down": False,
+        "uptime_s": None,
+        "prefixes_in": 0,
+        "prefixes_out": 0,
+        "last_down_reason": detail,
+        "graceful_restart": None,
+        "gr_helping": False,
+        "stale_for_s": None,
+        "counters": {},
+    }
 
 
 def _same_port(a: cfgmod.NeighborSection, b: cfgmod.NeighborSection) -> bool:

@@ -46,6 +46,8 @@ class Waiting(StrEnum):
 
     WAITING_FOR_INTERFACE = "waiting_for_interface"
     NO_LOCAL_ADDRESS = "no_local_address"
+    #: an unnumbered neighbor whose peer was not heard on its port yet
+    WAITING_FOR_PEER = "waiting_for_peer"
 
 
 @dataclass(frozen=True)
@@ -215,13 +217,15 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
         neighbors=tuple(
             NeighborParams(
                 address=n.address,
-                remote_as=n.remote_as,
+                remote_as=n.peer_as(c.local_as),
                 local_address=local[n.address],
                 interface=n.interface,
                 hold_time=n.hold_time or c.bgp.hold_time,
                 description=n.description,
                 passive=None if n.passive == "auto" else n.passive,
                 tcp_md5=None if n.password is None else n.password.reveal(),
+                # a link-local session (learned or configured): ExaBGP connects from the port
+                unnumbered=n.address.version == 6 and n.address.is_link_local,
             )
             for n in c.neighbors
             if n.address in local

@@ -16,6 +16,7 @@ from glbd.app import config as cfgmod
 from glbd.app import params, views
 from glbd.app.component import Component, Host
 from glbd.app.node import Node
+from glbd.app.unnumbered import UnnumberedPart
 from glbd.io.flowlet import FlowletAttachment, FlowletError
 from glbd.io.metrics import Row
 
@@ -317,4 +318,5 @@ def build_components(d: Host) -> list[Component]:
         return []
     node = Node(d)
     d.node = node  # type: ignore[attr-defined]  # tests and the lab reach the node through it
-    return [part(node) for part in PARTS]
+    # last: the neighbors it learns are set up by the parts before it
+    return [*(part(node) for part in PARTS), UnnumberedPart(d, netns=node.netns)]  # type: ignore[arg-type]

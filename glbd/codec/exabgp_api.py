@@ -172,7 +172,8 @@ class Ack:
 class _Peer:
     peer: IPAddress
     local: IPAddress
-    peer_as: int
+    #: None for a neighbor configured with ``peer-as auto`` (any AS)
+    peer_as: int | None
     local_as: int
 
 
@@ -350,6 +351,10 @@ def _get(d: Any, *path: str) -> Any:
     return cur
 
 
+#: how ExaBGP 5.0 writes the AS of a ``peer-as auto`` neighbor (not JSON)
+_AUTO_AS = '"peer": None }'
+
+
 def _int(v: Any, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise DecodeError("bad_value", f"{what}={v!r}")
@@ -374,7 +379,9 @@ def _peer_fields(n: Any) -> dict[str, Any]:
     return {
         "peer": _addr(_get(n, "address", "peer"), "peer"),
         "local": _addr(_get(n, "address", "local"), "local"),
-        "peer_as": _int(_get(n, "asn", "peer"), "asn.peer"),
+        "peer_as": None
+        if _get(n, "asn", "peer") is None
+        else _int(_get(n, "asn", "peer"), "asn.peer"),
         "local_as": _int(_get(n, "asn", "local"), "asn.local"),
     }
 
@@ -508,7 +515,13 @@ def decode(line: str) -> Event:
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError):
-        raise DecodeError("not_json", text[:80]) from None
+        # ExaBGP 5.0 writes a ``peer-as auto`` neighbor's AS as Python's None
+        if _AUTO_AS not in text:
+            raise DecodeError("not_json", text[:80]) from None
+        try:
+            doc = json.loads(text.replace(_AUTO_AS, '"peer": null }', 1))
+        except (ValueError, RecursionError):
+            raise DecodeError("not_json", text[:80]) from None
     try:
         return _decode_doc(doc)
     except DecodeError:

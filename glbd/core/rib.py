@@ -117,7 +117,8 @@ class Role(enum.Enum):
 @dataclass(frozen=True)
 class NeighborParams:
     address: IPAddress
-    remote_as: int
+    #: None: any AS but ours ("external")
+    remote_as: int | None
     local_address: IPAddress
     interface: str | None = None
     hold_time: int = 9

@@ -325,6 +325,17 @@ class BgpSpeaker:
 
     # ---- internals ---------------------------------------------------------------------
 
+    def _not_external(self, ev: api.OpenEvent) -> bool:
+        """A ``remote_as = "external"`` neighbor (ExaBGP's ``peer-as auto``) that opened with
+        our own AS: closed (Cease 5, connection rejected), counted and logged."""
+        n = next((n for n in self.params.neighbors if n.address == ev.peer), None)
+        if n is None or n.remote_as is not None or ev.asn != self.params.local_as:
+            return False
+        self.rib.counters["peer_as_not_external"] += 1
+        log.warning("bgp_peer_as_rejected", peer=str(ev.peer), asn=ev.asn, expected="external")
+        self.supervisor.send(api.Teardown(ev.peer, 5))
+        return True
+
     @staticmethod
     def _now() -> float:
         return time.monotonic()
@@ -337,6 +348,8 @@ class BgpSpeaker:
         now = self._now()
         if isinstance(ev, api.OpenEvent):
             if ev.direction == "receive":
+                if self._not_external(ev):
+                    return
                 self._families[ev.peer] = ev.families
                 self._apply(self.rib.on_open(ev.peer, ev.router_id, ev.graceful_restart))
         elif isinstance(ev, api.StateEvent):

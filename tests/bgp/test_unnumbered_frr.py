@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from bgp_helpers import Node, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
+from glbd.cli import glbctl as ctl
 from glbd.core.ndpeers import NdpEvent, PeerChange
 from glbd.core.rib import NeighborParams, RibParams, Role
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
@@ -127,3 +130,92 @@ async def test_unnumbered_leaf_to_frr_spine(netns_lab: Lab) -> None:
         if node is not None:
             await node.speaker.stop()
         await ndp.stop()
+
+
+def leaf_conf(run_dir: Path, ports: str) -> str:
+    return "\n".join(
+        [
+            'router_id = "10.0.0.1"',
+            "local_as = 65001",
+            'role = "load-balancer"',
+            'originate = ["10.201.0.0/24"]',
+            "",
+            "[[neighbors]]",
+            f"interfaces = {ports}",
+            'remote_as = "external"',
+            "",
+            "[bfd]",
+            "enabled = false",
+            "[heartbeat]",
+            "enabled = false",
+            "[control]",
+            f'socket = "{run_dir / "glbd.sock"}"',
+            "[logging]",
+            'format = "json"',
+            "",
+        ]
+    )
+
+
+def kernel_route(ns: Netns, prefix: str) -> dict[str, object] | None:
+    """The kernel's route to ``prefix`` (via its nexthop group) as {gateway: dev} or None."""
+    routes = json.loads(ns.ip("-j", "route", "show", prefix, check=False).stdout or "[]")
+    if not routes or "nhid" not in routes[0]:
+        return None
+    nhs = {nh["id"]: nh for nh in json.loads(ns.ip("-j", "nexthop", "show").stdout or "[]")}
+    grp = nhs.get(routes[0]["nhid"], {})
+    members = [nhs[m["id"]] for m in grp.get("group", []) if m["id"] in nhs] or [grp]
+    return {str(m.get("gateway")): m.get("dev") for m in members}
+
+
+async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: Path) -> None:
+    """The whole loop with a real glbd: one ``[[neighbors]]`` template for two unnumbered ports
+    (``remote_as = "external"``), two FRR spines that both originate 10.100/24. glbd learns
+    both peers from their advertisements, establishes both sessions, installs 10.100/24 as an
+    IPv4 route through a nexthop group of two IPv6 link-local gateways, and both spines learn
+    10.201/24 from it."""
+    lab = netns_lab
+    leaf = lab.netns("leaf")
+    spines = [lab.netns(f"s{i}") for i in (1, 2)]
+    for i, sp in enumerate(spines, 1):
+        lab.veth(leaf, f"swp{i}", sp, "down1")
+        await wait_for(lambda sp=sp: link_local(sp, "down1"), 10)
+    frrs = [
+        FrrInstance(sp, hostname=sp.node).start(
+            spine_conf("down1").replace("10.0.0.100", f"10.0.0.10{i}")
+        )
+        for i, sp in enumerate(spines, 1)
+    ]
+    cfg = tmp_path / "glbd.toml"
+    cfg.write_text(leaf_conf(tmp_path, '"swp1-2"'))
+    log = open(tmp_path / "glbd.log", "wb")  # noqa: SIM115 - handed to the child
+    proc = leaf.popen([sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log, stderr=log)
+    log.close()
+    sock = str(tmp_path / "glbd.sock")
+
+    def rows() -> dict[str, dict[str, object]]:
+        try:
+            return {r["interface"]: r for r in ctl.request(sock, "neighbors", timeout=2.0)}
+        except Exception:
+            return {}
+
+    try:
+        for frr in frrs:
+            await frr.await_bgp_established(["down1"], timeout=60)
+        await wait_for(lambda: all(r["state"] == "up" for r in rows().values()), 30)
+        got = rows()
+        assert set(got) == {"swp1", "swp2"}
+        for i, sp in enumerate(spines, 1):
+            assert got[f"swp{i}"]["peer"] == str(link_local(sp, "down1"))
+
+        want = {str(link_local(sp, "down1")): f"swp{i}" for i, sp in enumerate(spines, 1)}
+        await wait_for(lambda: kernel_route(leaf, "10.100.0.0/24") == want, 30, "kernel route")
+        for frr in frrs:
+            frr.wait_route("10.201.0.0/24")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except Exception:
+            proc.kill()
+        print((tmp_path / "glbd.log").read_text(errors="replace")[-3000:])
