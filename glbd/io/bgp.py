@@ -205,6 +205,9 @@ class BgpSpeaker:
         #: still owed our End-of-RIB (ExaBGP runs with manual-eor), since when
         self._families: dict[IPAddress, tuple[str, ...]] = {}
         self._eor_owed: dict[IPAddress, float] = {}
+        #: peers this ExaBGP process has established a session with: ExaBGP sets the Restart
+        #: State bit only on the first, and only then does our End-of-RIB wait (RFC 4724 §4.1)
+        self._established_once: set[IPAddress] = set()
         self._eor_check: asyncio.TimerHandle | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -362,7 +365,11 @@ class BgpSpeaker:
             elif ev.state == "up":
                 self._md5_down_since.pop(ev.peer, None)
                 if self.params.graceful_restart and ev.peer in self.rib.peers:
-                    self._eor_owed[ev.peer] = now
+                    restarting = ev.peer not in self._established_once
+                    self._established_once.add(ev.peer)
+                    # a reconnection (no R bit) never waits: two routers that both waited
+                    # for the other's End-of-RIB would only send theirs at the time limit
+                    self._eor_owed[ev.peer] = now if restarting else float("-inf")
                     self._send_eors()
         elif isinstance(ev, api.UpdateEvent):
             self._apply(self.rib.on_update(ev, now))
@@ -378,6 +385,7 @@ class BgpSpeaker:
 
     def _on_lost(self) -> None:
         self._eor_owed.clear()
+        self._established_once.clear()
         self._apply(self.rib.speaker_lost(self._now()))
         self._emit(SpeakerLost(self.supervisor.generation))
 
@@ -442,10 +450,10 @@ class BgpSpeaker:
             self._send_eors()
 
     def _send_eors(self) -> None:
-        """Send End-of-RIB to the peers owed one, once the RIB has its peers' routes (each
-        established peer sent its End-of-RIB, no path stale from our ExaBGP's restart) or
-        ``restart_time_s`` after the session came up. Queued after every route already
-        queued, so the peer sweeps only what glbd no longer advertises."""
+        """Send End-of-RIB to the peers owed one: after a reconnection at once; after our
+        restart (the first session of this ExaBGP) once the RIB has its peers' routes
+        (``Rib.converged``) or ``restart_time_s`` after the session came up. Queued after
+        every route already queued, so the peer sweeps only what glbd no longer advertises."""
         now = self._now()
         limit = self.params.restart_time_s
         due = [p for p, since in self._eor_owed.items() if now - since >= limit]
