@@ -222,3 +222,7 @@ def test_capability_problem_names_only_what_is_missing(tmp_path: Path) -> None:
     f.write_text(base + "[bfd]\nrt_priority = 0\n")  # no real-time engine: no CAP_SYS_NICE
     no_rt = full & ~(1 << bit["CAP_SYS_NICE"])
     assert privileges.capability_problem(cfgmod.load(f), no_rt) is None
+    f.write_text(base + "[flowlet]\nenabled = true\n")  # the flowlet program needs bpf()
+    problem = privileges.capability_problem(cfgmod.load(f), full)
+    assert problem and problem.startswith("glbd: missing capabilities CAP_BPF;")
+    assert privileges.capability_problem(cfgmod.load(f), full | 1 << bit["CAP_BPF"]) is None

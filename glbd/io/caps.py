@@ -16,6 +16,7 @@ CAP_BITS = {
     "CAP_NET_ADMIN": 12,
     "CAP_NET_RAW": 13,
     "CAP_SYS_NICE": 23,
+    "CAP_BPF": 39,
 }
 
 
