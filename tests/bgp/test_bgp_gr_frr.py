@@ -16,16 +16,20 @@ import ipaddress
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from bgp_helpers import Node, make_node, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
+from glbd.cli import glbctl as ctl
 from glbd.core.rib import Role
 from glbd.io.bgp import NextHopsChanged, SpeakerReady
 
@@ -215,4 +219,100 @@ async def test_frr_restart_glbd_keeps_routes(netns_lab: Lab, gr: bool) -> None:
         assert not [e for e in node.events[mark:] if isinstance(e, NextHopsChanged)]
     finally:
         await node.speaker.stop()
+        spine.stop()
+
+
+def glbd_conf(run_dir: Path, gr: bool) -> str:
+    return "\n".join(
+        [
+            'router_id = "10.0.0.1"',
+            "local_as = 65001",
+            'role = "load-balancer"',
+            f'originate = ["{GLBD_PREFIX}"]',
+            "",
+            "[[neighbors]]",
+            'address = "172.16.43.1"',
+            "remote_as = 65100",
+            'interface = "l1-s1"',
+            'local_address = "172.16.43.2"',
+            "passive = false",
+            "",
+            "[bgp]",
+            f"graceful_restart = {'true' if gr else 'false'}",
+            "restart_time_s = 30",
+            "stale_path_time_s = 30",
+            "",
+            "[bfd]",
+            "enabled = false",
+            "",
+            "[heartbeat]",
+            "enabled = false",
+            "",
+            "[control]",
+            f'socket = "{run_dir / "glbd.sock"}"',
+            "",
+            "[logging]",
+            'level = "info"',
+            'format = "json"',
+            "",
+        ]
+    )
+
+
+@pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
+async def test_frr_restart_glbd_daemon_keeps_kernel_route(
+    netns_lab: Lab, tmp_path: Path, gr: bool
+) -> None:
+    """The whole daemon: FRR's prefix stays in the glbd leaf's kernel at every poll while
+    FRR's bgpd is killed and restarted (GR), or leaves it (no GR)."""
+    lab = netns_lab
+    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
+    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.43.2/24", b_addr="172.16.43.1/24")
+    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.43.2", gr=gr))
+    run_dir = tmp_path / "leaf1"
+    run_dir.mkdir(mode=0o700)
+    conf = run_dir / "glbd.toml"
+    conf.write_text(glbd_conf(run_dir, gr))
+    sock = str(run_dir / "glbd.sock")
+    with open(run_dir / "glbd.log", "ab") as out:
+        proc = leaf_ns.popen(
+            [sys.executable, "-m", "glbd", "run", "-c", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def row() -> dict[str, object]:
+        try:
+            rows = ctl.request(sock, "neighbors", timeout=2.0)
+        except ctl.DaemonError:
+            return {}
+        return rows[0] if rows else {}
+
+    try:
+        await wait_for(lambda: row().get("state") == "up", 60, "glbd's session")
+        await wait_for(lambda: kernel_has(leaf_ns, FRR_PREFIX), 30, "FRR's prefix in glbd's FIB")
+        with poll_kernel(leaf_ns, FRR_PREFIX) as seen:
+            spine.kill_daemon("bgpd")
+            await wait_for(lambda: row().get("state") not in ("up", None), 30, "session gone")
+            if gr:
+                assert row()["gr_helping"] is True
+                spine.restart_daemon("bgpd")
+                await wait_for(
+                    lambda: row().get("state") == "up" and row().get("gr_helping") is False,
+                    60,
+                    "FRR back and its End-of-RIB",
+                )
+            else:
+                await wait_for(lambda: seen["missing"] > 0, 10, "the prefix leaving the kernel")
+        print(f"\nGR {'on' if gr else 'off'}: {seen} polls of glbd's kernel")
+        if gr:
+            assert seen["missing"] == 0, seen
+            assert kernel_has(leaf_ns, FRR_PREFIX)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
         spine.stop()
