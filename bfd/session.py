@@ -252,6 +252,13 @@ class Session:
         self.drops: dict[DropReason | str, int] = {}
         self._tx_key: tuple[Any, ...] | None = None
         self._tx_bytes = b""
+        #: the last packet whose exact repeat changes nothing but the reception time (see
+        #: :meth:`rx_repeat`); cleared by everything that could make a repeat do more
+        self._quiet_rx: ControlPacket | None = None
+        #: the next periodic packet is ``_tx_bytes`` unchanged (see :meth:`tx_periodic`);
+        #: cleared by everything that changes a field of it or whether it is sent
+        self._tx_quiet = False
+        self._jitter_hi = 0.90 if params.detect_mult == 1 else 1.0
 
     # ------------------------------------------------------------------ derived values
 
@@ -296,6 +303,8 @@ class Session:
 
     def on_packet(self, pkt: ControlPacket, now: float) -> list[Effect]:
         """A packet that passed the stateless checks and was demultiplexed to this session."""
+        self._quiet_rx = None
+        self._tx_quiet = False
         reason = self._check_auth(pkt, now)
         if reason is not None:
             self.drop(reason)
@@ -322,12 +331,39 @@ class Session:
         if pkt.poll:  # §6.8.7: reply at once, whatever the timers
             out.append(self._transmit(final=True))
         self._reschedule_tx(now)
+        if (
+            self.params.auth is None
+            and not (pkt.poll or pkt.final)
+            and (self.state, _RX_EVENT[pkt.state]) not in TRANSITIONS
+            and self._next_tx is not None
+        ):
+            self._quiet_rx = pkt
         return out
+
+    def rx_repeat(self, pkt: ControlPacket, now: float) -> bool:
+        """The steady state of :meth:`on_packet`: if ``pkt`` is the packet last accepted and
+        a repeat of it can only restart the detection timer (no authentication, no P or F,
+        no transition, the transmit schedule unaffected), count it, restart detection and
+        return True. False: nothing was done, call :meth:`on_packet`. A True never moves
+        :meth:`next_deadline` earlier."""
+        if pkt is not self._quiet_rx:
+            return False
+        nt = self._next_tx
+        if nt is None or nt > now + max(self._tx_used, self.remote_min_rx) / 1e6:
+            return False
+        self.packets_in += 1
+        self._last_rx = now
+        self._detect_at = (
+            now + self.remote_detect_mult * max(self._rx_used, self.remote_desired_tx) / 1e6
+        )
+        return True
 
     def on_timer(self, now: float) -> list[Effect]:
         out: list[Effect] = []
         if self._detect_at is not None and now >= self._detect_at:
             self._detect_at = None
+            self._quiet_rx = None
+            self._tx_quiet = False
             self.remote_discr = 0  # §6.8.1
             move = TRANSITIONS.get((self.state, Event.TIMEOUT))
             if move is not None:
@@ -336,9 +372,29 @@ class Session:
             if self._may_send_periodic():
                 out.append(self._transmit(poll=self.polling))
                 self._next_tx = now + self._jittered()
+                # the next periodic packet is the same bytes until something changes
+                self._tx_quiet = self.params.auth is None
             else:
                 self._next_tx = None
         return out
+
+    def tx_periodic(self, now: float) -> bytes | None:
+        """The steady state of :meth:`on_timer`: if the only thing due at ``now`` is a periodic
+        packet equal to the previous one (no authentication, nothing changed since), count
+        it, schedule the next one and return its bytes. None: nothing was done, call
+        :meth:`on_timer`."""
+        if not self._tx_quiet:
+            return None
+        det = self._detect_at
+        nt = self._next_tx
+        if nt is None or now < nt or (det is not None and now >= det):
+            return None
+        self.packets_out += 1
+        # the same draw as _jittered (Random.uniform(a, b) is a + (b - a) * random())
+        self._next_tx = now + max(self._tx_used, self.remote_min_rx) / 1e6 * (
+            0.75 + (self._jitter_hi - 0.75) * self._rng.random()
+        )
+        return self._tx_bytes
 
     def admin_down(self, now: float) -> list[Effect]:
         """§6.8.16: enter AdminDown, diag 7."""
@@ -356,6 +412,9 @@ class Session:
         """Apply new parameters; timer changes in Init/Up run a Poll Sequence (§6.8.3)."""
         old_auth = self.params.auth
         self.params = params
+        self._quiet_rx = None
+        self._tx_quiet = False
+        self._jitter_hi = 0.90 if params.detect_mult == 1 else 1.0
         # a new sequence space only when authentication is turned on/off or changes type: a
         # key rollover keeps it, so a reload opens no window for replayed packets
         if (params.auth and params.auth.type) != (old_auth and old_auth.type):
@@ -392,6 +451,8 @@ class Session:
         old = self.state
         self.state = new
         self.local_diag = diag
+        self._quiet_rx = None
+        self._tx_quiet = False
         self.last_change = now
         out: list[Effect] = [change := StateChange(old, new, diag, reason)]
         if old == State.UP:
@@ -424,12 +485,14 @@ class Session:
 
     def _start_poll(self) -> list[Effect]:
         self.polling = True
+        self._tx_quiet = False
         if self._may_send_periodic():
             return [self._transmit(poll=True)]
         return []
 
     def _terminate_poll(self) -> None:
         self.polling = False
+        self._tx_quiet = False
         self._tx_used = self._adv_tx
         self._rx_used = self._adv_rx
 

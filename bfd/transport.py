@@ -32,11 +32,13 @@ __all__ = [
     "IP_PKTINFO",
     "IP_RECVTTL",
     "RX_BUFSIZE",
+    "RX_CMSG_SPACE",
     "SRC_PORT_MAX",
     "SRC_PORT_MIN",
     "Datagram",
     "open_rx_socket",
     "open_tx_socket",
+    "parse_ancillary",
     "peer_sockaddr",
     "recv_batch",
 ]
@@ -56,8 +58,10 @@ _IPPROTO_IPV6 = socket.IPPROTO_IPV6
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@ll")
 _CMSG_SPACE = socket.CMSG_SPACE(4) * 2 + socket.CMSG_SPACE(_TIMESPEC.size)
+#: the ancillary buffer a receive socket's ``recvmsg`` needs (hop limit, arrival stamp)
+RX_CMSG_SPACE = _CMSG_SPACE
 _INT = struct.Struct("=i")
-_MSG_TRUNC = socket.MSG_TRUNC
+_MSG_TRUNC = int(socket.MSG_TRUNC)  # an IntFlag: & on it would run Python code
 
 #: (payload, source address without scope, hop limit or -1 if absent, kernel arrival time in
 #: CLOCK_REALTIME seconds or 0.0 if absent)
@@ -173,6 +177,22 @@ def peer_sockaddr(peer: str, ifname: str) -> tuple[str, int] | tuple[str, int, i
     return (str(ip), BFD_PORT)
 
 
+def parse_ancillary(anc: list[tuple[int, int, bytes]]) -> tuple[int, float]:
+    """(hop limit or -1 if absent, kernel arrival time in CLOCK_REALTIME seconds or 0.0 if
+    absent) from a received datagram's ancillary data."""
+    ttl = -1
+    ts = 0.0
+    for level, kind, value in anc:
+        if (level == _IPPROTO_IP and kind == _IP_TTL) or (
+            level == _IPPROTO_IPV6 and kind == _IPV6_HOPLIMIT
+        ):
+            ttl = _INT.unpack(value[:4])[0] if len(value) >= 4 else value[0]
+        elif level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(value)
+            ts = sec + nsec * 1e-9
+    return ttl, ts
+
+
 #: bytes read per datagram: a control packet's Length is one byte, so every byte the §6.8.6
 #: checks and the digest look at is within the first 255
 RX_BUFSIZE = 256
@@ -204,16 +224,7 @@ def recv_batch(
             return f"recv_{errno.errorcode.get(exc.errno or 0, 'error').lower()}"
         if flags & _MSG_TRUNC and counts is not None:
             counts["truncated_datagram"] = counts.get("truncated_datagram", 0) + 1
-        ttl = -1
-        ts = 0.0
-        for level, kind, value in anc:
-            if (level == _IPPROTO_IP and kind == _IP_TTL) or (
-                level == _IPPROTO_IPV6 and kind == _IPV6_HOPLIMIT
-            ):
-                ttl = _INT.unpack(value[:4])[0] if len(value) >= 4 else value[0]
-            elif level == _SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= _TIMESPEC.size:
-                sec, nsec = _TIMESPEC.unpack_from(value)
-                ts = sec + nsec * 1e-9
+        ttl, ts = parse_ancillary(anc)
         host: str = addr[0]
         if "%" in host:
             host = host.split("%", 1)[0]

@@ -28,6 +28,7 @@ import logging
 import os
 import random
 import select
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -36,11 +37,18 @@ from typing import Any
 from ..packet import DecodeError, decode
 from ..reasons import DropReason
 from ..session import Effect, Session, StateChange, Transmit
-from ..transport import Datagram, recv_batch
-from .model import EngineError, EventWire, SessionConfig, arrival_time, norm_ip
+from ..transport import RX_BUFSIZE, RX_CMSG_SPACE, SO_TIMESTAMPNS, parse_ancillary
+from .model import (
+    RX_STAMP_MAX_AGE,
+    EngineError,
+    EventWire,
+    SessionConfig,
+    arrival_time,
+    norm_ip,
+)
 from .sockets import Entry, FailoverPort, RxSock, SocketTable
 
-__all__ = ["LagStats", "Loop"]
+__all__ = ["RX_COALESCE_S", "LagStats", "Loop"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,15 @@ _HOUSEKEEPING_S = 1.0
 _LAG_BUCKET_S = 0.0001  # 0.1 ms
 _LAG_BUCKETS = 1001  # the last one is ">= 100 ms"
 _U32 = struct.Struct("!I")
+#: the shortest time between two reads of the receive sockets while datagrams keep coming
+RX_COALESCE_S = 0.0005
+#: datagrams read from one receive socket per wakeup at most (then timers get their turn)
+_RX_BATCH = 256
+_TIMESPEC = struct.Struct("@ll")
+#: a hop limit of 255 as the kernel's ancillary data carries it (a native int)
+_TTL255 = struct.pack("=i", 255)
+_SOL_SOCKET = socket.SOL_SOCKET
+_MSG_TRUNC = int(socket.MSG_TRUNC)  # an IntFlag: & on it would run Python code
 #: (deadline, tie-breaker, session or None for housekeeping, the session's generation)
 _HeapItem = tuple[float, int, "Entry | None", int]
 _OPS = frozenset({"add", "update", "remove", "admin", "failover", "snapshot", "reset_lag"})
@@ -102,8 +119,13 @@ class Loop:
         emit: Callable[[EventWire], None],
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        rx_coalesce: float = RX_COALESCE_S,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.emit = emit
+        #: after a wakeup that read datagrams, the next read waits until this long after it
+        self.rx_coalesce = rx_coalesce
+        self.sleep = sleep
         #: called at the end of every loop iteration (the engine process flushes events)
         self.after: Callable[[], None] | None = None
         self.clock = clock
@@ -117,7 +139,6 @@ class Loop:
         self.fo = FailoverPort(self.ep)
         #: source address as read -> normalised form (bounded: cleared past 4096 entries)
         self.norm: dict[str, str] = {}
-        self.buf: list[Datagram] = []
         self.lag = LagStats()
         self.rx_packets = 0
         #: receive-side notes that are not drops (``truncated_datagram``: processed, counted)
@@ -131,22 +152,33 @@ class Loop:
     def run(self, ctl_fd: int, on_ctl: Callable[[int], bool]) -> None:
         """Serve until ``on_ctl(epoll_events)``, called when ``ctl_fd`` is ready, returns
         False. ``ctl_fd`` is registered for EPOLLIN; its owner may ``modify`` that."""
-        ep, heap, clock = self.ep, self.heap, self.clock
+        ep, heap, clock, sleep = self.ep, self.heap, self.clock, self.sleep
         ep.register(ctl_fd, select.EPOLLIN)
         rx_by_fd = self.sockets.by_fd
+        woke = clock()
+        read = 0
         try:
             while True:
                 self.iterations += 1
+                if read:
+                    # Datagrams came in: let the next ones gather for a moment rather than
+                    # waking for each (two engines at FIFO would otherwise trade one wakeup
+                    # per packet). Detection counts from the kernel's arrival stamps, and
+                    # timers due meanwhile fire together at most rx_coalesce late.
+                    rest = woke + self.rx_coalesce - clock()
+                    if rest > 0:
+                        sleep(rest)
                 timeout = max(0.0, heap[0][0] - clock()) if heap else 1.0
                 try:
                     events = ep.poll(timeout, 128)
                 except InterruptedError:
                     continue
-                now = clock()
+                now = woke = clock()
+                read = 0
                 for fd, mask in events:
                     rx = rx_by_fd.get(fd)
                     if rx is not None:
-                        self._read(rx, now)
+                        read += self._read(rx, now)
                     elif fd == ctl_fd:
                         if not on_ctl(mask):
                             return
@@ -166,24 +198,70 @@ class Loop:
 
     # ------------------------------------------------------------------ receive
 
-    def _read(self, rx: RxSock, now: float) -> None:
-        buf = self.buf
-        buf.clear()
-        err = recv_batch(rx.sock, buf, counts=self.rx_counts)
-        if err is not None:
-            rx.drop(err)
+    def _read(self, rx: RxSock, now: float) -> int:
+        """Drain ``rx`` (up to ``_RX_BATCH`` datagrams). The steady state -- the bytes last
+        accepted for the session their Your Discriminator names, from the same source, hop
+        limit 255, the usual ancillary layout -- only restarts the session's detection timer
+        (:meth:`Session.rx_repeat`); everything else takes the general path (:meth:`_rx_one`)."""
+        recvmsg = rx.sock.recvmsg
+        by_discr = self.by_discr
+        unpack = _U32.unpack_from
+        ts_unpack = _TIMESPEC.unpack
+        ttl_level, ttl_kind = rx.ttl_cmsg
         wall = time.time()
-        for data, host, ttl, ts in buf:
-            rx.packets += 1
-            t = arrival_time(now, wall, ts)
+        n = 0
+        for _ in range(_RX_BATCH):
             try:
-                self._rx_one(rx, data, host, ttl, t)
+                data, anc, flags, addr = recvmsg(RX_BUFSIZE, RX_CMSG_SPACE)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                rx.drop(f"recv_{errno.errorcode.get(exc.errno or 0, 'error').lower()}")
+                break
+            n += 1
+            try:
+                if flags & _MSG_TRUNC:
+                    self.rx_counts["truncated_datagram"] = (
+                        self.rx_counts.get("truncated_datagram", 0) + 1
+                    )
+                host: str = addr[0]
+                ent = by_discr.get(unpack(data, 8)[0]) if len(data) >= 24 else None
+                if (
+                    ent is not None
+                    and data == ent.rx_bytes
+                    and host == ent.rx_host
+                    and ent.rx is rx
+                    and len(anc) == 2
+                ):
+                    (l0, k0, v0), (l1, k1, v1) = anc
+                    if (
+                        v1 == _TTL255
+                        and k1 == ttl_kind
+                        and l1 == ttl_level
+                        and k0 == SO_TIMESTAMPNS
+                        and l0 == _SOL_SOCKET
+                        and len(v0) == _TIMESPEC.size
+                    ):
+                        sec, nsec = ts_unpack(v0)
+                        age = wall - (sec + nsec * 1e-9)  # as arrival_time
+                        t = now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
+                        if ent.sess.rx_repeat(ent.rx_pkt, t):  # type: ignore[arg-type]
+                            continue
+                ttl, ts = parse_ancillary(anc)
+                self._rx_one(rx, data, host, ttl, arrival_time(now, wall, ts))
             except Exception:  # a bug must not end the engine
-                log.exception("bfd: internal error on a packet from %s", host)
+                log.exception("bfd: internal error on a packet from %s", addr)
                 rx.drop(DropReason.INTERNAL_ERROR)
-        self.rx_packets += len(buf)
+        rx.packets += n
+        self.rx_packets += n
+        return n
 
-    def _rx_one(self, rx: RxSock, data: bytes, host: str, ttl: int, now: float) -> None:
+    def _rx_one(self, rx: RxSock, data: bytes, raw_host: str, ttl: int, now: float) -> None:
+        """One datagram, the general path: ``raw_host`` is its source as read (a link-local
+        IPv6 source carries ``%scope``)."""
+        host = raw_host.split("%", 1)[0] if "%" in raw_host else raw_host
         if ttl != 255:  # RFC 5881 §5 (GTSM); Linux IP_MINTTL does not filter UDP
             rx.drop(DropReason.BAD_TTL if ttl >= 0 else DropReason.NO_TTL)
             return
@@ -225,6 +303,7 @@ class Loop:
                 return
         ent.rx_bytes = data
         ent.rx_pkt = pkt
+        ent.rx_host = raw_host
         effects = ent.sess.on_packet(pkt, now)
         if effects:
             self._apply(ent, effects, now)
@@ -244,8 +323,15 @@ class Loop:
             self._push(d, ent)
 
     def _run_timers(self, now: float) -> None:
+        """Fire every deadline that is due. The steady state -- a periodic packet equal to the
+        previous one (:meth:`Session.tx_periodic`) -- is sent here; the rest goes through
+        :meth:`_fire`."""
         heap = self.heap
         pop = heapq.heappop
+        push = heapq.heappush
+        seq = self.seq
+        lag = self.lag
+        hist = lag.hist
         while heap and heap[0][0] <= now:
             _, _, ent, gen = pop(heap)
             if ent is None:
@@ -253,7 +339,30 @@ class Loop:
                 self._push(now + _HOUSEKEEPING_S, None)
             elif gen == ent.gen and not ent.removed:
                 ent.armed = None
-                self._fire(ent, now)
+                sess = ent.sess
+                tx = ent.tx
+                ntx = sess.next_tx_at
+                data = sess.tx_periodic(now) if tx is not None else None
+                if data is None:
+                    self._fire(ent, now)
+                    continue
+                late = now - ntx  # type: ignore[operator]
+                if late > ent.tx_lag_max:
+                    ent.tx_lag_max = late
+                lag.fired += 1  # LagStats.record, inline
+                if late > lag.max:
+                    lag.max = late
+                i = int(late / _LAG_BUCKET_S)
+                hist[i if i < _LAG_BUCKETS else _LAG_BUCKETS - 1] += 1
+                try:
+                    tx.send(data)  # type: ignore[union-attr]
+                except OSError as exc:
+                    self._tx_failed(ent, exc)
+                d = sess.next_deadline()
+                if d is not None:  # always: tx_periodic scheduled the next packet
+                    ent.gen += 1
+                    ent.armed = d
+                    push(heap, (d, next(seq), ent, ent.gen))
 
     def _fire(self, ent: Entry, now: float) -> None:
         sess = ent.sess
@@ -297,12 +406,15 @@ class Loop:
                 try:
                     tx.send(e.data)
                 except OSError as exc:
-                    ent.sess.drop("tx_" + errno.errorcode.get(exc.errno or 0, "error").lower())
-                    if exc.errno in (errno.ENODEV, errno.ENXIO):  # interface gone: reopen later
-                        self.sockets.release(ent, stale=True)
-                        ent.socket_error = exc.strerror or "interface gone"
+                    self._tx_failed(ent, exc)
             elif isinstance(e, StateChange):
                 self._state_change(ent, e, now)
+
+    def _tx_failed(self, ent: Entry, exc: OSError) -> None:
+        ent.sess.drop("tx_" + errno.errorcode.get(exc.errno or 0, "error").lower())
+        if exc.errno in (errno.ENODEV, errno.ENXIO):  # interface gone: reopen later
+            self.sockets.release(ent, stale=True)
+            ent.socket_error = exc.strerror or "interface gone"
 
     def _state_change(self, ent: Entry, e: StateChange, now: float) -> None:
         s = ent.sess

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 
 class RxSock:
-    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock", "totals")
+    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock", "totals", "ttl_cmsg")
 
     def __init__(
         self,
@@ -44,6 +44,12 @@ class RxSock:
         self.sock = sock
         self.ifname = ifname
         self.family = family
+        #: (level, type) of the hop-limit ancillary item this socket's datagrams carry
+        self.ttl_cmsg = (
+            (socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT)
+            if family == socket.AF_INET6
+            else (socket.IPPROTO_IP, socket.IP_TTL)
+        )
         self.packets = 0
         self.refs = 0
         self.drops: dict[DropReason | str, int] = {}
@@ -74,6 +80,7 @@ class Entry:
         "removed",
         "rx",
         "rx_bytes",
+        "rx_host",
         "rx_pkt",
         "sess",
         "socket_error",
@@ -91,6 +98,8 @@ class Entry:
         #: the last accepted packet, raw and decoded: the steady state skips the decode
         self.rx_bytes = b""
         self.rx_pkt: ControlPacket | None = None
+        #: its source address exactly as read (with any ``%scope``)
+        self.rx_host = ""
         self.tx: socket.socket | None = None
         self.port = 0
         self.dst: Any = None
