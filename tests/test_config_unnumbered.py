@@ -55,6 +55,7 @@ def test_learned_peer_becomes_a_neighbor() -> None:
     assert m.address == LL("fe80::2")
     # the RIB's neighbor: a link-local session that always connects
     (p,) = params.rib_params(e, {LL("fe80::1"): LL("fe80::9")}).neighbors
+    # the lower link-local address waits for the other to connect ("auto")
     assert p.unnumbered and not p.is_passive and p.remote_as == 65001
     d = config.diff(c, e)
     assert d["neighbors_added"] == ["fe80::1"]
@@ -84,12 +85,6 @@ def test_template_range_and_list() -> None:
             "neighbors.1",
             "an unnumbered neighbor (no address) runs over link-local IPv6: local_address "
             "must be an IPv6 link-local address or left out",
-        ),
-        (
-            {"interface": "swp1", "remote_as": 1, "passive": True},
-            "neighbors.1",
-            "an unnumbered neighbor always connects (ExaBGP cannot listen on a link-local "
-            "address): leave passive out",
         ),
         ({"remote_as": 1}, "neighbors.1.interface", "required key is missing"),
         (
@@ -147,3 +142,16 @@ def test_exabgp_config_of_an_unnumbered_neighbor() -> None:
     assert "    source-interface swp1;\n" in block
     assert "    nexthop {\n        ipv4 unicast ipv6;\n    }\n" in block
     assert "listen" not in block and "passive" not in block
+    # [::]:179 listens for every IPv6 neighbor: none has its own listener (they would clash)
+    p = ExabgpParams(
+        "10.0.0.1",
+        65001,
+        (
+            ExabgpNeighbor("fe80::1", "fe80::2", None, 9, True, interface="swp1"),
+            ExabgpNeighbor("2001:db8::1", "2001:db8::2", 1),
+            ExabgpNeighbor("10.1.1.1", "10.1.1.2", 1),
+        ),
+        listen_any6=True,
+    )
+    text = render_config(p, ["bridge"])
+    assert text.count("listen 179;") == 1 and "passive true;" in text

@@ -274,11 +274,6 @@ class UnnumberedSection(_PeerSection):
                 "an unnumbered neighbor (no address) runs over link-local IPv6: "
                 "local_address must be an IPv6 link-local address or left out"
             )
-        if self.passive is True:
-            raise ValueError(
-                "an unnumbered neighbor always connects (ExaBGP cannot listen on a "
-                "link-local address): leave passive out"
-            )
         return self
 
     def learned(self, peer: ipaddress.IPv6Address) -> LearnedNeighbor:

@@ -232,7 +232,9 @@ class Node:
             netns=self.netns,
             on_event=self.on_bgp,
             process=ProcessOptions(
-                runtime_dir=runtime, exabgp_log_level=self.cfg.bgp.exabgp_log_level
+                runtime_dir=runtime,
+                exabgp_log_level=self.cfg.bgp.exabgp_log_level,
+                listen_link_local=bool(self.cfg.unnumbered),  # their peers may connect to us
             ),
         )
         await self.bgp.start()

@@ -132,14 +132,11 @@ class NeighborParams:
     #: TCP MD5 signature key (RFC 2385) of the session, None: unsigned. Never in a repr.
     tcp_md5: bytes | None = field(default=None, repr=False)
     #: an unnumbered neighbor: a link-local session on ``interface`` that sends IPv4 prefixes
-    #: with our IPv6 link-local next hop (RFC 8950). It always connects (ExaBGP cannot listen
-    #: on a link-local address)
+    #: with our IPv6 link-local next hop (RFC 8950)
     unnumbered: bool = False
 
     @property
     def is_passive(self) -> bool:
-        if self.unnumbered:
-            return False
         if self.passive is not None:
             return self.passive
         return (self.local_address.version, int(self.local_address)) < (

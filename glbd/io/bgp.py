@@ -141,6 +141,9 @@ class ProcessOptions:
     #: a TCP MD5 session not up this long (after ExaBGP (re)started or reloaded, or after it
     #: went down) is logged once (``bgp_session_not_established``) with the kernel's MD5 counters
     md5_hint_after_s: float = 30.0
+    #: ExaBGP listens on [::]:179 (the only way it can accept a link-local session) even
+    #: when no link-local neighbor is known yet at start; also on with one at start
+    listen_link_local: bool = False
 
 
 #: the kernel's TCP MD5 counters (``nstat``: TcpExtTCPMD5NotFound, ...): a segment without the
@@ -184,6 +187,8 @@ class BgpSpeaker:
         self.netns = netns
         self._on_event = on_event or (lambda ev: None)
         self.process = process
+        # ExaBGP reads its listening addresses once, at start
+        self._listen_any6 = process.listen_link_local or any(n.unnumbered for n in params.neighbors)
         self.rib = Rib(params)
         self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
         self.parser = api.ApiParser()
@@ -324,6 +329,7 @@ class BgpSpeaker:
             stop_grace_s=self.process.stop_grace_s,
             drain_timeout_s=self.process.drain_timeout_s,
             log_level=self.process.exabgp_log_level,
+            listen_any6=self._listen_any6,
         )
 
     # ---- internals ---------------------------------------------------------------------

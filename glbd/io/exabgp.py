@@ -107,6 +107,10 @@ class ExabgpParams:
     log_level: str = "WARNING"
     #: where exabgp.log and exabgp.stdout go (default: $LOGS_DIRECTORY, else the runtime dir)
     log_dir: Path | None = None
+    #: listen on [::]:179 for every IPv6 neighbor (``exabgp.tcp.bind``) instead of on each
+    #: one's own address: a link-local address cannot be listened on alone (see
+    #: ``_unnumbered_lines``); read by ExaBGP at start only
+    listen_any6: bool = False
 
 
 #: lines of ExaBGP's log and stdout quoted in the ``exabgp_lost`` record
@@ -170,8 +174,9 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             f"    local-as {params.local_as};",
             f"    peer-as {'auto' if n.remote_as is None else n.remote_as};",
             f"    hold-time {n.hold_time};",
-            *(_unnumbered_lines(n.interface) if n.interface else ["    listen 179;"]),
-            *(["    passive true;"] if n.passive and not n.interface else []),
+            *(_unnumbered_lines(n.interface) if n.interface else []),
+            *(["    listen 179;"] if _own_listener(params, n) else []),
+            *(["    passive true;"] if n.passive else []),
             *_md5_lines(n.md5),
             *_graceful_restart_lines(n.restart_time),
             "    group-updates false;",
@@ -197,12 +202,20 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _own_listener(params: ExabgpParams, n: ExabgpNeighbor) -> bool:
+    """Whether ``n`` gets ``listen 179`` on its local address: not when [::]:179 listens for
+    every IPv6 neighbor (the two sockets would clash), never for a link-local one."""
+    if n.interface:
+        return False
+    return not (params.listen_any6 and ":" in n.local_address)
+
+
 def _unnumbered_lines(interface: str) -> list[str]:
     """A link-local session: ExaBGP 5.0 connects from the port (SO_BINDTODEVICE gives the
-    link-local addresses their scope) but cannot listen on a link-local address (its bind has
-    no scope id: EINVAL), so the neighbor is never passive and has no ``listen``. RFC 8950:
-    IPv4 unicast may carry an IPv6 next hop (the ``nexthop`` block alone enables the
-    capability)."""
+    link-local addresses their scope) but cannot listen on a link-local address alone (its
+    bind has no scope id: EINVAL); it accepts one on a [::]:179 listener (``listen_any6``).
+    RFC 8950: IPv4 unicast may carry an IPv6 next hop (the ``nexthop`` block alone enables
+    the capability)."""
     return [
         f"    source-interface {interface};",
         "    nexthop {",
@@ -241,7 +254,9 @@ def _md5_lines(key: bytes | None) -> list[str]:
     ]
 
 
-def exabgp_env(base: dict[str, str], log_file: Path, log_level: str = "WARNING") -> dict[str, str]:
+def exabgp_env(
+    base: dict[str, str], log_file: Path, log_level: str = "WARNING", bind: str = ""
+) -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
     env.update(
         {
@@ -260,6 +275,8 @@ def exabgp_env(base: dict[str, str], log_file: Path, log_level: str = "WARNING")
             "exabgp.daemon.pid": "",
         }
     )
+    if bind:  # else each neighbor's ``listen`` only
+        env["exabgp.tcp.bind"] = bind
     return env
 
 
@@ -447,7 +464,8 @@ class ExabgpSupervisor:
         argv = [*exe, "server", str(self.config_path)]
         if self.netns is not None:
             argv = ["ip", "netns", "exec", self.netns, *argv]
-        env = exabgp_env(dict(os.environ), self.log_path, self.params.log_level)
+        bind = "::" if self.params.listen_any6 else ""
+        env = exabgp_env(dict(os.environ), self.log_path, self.params.log_level, bind)
         with contextlib.suppress(OSError):  # bounded: one old file kept
             if os.lstat(self.stdout_path).st_size > STDOUT_MAX_BYTES:
                 os.replace(self.stdout_path, self.stdout_path.with_suffix(".stdout.1"))

@@ -1,0 +1,119 @@
+"""Two glbd daemons over one unnumbered link (no address on either end): each learns the
+other's link-local address from its router advertisements; the lower address waits for the
+other to connect ("auto"), which ExaBGP accepts on its [::]:179 listener; BFD runs between the
+link-local addresses; each installs the other's IPv4 prefix through the other's link-local
+address, and the load balancer hears the helper's heartbeats."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bgp_helpers import wait_for
+from glbdlab.netns import Lab, Netns
+
+from glbd.cli import glbctl as ctl
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+def conf(run_dir: Path, rid: str, asn: int, role: str, prefix: str, port: str) -> str:
+    return "\n".join(
+        [
+            f'router_id = "{rid}"',
+            f"local_as = {asn}",
+            f'role = "{role}"',
+            f'originate = ["{prefix}"]',
+            "[[neighbors]]",
+            f'interface = "{port}"',
+            'remote_as = "external"',
+            "[bfd]",
+            "min_tx_ms = 100",
+            "min_rx_ms = 100",
+            "[control]",
+            f'socket = "{run_dir / "glbd.sock"}"',
+            "[logging]",
+            'format = "json"',
+            "",
+        ]
+    )
+
+
+def link_local(ns: Netns, ifname: str) -> str:
+    out = json.loads(ns.ip("-6", "-j", "addr", "show", "dev", ifname).stdout)
+    for a in out[0].get("addr_info", []):
+        if ipaddress.IPv6Address(a["local"]).is_link_local:
+            return str(a["local"])
+    return ""
+
+
+def kernel_gateways(ns: Netns, prefix: str) -> dict[str, str]:
+    routes = json.loads(ns.ip("-j", "route", "show", prefix, check=False).stdout or "[]")
+    if not routes or "nhid" not in routes[0]:
+        return {}
+    nhs = {nh["id"]: nh for nh in json.loads(ns.ip("-j", "nexthop", "show").stdout or "[]")}
+    grp = nhs.get(routes[0]["nhid"], {})
+    members = [nhs[m["id"]] for m in grp.get("group", []) if m["id"] in nhs] or [grp]
+    return {str(m.get("gateway")): str(m.get("dev")) for m in members}
+
+
+def request(sock: Path, cmd: str) -> Any:
+    try:
+        return ctl.request(str(sock), cmd, timeout=2.0)
+    except Exception:
+        return None
+
+
+async def test_glbd_to_glbd_unnumbered(netns_lab: Lab, tmp_path: Path) -> None:
+    lab = netns_lab
+    leaf, spine = lab.netns("leaf"), lab.netns("spine")
+    lab.veth(leaf, "swp1", spine, "down1")
+    await wait_for(lambda: link_local(leaf, "swp1") and link_local(spine, "down1"), 10)
+    procs = []
+    socks = {}
+    for ns, rid, asn, role, prefix, port in (
+        (leaf, "10.0.0.1", 65001, "load-balancer", "10.201.0.0/24", "swp1"),
+        (spine, "10.0.0.100", 65100, "helper", "10.100.0.0/24", "down1"),
+    ):
+        d = tmp_path / ns.node
+        d.mkdir()
+        (d / "glbd.toml").write_text(conf(d, rid, asn, role, prefix, port))
+        log = open(d / "glbd.log", "wb")  # noqa: SIM115 - handed to the child
+        procs.append(
+            ns.popen(
+                [sys.executable, "-m", "glbd", "run", "-c", str(d / "glbd.toml")],
+                stdout=log,
+                stderr=log,
+            )
+        )
+        log.close()
+        socks[ns.node] = d / "glbd.sock"
+
+    def up(node: str, peer_ns: Netns, port: str) -> bool:
+        rows = request(socks[node], "neighbors") or []
+        bfd = request(socks[node], "bfd") or []
+        want = link_local(peer_ns, port)
+        return any(r["peer"] == want and r["state"] == "up" for r in rows) and any(
+            b["peer"] == want and str(b["state"]).lower() == "up" for b in bfd
+        )
+
+    try:
+        await wait_for(lambda: up("leaf", spine, "down1") and up("spine", leaf, "swp1"), 60)
+        want_leaf = {link_local(spine, "down1"): "swp1"}
+        want_spine = {link_local(leaf, "swp1"): "down1"}
+        await wait_for(lambda: kernel_gateways(leaf, "10.100.0.0/24") == want_leaf, 30)
+        await wait_for(lambda: kernel_gateways(spine, "10.201.0.0/24") == want_spine, 30)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except Exception:
+                p.kill()
+        for n in ("leaf", "spine"):
+            print(n, (tmp_path / n / "glbd.log").read_text(errors="replace")[-2500:])
