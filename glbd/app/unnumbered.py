@@ -101,7 +101,13 @@ class UnnumberedPart:
 
     def snapshot(self) -> dict[str, Any]:
         snap = self.speaker.snapshot() if self.speaker is not None else {}
-        return {**snap, "learned": {p: str(a) for p, a in self.learned.items()}}
+        counters = {
+            "received": snap.get("received", 0),
+            **{f"sent_{k}": v for k, v in (snap.get("sent") or {}).items()},
+            **{f"dropped_{k}": v for k, v in (snap.get("dropped") or {}).items()},
+        }
+        learned = {p: str(a) for p, a in self.learned.items()}
+        return {**snap, "learned": learned, "counters": counters}
 
     def samples(self) -> Iterable[Row]:
         snap = self.snapshot()

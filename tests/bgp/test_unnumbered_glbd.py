@@ -107,6 +107,17 @@ async def test_glbd_to_glbd_unnumbered(netns_lab: Lab, tmp_path: Path) -> None:
         want_spine = {link_local(leaf, "swp1"): "down1"}
         await wait_for(lambda: kernel_gateways(leaf, "10.100.0.0/24") == want_leaf, 30)
         await wait_for(lambda: kernel_gateways(spine, "10.201.0.0/24") == want_spine, 30)
+
+        def heard(node: str, port: str, node_id: str) -> bool:
+            (hb,) = request(socks[node], "heartbeats") or [{}]
+            rx = (hb.get("receiver") or {}).get("interfaces", [])
+            return any(i["ifname"] == port and i["neighbor_id"] == node_id for i in rx)
+
+        await wait_for(lambda: heard("leaf", "swp1", "10.0.0.100"), 30, "heartbeats at the leaf")
+        for node in ("leaf", "spine"):
+            c = request(socks[node], "counters")["unnumbered"]
+            assert c["sent_ra"] >= 1 and c["received"] >= 1, c
+            assert not [k for k in c if k.startswith("dropped_")], c
     finally:
         for p in procs:
             p.terminate()
