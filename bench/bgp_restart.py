@@ -18,6 +18,9 @@ forwards it only while it has the leaf's prefix from BGP. Per case, with the str
   started again ``--restart-delay`` later (systemd's RestartSec=1s in the packaged unit);
 * ``exabgp kill -9``: only glbd's ExaBGP child is killed; glbd's supervisor restarts it.
 
+``--bfd on`` adds BFD between the spine and the leaf (FRR ``neighbor X bfd``, glbd's
+``[bfd]``), ``--bfd cpf`` also FRR's ``bfd check-control-plane-failure``.
+
 The stream runs until the spine has the prefix again, no longer stale, plus 1 s. Loss = packets
 sent - packets received; the outage is the longest run of consecutive lost packets / rate.
 """
@@ -48,7 +51,13 @@ PREFIX = "10.201.0.0/24"
 PORT = 40_000
 
 
-def frr_conf() -> str:
+def frr_conf(bfd: str) -> str:
+    peer = "172.16.51.2"
+    bfd_lines = {
+        "off": [],
+        "on": [f" neighbor {peer} bfd"],
+        "cpf": [f" neighbor {peer} bfd", f" neighbor {peer} bfd check-control-plane-failure"],
+    }[bfd]
     return "\n".join(
         [
             "frr defaults datacenter",
@@ -58,6 +67,7 @@ def frr_conf() -> str:
             " neighbor 172.16.51.2 remote-as 65001",
             " neighbor 172.16.51.2 timers 3 9",
             " neighbor 172.16.51.2 timers connect 1",
+            *bfd_lines,
             " address-family ipv4 unicast",
             "  neighbor 172.16.51.2 activate",
             " exit-address-family",
@@ -67,7 +77,7 @@ def frr_conf() -> str:
     )
 
 
-def glbd_conf(run_dir: Path, gr: bool) -> str:
+def glbd_conf(run_dir: Path, gr: bool, bfd: bool) -> str:
     return "\n".join(
         [
             'router_id = "10.0.0.1"',
@@ -83,10 +93,10 @@ def glbd_conf(run_dir: Path, gr: bool) -> str:
             "passive = false",
             "",
             "[bgp]",
-            f"graceful_restart = {'true' if gr else 'false'}",
+            f'graceful_restart = "{"full" if gr else "off"}"',
             "",
             "[bfd]",
-            "enabled = false",
+            f"enabled = {'true' if bfd else 'false'}",
             "",
             "[heartbeat]",
             "enabled = false",
@@ -103,11 +113,11 @@ def glbd_conf(run_dir: Path, gr: bool) -> str:
 
 
 class Glbd:
-    def __init__(self, ns: Netns, run_dir: Path, gr: bool) -> None:
+    def __init__(self, ns: Netns, run_dir: Path, gr: bool, bfd: bool) -> None:
         self.ns = ns
         self.dir = run_dir
         self.conf = run_dir / "glbd.toml"
-        self.conf.write_text(glbd_conf(run_dir, gr))
+        self.conf.write_text(glbd_conf(run_dir, gr, bfd))
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -229,7 +239,9 @@ def stream(src: Netns, dst: Netns, dst_addr: str, pps: int) -> Iterator[Stream]:
         rx.close()
 
 
-def run_case(gr: bool, what: str, pps: int, restart_delay: float) -> tuple[int, float, int]:
+def run_case(
+    gr: bool, what: str, pps: int, restart_delay: float, bfd: str
+) -> tuple[int, float, int]:
     with Lab() as lab:
         ha, sp, lf, hb = (lab.netns(n) for n in ("hostA", "spine", "leaf", "hostB"))
         lab.veth(ha, "ha-s", sp, "s-ha", a_addr="10.100.0.2/24", b_addr="10.100.0.1/24")
@@ -237,14 +249,16 @@ def run_case(gr: bool, what: str, pps: int, restart_delay: float) -> tuple[int, 
         lab.veth(lf, "l-hb", hb, "hb-l", a_addr="10.201.0.1/24", b_addr="10.201.0.2/24")
         ha.ip("route", "add", "default", "via", "10.100.0.1")
         hb.ip("route", "add", "default", "via", "10.201.0.1")
-        frr = FrrInstance(sp, hostname="spine").start(frr_conf())
+        frr = FrrInstance(sp, hostname="spine").start(frr_conf(bfd))
         run_dir = Path(f"/tmp/glbd-bgp-restart-{lab.tag}")
         run_dir.mkdir(mode=0o700)
-        glbd = Glbd(lf, run_dir, gr)
+        glbd = Glbd(lf, run_dir, gr, bfd != "off")
         try:
             glbd.start()
             until(glbd.ready, 30, "glbd ready")
             until(lambda: kernel_has(sp), 30, "the leaf's prefix on the spine")
+            if bfd != "off":
+                frr.wait_bfd_up(["172.16.51.2"], timeout=30)
             with stream(ha, hb, "10.201.0.2", pps) as res:
                 until(lambda: res.got, 5, "the stream")
                 time.sleep(1.0)
@@ -285,16 +299,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pps", type=int, default=1000)
     ap.add_argument("--restart-delay", type=float, default=1.0)
+    ap.add_argument(
+        "--bfd",
+        choices=("off", "on", "cpf"),
+        default="off",
+        help="BFD between spine and leaf (cpf: FRR with bfd check-control-plane-failure)",
+    )
     args = ap.parse_args()
     require_netns()
     if provisioned() is None:
         sys.exit("no FRR 10.x chroot: run glbd-lab provision")
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
-    print(f"UDP stream {args.pps} pps hostA -> FRR 10.x spine -> glbd leaf -> hostB")
+    print(
+        f"UDP stream {args.pps} pps hostA -> FRR 10.x spine -> glbd leaf -> hostB, BFD {args.bfd}"
+    )
     print(f"{'restart':18s} {'GR':4s} {'lost':>7s} {'outage s':>9s} {'sent':>7s}")
     for what in ("glbd", "exabgp"):
         for gr in (True, False):
-            lost, outage, sent = run_case(gr, what, args.pps, args.restart_delay)
+            lost, outage, sent = run_case(gr, what, args.pps, args.restart_delay, args.bfd)
             label = f"{what} kill -9"
             print(f"{label:18s} {'on' if gr else 'off':4s} {lost:7d} {outage:9.3f} {sent:7d}")
 

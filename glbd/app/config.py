@@ -346,10 +346,10 @@ class BgpSection(_Model):
     stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
     bfd_strict: bool = True
-    #: graceful restart (RFC 4724), both roles: glbd advertises the capability with the
-    #: Forwarding State bit (it keeps its FIB across a glbd or ExaBGP restart), so peers keep
-    #: forwarding to it while it restarts; and it keeps a restarting peer's routes
-    graceful_restart: bool = True
+    #: graceful restart (RFC 4724). "helper": keep a restarting peer's routes (stale) until
+    #: its End-of-RIB; "full": also advertise the capability (Forwarding State set: glbd keeps
+    #: its FIB), so peers keep forwarding to glbd while it or its ExaBGP restarts; "off"
+    graceful_restart: Literal["off", "helper", "full"] = "helper"
     #: the restart time glbd advertises: how long peers keep its routes while it is down
     restart_time_s: Annotated[int, Field(ge=1, le=4095)] = 120
     #: once a restarting peer is back, how long its stale routes wait for its End-of-RIB

@@ -160,10 +160,13 @@ class RibParams:
     trust_packed_nnhn: bool = False
     #: keep paths of the peers of a dead ExaBGP this long, unless refreshed (End-of-RIB) earlier
     stale_timer_s: float = 60.0
-    #: graceful restart (RFC 4724) is negotiated with peers that offer it (ExaBGP advertises
-    #: it for us): a peer whose session drops without a NOTIFICATION keeps its paths, stale,
-    #: for the restart time its OPEN gave, then until its End-of-RIB or ``stale_path_time_s``
+    #: graceful restart (RFC 4724), receiving speaker: a peer whose OPEN offered it and
+    #: whose session drops without a NOTIFICATION keeps its paths, stale, for the restart
+    #: time its OPEN gave, then until its End-of-RIB or ``stale_path_time_s``
     graceful_restart: bool = False
+    #: restarting speaker: ExaBGP advertises the capability for us (R, F on every family)
+    #: and glbd sends End-of-RIB itself, so peers keep glbd's routes while it restarts
+    restart_capability: bool = False
     #: the restart time glbd advertises (s, RFC 4724 §3: at most 4095)
     restart_time_s: int = 120
     #: once a restarting peer is back, how long its stale paths may wait for its End-of-RIB
@@ -325,7 +328,7 @@ class PeerState:
     established_at: float | None = None
     #: the graceful restart capability of the peer's latest OPEN (bound at "up", like its ID)
     pending_gr: api.GracefulRestart | None = None
-    #: the capability of the current (or last) session if glbd negotiated it, else None
+    #: the peer's capability in the current (or last) session if glbd helps, else None
     gr: api.GracefulRestart | None = None
     #: the peer is restarting gracefully: its stale paths wait for it (helper role)
     gr_helping: bool = False

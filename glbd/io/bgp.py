@@ -259,8 +259,8 @@ class BgpSpeaker:
         effects, touched = self.rib.reconfigure(params)
         neighbors_changed = {n.address: n for n in params.neighbors} != {
             n.address: n for n in self.params.neighbors
-        } or (params.graceful_restart, params.restart_time_s) != (
-            self.params.graceful_restart,
+        } or (params.restart_capability, params.restart_time_s) != (
+            self.params.restart_capability,
             self.params.restart_time_s,
         )
         self.params = params
@@ -316,7 +316,7 @@ class BgpSpeaker:
                     n.hold_time,
                     n.is_passive,
                     md5=n.tcp_md5,
-                    restart_time=p.restart_time_s if p.graceful_restart else None,
+                    restart_time=p.restart_time_s if p.restart_capability else None,
                     interface=n.interface if n.unnumbered else None,
                 )
                 for n in p.neighbors
@@ -370,7 +370,7 @@ class BgpSpeaker:
                 self._eor_owed.pop(ev.peer, None)
             elif ev.state == "up":
                 self._md5_down_since.pop(ev.peer, None)
-                if self.params.graceful_restart and ev.peer in self.rib.peers:
+                if self.params.restart_capability and ev.peer in self.rib.peers:
                     restarting = ev.peer not in self._established_once
                     self._established_once.add(ev.peer)
                     # a reconnection (no R bit) never waits: two routers that both waited

@@ -123,6 +123,7 @@ def leaf(lab: Lab, ns: Netns, spine_addr: str, local: str, *, gr: bool) -> Node:
         (GLBD_PREFIX,),
         passive=False,
         graceful_restart=gr,
+        restart_capability=gr,
         restart_time_s=30,
         stale_path_time_s=30.0,
     )
@@ -238,7 +239,8 @@ def glbd_conf(run_dir: Path, gr: bool) -> str:
             "passive = false",
             "",
             "[bgp]",
-            f"graceful_restart = {'true' if gr else 'false'}",
+            # helper only: FRR's restart needs no capability from glbd
+            f'graceful_restart = "{"helper" if gr else "off"}"',
             "restart_time_s = 30",
             "stale_path_time_s = 30",
             "",
