@@ -309,16 +309,17 @@ def main() -> None:
     require_netns()
     if provisioned() is None:
         sys.exit("no FRR 10.x chroot: run glbd-lab provision")
-    print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(f"command: {' '.join([sys.executable, *sys.argv])}")
     print(
         f"UDP stream {args.pps} pps hostA -> FRR 10.x spine -> glbd leaf -> hostB, BFD {args.bfd}"
     )
-    print(f"{'restart':18s} {'GR':4s} {'lost':>7s} {'outage s':>9s} {'sent':>7s}")
+    print(f"{'restart':18s} {'graceful_restart':17s} {'lost':>7s} {'outage s':>9s} {'sent':>7s}")
     for what in ("glbd", "exabgp"):
         for gr in (True, False):
             lost, outage, sent = run_case(gr, what, args.pps, args.restart_delay, args.bfd)
             label = f"{what} kill -9"
-            print(f"{label:18s} {'on' if gr else 'off':4s} {lost:7d} {outage:9.3f} {sent:7d}")
+            mode = "full" if gr else "off"
+            print(f"{label:18s} {mode:17s} {lost:7d} {outage:9.3f} {sent:7d}")
 
 
 if __name__ == "__main__":
