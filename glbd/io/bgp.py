@@ -467,8 +467,13 @@ class BgpSpeaker:
             due = list(self._eor_owed)
         for peer in due:
             del self._eor_owed[peer]
-            for family in _eor_families(self._families.get(peer, ())):
+            families = _eor_families(self._families.get(peer, ()))
+            for family in families:
                 self.supervisor.send(api.EndOfRib(peer, family))
+            st = self.rib.peers.get(peer)
+            if st is not None:
+                st.counters["eor_out"] += len(families)
+            log.info("bgp_eor_sent", peer=str(peer), families=families)
         if self._eor_check is not None:
             self._eor_check.cancel()
             self._eor_check = None

@@ -164,6 +164,8 @@ async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
             )
             took = time.monotonic() - t0
         print(f"GR {'on' if gr else 'off'}: {seen} polls of FRR's kernel over {took:.2f}s")
+        (r,) = node.speaker.neighbors_snapshot()
+        assert r["counters"].get("eor_out", 0) == (2 if gr else 0), r  # glbd's, once a session
         if gr:
             caps = info["neighborCapabilities"]
             assert caps["gracefulRestart"] == "advertisedAndReceived", caps  # type: ignore[index]
