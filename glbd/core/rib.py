@@ -557,11 +557,13 @@ class Rib:
 
     def converged(self) -> bool:
         """Our side of a restart is over (RFC 4724 §4.1: the restarting speaker sends its
-        End-of-RIB once it has its peers' routes): every established peer sent End-of-RIB
+        End-of-RIB once it has its peers' routes): every peer sent End-of-RIB in its current
+        session (a peer that is down: in its last one; one never up since we started has not)
         or is restarting itself (its Restart State bit: waiting for each other would
-        deadlock), and no path is stale from our own ExaBGP's restart."""
+        deadlock), and no path is stale from our own ExaBGP's restart. The caller bounds the
+        wait (a neighbor that never comes up)."""
         return all(
-            (st.state != "up" or st.eor_received or (st.gr is not None and st.gr.restarting))
+            (st.eor_received or (st.state == "up" and st.gr is not None and st.gr.restarting))
             and not (st.stale and not st.gr_helping)
             for st in self.peers.values()
         )

@@ -263,3 +263,22 @@ def test_converged_waits_for_peers_eor_after_our_restart() -> None:
     r.on_update(upd(1, "10.201.0.0/24"), 3.5)
     r.on_update(eor(1), 3.6)
     assert r.converged()
+
+
+def test_converged_after_a_start_waits_for_every_neighbor() -> None:
+    """A fresh glbd (nothing stale) still waits for a neighbor not up yet: its routes are
+    what a restarted spine re-advertises to the others."""
+    params = RibParams(
+        V4("10.0.0.11"), 65100, Role.BOTH, tuple(LEAVES.values()), graceful_restart=True
+    )
+    r = Rib(params)
+    r.on_open(LEAVES[1].address, V4("10.0.0.1"), cap(30))
+    r.on_state(LEAVES[1].address, "up", 1.0)
+    r.on_update(eor(1), 1.5)
+    assert not r.converged()  # leaf2 never came up
+    r.on_open(LEAVES[2].address, V4("10.0.0.2"), cap(30))
+    r.on_state(LEAVES[2].address, "up", 2.0)
+    r.on_update(eor(2), 2.5)
+    assert r.converged()
+    r.on_state(LEAVES[2].address, "down", 3.0)
+    assert r.converged()  # down now, but its last session ended its table
