@@ -468,10 +468,14 @@ class Rib:
                     st.counters[key] += 1
                     self.counters[key] += 1
         made: dict[tuple[IPAddress, str], Path] = {}  # one Path per distinct result
-        for i, a in enumerate(ev.announced):
+        # ExaBGP 5.0 lists an IPv4 prefix FRR 10 sends with an IPv6 next hop (RFC 8950) twice
+        # in one UPDATE: a repeat of the first prefix is that prefix, not a packed one
+        first = ev.announced[0].prefix if ev.announced else None
+        for a in ev.announced:
             next_hop = a.next_hop if a.next_hop is not None else ev.peer
             nnh, status = self._validate(st, a, next_hop, attrs, decoded, decode_error)
-            if nnh is not None and i > 0 and not self.params.trust_packed_nnhn:
+            packed = a.prefix != first
+            if nnh is not None and packed and not self.params.trust_packed_nnhn:
                 nnh, status = None, NhcStatus.NNHN_PACKED_UNTRUSTED
             if status in NHC_DISREGARDED:
                 st.counters[status] += 1

@@ -219,3 +219,98 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
         except Exception:
             proc.kill()
         print((tmp_path / "glbd.log").read_text(errors="replace")[-3000:])
+
+
+async def unnumbered_speaker(
+    ns: Netns, port: str, rid: str, asn: int, role: Role, originated: tuple[str, ...]
+) -> tuple[NdpSpeaker, Node]:
+    """A glbd speaker with one unnumbered neighbor on ``port``, started once its peer is
+    learned."""
+    ndp = NdpSpeaker([port], lambda ev: None, netns=ns.name, interval_s=1.0)
+    await ndp.start()
+    await wait_for(lambda: port in ndp.peers(), 30, f"a peer on {port}")
+    params = RibParams(
+        ipaddress.IPv4Address(rid),
+        asn,
+        role,
+        (
+            NeighborParams(
+                ndp.peers()[port],
+                None,
+                link_local(ns, port),
+                interface=port,
+                hold_time=9,
+                passive=False,
+                unnumbered=True,
+            ),
+        ),
+        tuple(N(p) for p in originated),
+    )
+    events: list[BgpEvent] = []
+    sp = BgpSpeaker(
+        params,
+        netns=ns.name,
+        on_event=events.append,
+        process=ProcessOptions(backoff_initial_s=0.2, stop_grace_s=3.0, drain_timeout_s=3.0),
+    )
+    await sp.start()
+    return ndp, Node(sp, events)
+
+
+async def test_frr_spine_nnhn_over_unnumbered_links(netns_lab: Lab) -> None:
+    """FRR 10 spine with send-nexthop-characteristics toward three unnumbered glbd leaves;
+    leaf2 and leaf3 originate 10.200/24, so leaf1 gets it from FRR with FRR's link-local
+    next hop and an NNHN {leaf2, leaf3}."""
+    lab = netns_lab
+    spine = lab.netns("spine")
+    leaves = [lab.netns(f"leaf{i}") for i in (1, 2, 3)]
+    for i, lf in enumerate(leaves, 1):
+        lab.veth(lf, "up1", spine, f"down{i}")
+    await wait_for(lambda: all(link_local(lf, "up1") for lf in leaves), 10)
+    lines = [
+        "frr defaults datacenter",
+        "router bgp 65100",
+        " bgp router-id 10.0.0.100",
+        " no bgp ebgp-requires-policy",
+        " bgp bestpath as-path multipath-relax",
+    ]
+    for i in (1, 2, 3):
+        lines += [
+            f" neighbor down{i} interface remote-as external",
+            f" neighbor down{i} timers 3 9",
+            f" neighbor down{i} timers connect 1",
+            f" neighbor down{i} send-nexthop-characteristics",
+        ]
+    lines += [" address-family ipv4 unicast", "  maximum-paths 64", " exit-address-family", ""]
+    frr = FrrInstance(spine, hostname="spine").start("\n".join(lines))
+    started: list[tuple[NdpSpeaker, Node]] = []
+    try:
+        for i in (2, 3):
+            started.append(
+                await unnumbered_speaker(
+                    leaves[i - 1], "up1", f"10.0.0.{i}", 65000 + i, Role.LOAD_BALANCER,
+                    ("10.200.0.0/24",),
+                )
+            )  # fmt: skip
+
+        def spine_multipath() -> bool:
+            r = frr.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
+            return isinstance(r, dict) and len(r.get("paths", [])) == 2
+
+        await wait_for(spine_multipath, 60, "FRR multipath for 10.200/24")
+        ndp1, leaf1 = await unnumbered_speaker(
+            leaves[0], "up1", "10.0.0.1", 65001, Role.LOAD_BALANCER, ()
+        )  # originates nothing: FRR would pack 10.200/24 with it under one NHC
+        started.append((ndp1, leaf1))
+        await wait_for(lambda: leaf1.nh("10.200.0.0/24"), 60, "10.200/24 at leaf1")
+        spine_ll = str(link_local(spine, "down1"))
+        await wait_for(
+            lambda: leaf1.nh("10.200.0.0/24") == [(spine_ll, ("10.0.0.2", "10.0.0.3"), "valid")],
+            30,
+            "NNHN at leaf1",
+        )
+
+    finally:
+        for ndp, node in started:
+            await node.speaker.stop()
+            await ndp.stop()
