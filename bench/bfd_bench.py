@@ -77,14 +77,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 class Load:
-    """A second process spinning on one core, plus a busy thread in this process."""
+    """A second process spinning on one core (pinned to the last CPU, so one core is busy
+    whatever the scheduler does), plus a busy thread in this process."""
 
     def __init__(self, busy_process: bool, busy_main: bool) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         if busy_process:
-            self.procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            self.procs.append(proc)
+            os.sched_setaffinity(proc.pid, {max(os.sched_getaffinity(0))})
         if busy_main:
             self.thread = threading.Thread(target=self._spin, daemon=True)
             self.thread.start()

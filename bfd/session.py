@@ -258,7 +258,13 @@ class Session:
         #: the next periodic packet is ``_tx_bytes`` unchanged (see :meth:`tx_periodic`);
         #: cleared by everything that changes a field of it or whether it is sent
         self._tx_quiet = False
-        self._jitter_hi = 0.90 if params.detect_mult == 1 else 1.0
+        #: while a shortcut holds, the values it needs (they change only where it ends)
+        self._quiet_iv = self._quiet_det = self._tx_iv = 0.0
+        self._jitter_span = self._jitter_hi(params) - 0.75
+        self._random = rng.random
+        #: set by tx_periodic: how late the packet it sent was, and the next deadline
+        self.tx_late = 0.0
+        self.tx_deadline = 0.0
 
     # ------------------------------------------------------------------ derived values
 
@@ -338,6 +344,8 @@ class Session:
             and self._next_tx is not None
         ):
             self._quiet_rx = pkt
+            self._quiet_iv = self.tx_interval
+            self._quiet_det = self.detect_time
         return out
 
     def rx_repeat(self, pkt: ControlPacket, now: float) -> bool:
@@ -349,13 +357,11 @@ class Session:
         if pkt is not self._quiet_rx:
             return False
         nt = self._next_tx
-        if nt is None or nt > now + max(self._tx_used, self.remote_min_rx) / 1e6:
+        if nt is None or nt > now + self._quiet_iv:
             return False
         self.packets_in += 1
         self._last_rx = now
-        self._detect_at = (
-            now + self.remote_detect_mult * max(self._rx_used, self.remote_desired_tx) / 1e6
-        )
+        self._detect_at = now + self._quiet_det
         return True
 
     def on_timer(self, now: float) -> list[Effect]:
@@ -374,6 +380,7 @@ class Session:
                 self._next_tx = now + self._jittered()
                 # the next periodic packet is the same bytes until something changes
                 self._tx_quiet = self.params.auth is None
+                self._tx_iv = self.tx_interval
             else:
                 self._next_tx = None
         return out
@@ -381,8 +388,9 @@ class Session:
     def tx_periodic(self, now: float) -> bytes | None:
         """The steady state of :meth:`on_timer`: if the only thing due at ``now`` is a periodic
         packet equal to the previous one (no authentication, nothing changed since), count
-        it, schedule the next one and return its bytes. None: nothing was done, call
-        :meth:`on_timer`."""
+        it, schedule the next one and return its bytes (and set :attr:`tx_late`, how late
+        it is, and :attr:`tx_deadline`, the new :meth:`next_deadline`). None: nothing was
+        done, call :meth:`on_timer`."""
         if not self._tx_quiet:
             return None
         det = self._detect_at
@@ -390,10 +398,10 @@ class Session:
         if nt is None or now < nt or (det is not None and now >= det):
             return None
         self.packets_out += 1
+        self.tx_late = now - nt
         # the same draw as _jittered (Random.uniform(a, b) is a + (b - a) * random())
-        self._next_tx = now + max(self._tx_used, self.remote_min_rx) / 1e6 * (
-            0.75 + (self._jitter_hi - 0.75) * self._rng.random()
-        )
+        nt = self._next_tx = now + self._tx_iv * (0.75 + self._jitter_span * self._random())
+        self.tx_deadline = nt if det is None or nt < det else det
         return self._tx_bytes
 
     def admin_down(self, now: float) -> list[Effect]:
@@ -414,7 +422,7 @@ class Session:
         self.params = params
         self._quiet_rx = None
         self._tx_quiet = False
-        self._jitter_hi = 0.90 if params.detect_mult == 1 else 1.0
+        self._jitter_span = self._jitter_hi(params) - 0.75
         # a new sequence space only when authentication is turned on/off or changes type: a
         # key rollover keeps it, so a reload opens no window for replayed packets
         if (params.auth and params.auth.type) != (old_auth and old_auth.type):
@@ -492,6 +500,7 @@ class Session:
 
     def _terminate_poll(self) -> None:
         self.polling = False
+        self._quiet_rx = None
         self._tx_quiet = False
         self._tx_used = self._adv_tx
         self._rx_used = self._adv_rx
@@ -501,9 +510,13 @@ class Session:
             return False
         return not (self.params.passive and self.remote_discr == 0)
 
+    @staticmethod
+    def _jitter_hi(params: SessionParams) -> float:
+        """§6.8.7: the interval is cut by 0-25 %, by 10-25 % when DetectMult is 1."""
+        return 0.90 if params.detect_mult == 1 else 1.0
+
     def _jittered(self) -> float:
-        hi = 0.90 if self.params.detect_mult == 1 else 1.0
-        return self.tx_interval * self._rng.uniform(0.75, hi)
+        return self.tx_interval * self._rng.uniform(0.75, self._jitter_hi(self.params))
 
     def _reschedule_tx(self, now: float) -> None:
         if not self._may_send_periodic():

@@ -62,9 +62,6 @@ RX_COALESCE_S = 0.0005
 #: datagrams read from one receive socket per wakeup at most (then timers get their turn)
 _RX_BATCH = 256
 _TIMESPEC = struct.Struct("@ll")
-#: a hop limit of 255 as the kernel's ancillary data carries it (a native int)
-_TTL255 = struct.pack("=i", 255)
-_SOL_SOCKET = socket.SOL_SOCKET
 _MSG_TRUNC = int(socket.MSG_TRUNC)  # an IntFlag: & on it would run Python code
 #: (deadline, tie-breaker, session or None for housekeeping, the session's generation)
 _HeapItem = tuple[float, int, "Entry | None", int]
@@ -77,10 +74,12 @@ class LagStats:
     def __init__(self) -> None:
         self.hist = [0] * _LAG_BUCKETS
         self.max = 0.0
-        self.fired = 0
+
+    @property
+    def fired(self) -> int:
+        return sum(self.hist)
 
     def record(self, lag: float) -> None:
-        self.fired += 1
         if lag > self.max:
             self.max = lag
         i = int(lag / _LAG_BUCKET_S)
@@ -207,7 +206,7 @@ class Loop:
         by_discr = self.by_discr
         unpack = _U32.unpack_from
         ts_unpack = _TIMESPEC.unpack
-        ttl_level, ttl_kind = rx.ttl_cmsg
+        ttl255 = rx.ttl255
         wall = time.time()
         n = 0
         for _ in range(_RX_BATCH):
@@ -221,34 +220,29 @@ class Loop:
                 rx.drop(f"recv_{errno.errorcode.get(exc.errno or 0, 'error').lower()}")
                 break
             n += 1
+            host: str = addr[0]
             try:
-                if flags & _MSG_TRUNC:
-                    self.rx_counts["truncated_datagram"] = (
-                        self.rx_counts.get("truncated_datagram", 0) + 1
-                    )
-                host: str = addr[0]
-                ent = by_discr.get(unpack(data, 8)[0]) if len(data) >= 24 else None
-                if (
-                    ent is not None
-                    and data == ent.rx_bytes
-                    and host == ent.rx_host
-                    and ent.rx is rx
-                    and len(anc) == 2
-                ):
-                    (l0, k0, v0), (l1, k1, v1) = anc
+                if flags:  # MSG_TRUNC (counted) or MSG_CTRUNC: the general path
+                    if flags & _MSG_TRUNC:
+                        self.rx_counts["truncated_datagram"] = (
+                            self.rx_counts.get("truncated_datagram", 0) + 1
+                        )
+                elif len(anc) == 2 and anc[1] == ttl255 and len(data) >= 24:
+                    # [arrival stamp, hop limit 255]: the socket asks for nothing else
+                    ent = by_discr.get(unpack(data, 8)[0])
                     if (
-                        v1 == _TTL255
-                        and k1 == ttl_kind
-                        and l1 == ttl_level
-                        and k0 == SO_TIMESTAMPNS
-                        and l0 == _SOL_SOCKET
-                        and len(v0) == _TIMESPEC.size
+                        ent is not None
+                        and data == ent.rx_bytes
+                        and host == ent.rx_host
+                        and ent.rx is rx
                     ):
-                        sec, nsec = ts_unpack(v0)
-                        age = wall - (sec + nsec * 1e-9)  # as arrival_time
-                        t = now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
-                        if ent.sess.rx_repeat(ent.rx_pkt, t):  # type: ignore[arg-type]
-                            continue
+                        _, kind, stamp = anc[0]
+                        if kind == SO_TIMESTAMPNS and len(stamp) == _TIMESPEC.size:
+                            sec, nsec = ts_unpack(stamp)
+                            age = wall - (sec + nsec * 1e-9)  # as arrival_time
+                            t = now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
+                            if ent.sess.rx_repeat(ent.rx_pkt, t):  # type: ignore[arg-type]
+                                continue
                 ttl, ts = parse_ancillary(anc)
                 self._rx_one(rx, data, host, ttl, arrival_time(now, wall, ts))
             except Exception:  # a bug must not end the engine
@@ -341,16 +335,14 @@ class Loop:
                 ent.armed = None
                 sess = ent.sess
                 tx = ent.tx
-                ntx = sess.next_tx_at
                 data = sess.tx_periodic(now) if tx is not None else None
                 if data is None:
                     self._fire(ent, now)
                     continue
-                late = now - ntx  # type: ignore[operator]
+                late = sess.tx_late
                 if late > ent.tx_lag_max:
                     ent.tx_lag_max = late
-                lag.fired += 1  # LagStats.record, inline
-                if late > lag.max:
+                if late > lag.max:  # LagStats.record, inline
                     lag.max = late
                 i = int(late / _LAG_BUCKET_S)
                 hist[i if i < _LAG_BUCKETS else _LAG_BUCKETS - 1] += 1
@@ -358,11 +350,10 @@ class Loop:
                     tx.send(data)  # type: ignore[union-attr]
                 except OSError as exc:
                     self._tx_failed(ent, exc)
-                d = sess.next_deadline()
-                if d is not None:  # always: tx_periodic scheduled the next packet
-                    ent.gen += 1
-                    ent.armed = d
-                    push(heap, (d, next(seq), ent, ent.gen))
+                d = sess.tx_deadline
+                ent.gen += 1
+                ent.armed = d
+                push(heap, (d, next(seq), ent, ent.gen))
 
     def _fire(self, ent: Entry, now: float) -> None:
         sess = ent.sess

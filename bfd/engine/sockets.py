@@ -17,6 +17,7 @@ import logging
 import random
 import select
 import socket
+import struct
 from typing import Any
 
 from .. import failover as _fo
@@ -30,9 +31,11 @@ __all__ = ["Entry", "FailoverPort", "RxSock", "SocketTable"]
 
 log = logging.getLogger(__name__)
 
+_TTL255 = struct.pack("=i", 255)
+
 
 class RxSock:
-    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock", "totals", "ttl_cmsg")
+    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock", "totals", "ttl255")
 
     def __init__(
         self,
@@ -44,11 +47,11 @@ class RxSock:
         self.sock = sock
         self.ifname = ifname
         self.family = family
-        #: (level, type) of the hop-limit ancillary item this socket's datagrams carry
-        self.ttl_cmsg = (
-            (socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT)
+        #: the ancillary item of a datagram that arrived with hop limit 255 (a native int)
+        self.ttl255 = (
+            (socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT, _TTL255)
             if family == socket.AF_INET6
-            else (socket.IPPROTO_IP, socket.IP_TTL)
+            else (socket.IPPROTO_IP, socket.IP_TTL, _TTL255)
         )
         self.packets = 0
         self.refs = 0
