@@ -222,27 +222,29 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
 
 
 async def unnumbered_speaker(
-    ns: Netns, port: str, rid: str, asn: int, role: Role, originated: tuple[str, ...]
+    ns: Netns, port: str | list[str], rid: str, asn: int, role: Role, originated: tuple[str, ...]
 ) -> tuple[NdpSpeaker, Node]:
-    """A glbd speaker with one unnumbered neighbor on ``port``, started once its peer is
-    learned."""
-    ndp = NdpSpeaker([port], lambda ev: None, netns=ns.name, interval_s=1.0)
+    """A glbd speaker with an unnumbered neighbor on each of ``port``, started once every
+    peer is learned."""
+    ports = [port] if isinstance(port, str) else port
+    ndp = NdpSpeaker(ports, lambda ev: None, netns=ns.name, interval_s=1.0)
     await ndp.start()
-    await wait_for(lambda: port in ndp.peers(), 30, f"a peer on {port}")
+    await wait_for(lambda: set(ports) <= set(ndp.peers()), 30, f"peers on {ports}")
     params = RibParams(
         ipaddress.IPv4Address(rid),
         asn,
         role,
-        (
+        tuple(
             NeighborParams(
-                ndp.peers()[port],
+                ndp.peers()[p],
                 None,
-                link_local(ns, port),
-                interface=port,
+                link_local(ns, p),
+                interface=p,
                 hold_time=9,
                 passive=False,
                 unnumbered=True,
-            ),
+            )
+            for p in ports
         ),
         tuple(N(p) for p in originated),
     )
@@ -255,6 +257,84 @@ async def unnumbered_speaker(
     )
     await sp.start()
     return ndp, Node(sp, events)
+
+
+def frr_unnumbered_conf(asn: int, rid: str, ports: list[str], networks: tuple[str, ...]) -> str:
+    lines = [
+        "frr defaults datacenter",
+        f"router bgp {asn}",
+        f" bgp router-id {rid}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+        " bgp bestpath as-path multipath-relax",
+        " bgp bestpath bandwidth ignore",
+    ]
+    for p in ports:
+        lines += [
+            f" neighbor {p} interface remote-as external",
+            f" neighbor {p} timers 3 9",
+            f" neighbor {p} timers connect 1",
+        ]
+    lines += [" address-family ipv4 unicast", *(f"  network {n}" for n in networks)]
+    lines += ["  maximum-paths 64", " exit-address-family", ""]
+    return "\n".join(lines)
+
+
+async def test_glbd_spines_drive_frr_leaf_weights_over_unnumbered_links(netns_lab: Lab) -> None:
+    """Two glbd helper spines and FRR 10 leaves, every link unnumbered. spine1 learns
+    10.200/24 from leaf2 and leaf3 (NNHN of 2), spine2 from leaf2 only (NNHN of 1): FRR leaf1
+    shows both NNHNs and installs weights 2:1 through the spines' link-local addresses."""
+    lab = netns_lab
+    s1, s2 = lab.netns("spine1"), lab.netns("spine2")
+    l1, l2, l3 = (lab.netns(f"leaf{i}") for i in (1, 2, 3))
+    for leaf, spines in ((l1, (s1, s2)), (l2, (s1, s2)), (l3, (s1,))):
+        for sp in spines:
+            lab.veth(leaf, f"to-{sp.node}", sp, f"to-{leaf.node}")
+    started: list[tuple[NdpSpeaker, Node]] = []
+    try:
+        leaf1 = FrrInstance(l1, hostname="leaf1").start(
+            frr_unnumbered_conf(65001, "10.0.0.1", ["to-spine1", "to-spine2"], ())
+        )
+        FrrInstance(l2, hostname="leaf2").start(
+            frr_unnumbered_conf(65002, "10.0.0.2", ["to-spine1", "to-spine2"], ("10.200.0.0/24",))
+        )
+        FrrInstance(l3, hostname="leaf3").start(
+            frr_unnumbered_conf(65003, "10.0.0.3", ["to-spine1"], ("10.200.0.0/24",))
+        )
+        for sp, rid, ports in (
+            (s1, "10.0.0.11", ["to-leaf1", "to-leaf2", "to-leaf3"]),
+            (s2, "10.0.0.12", ["to-leaf1", "to-leaf2"]),
+        ):
+            started.append(await unnumbered_speaker(sp, ports, rid, 65100, Role.HELPER, ()))
+        spine1, spine2 = started[0][1], started[1][1]
+        await wait_for(lambda: len(spine1.nh("10.200.0.0/24")) == 2, 60, "spine1 multipath")
+        await wait_for(lambda: len(spine2.nh("10.200.0.0/24")) == 1, 60, "spine2 path")
+        gw1, gw2 = str(link_local(s1, "to-leaf1")), str(link_local(s2, "to-leaf1"))
+
+        def weights() -> dict[str, int]:
+            out = l1.run(["ip", "-j", "route", "show", "10.200.0.0/24"]).stdout
+            got: dict[str, int] = {}
+            for r in json.loads(out or "[]"):
+                for nh in r.get("nexthops", []):
+                    # an IPv6 gateway of an IPv4 route: "via inet6 fe80::..."
+                    gw = nh.get("gateway") or (nh.get("via") or {}).get("host")
+                    got[str(gw)] = int(nh.get("weight", 1))
+            return got
+
+        await wait_for(
+            lambda: set(weights()) == {gw1, gw2} and len(set(weights().values())) == 2,
+            60,
+            "weighted ECMP in leaf1's kernel",
+        )
+        w = weights()
+        assert round(w[gw1] / w[gw2]) == 2, w
+        r = leaf1.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
+        nnhs = sorted(tuple(p.get("nextNextHopNodes", [])) for p in r["paths"])
+        assert nnhs == [("10.0.0.2",), ("10.0.0.2", "10.0.0.3")], nnhs
+    finally:
+        for ndp, node in started:
+            await node.speaker.stop()
+            await ndp.stop()
 
 
 async def test_frr_spine_nnhn_over_unnumbered_links(netns_lab: Lab) -> None:
