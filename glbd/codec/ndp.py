@@ -44,6 +44,8 @@ class NdpDrop(enum.StrEnum):
     SOURCE_NOT_LINK_LOCAL = "source_not_link_local"
     #: our own advertisement looped back
     OWN = "own"
+    #: over the per-port budget of messages per second (a flood from the link)
+    RATE_LIMITED = "rate_limited"
 
 
 @dataclass(frozen=True)

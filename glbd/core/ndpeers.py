@@ -25,6 +25,9 @@ __all__ = ["NdpEvent", "NdpPeers", "PeerChange"]
 HOLD_S = 30.0
 #: a different address replaces the learned one after this many advertisements in a row
 CONFIRM = 2
+#: and not sooner than this after the port's last learn or change: a neighbor alternating
+#: between two addresses moves the session (an ExaBGP reload) at most this often
+MIN_CHANGE_INTERVAL_S = 5.0
 
 
 class PeerChange(StrEnum):
@@ -46,6 +49,7 @@ class NdpEvent:
 class _Port:
     address: ipaddress.IPv6Address | None = None
     last_heard: float = 0.0
+    changed_at: float = float("-inf")
     candidate: ipaddress.IPv6Address | None = None
     candidate_seen: int = 0
     adverts: int = 0
@@ -55,6 +59,7 @@ class _Port:
 class NdpPeers:
     hold_s: float = HOLD_S
     confirm: int = CONFIRM
+    min_change_interval_s: float = MIN_CHANGE_INTERVAL_S
     _ports: dict[str, _Port] = field(default_factory=dict)
 
     def watch(self, interface: str) -> None:
@@ -80,6 +85,7 @@ class NdpPeers:
         p.adverts += 1
         if p.address is None:
             p.address, p.last_heard, p.candidate, p.candidate_seen = source, now, None, 0
+            p.changed_at = now
             return NdpEvent(interface, PeerChange.LEARNED, source)
         if source == p.address:
             p.last_heard, p.candidate, p.candidate_seen = now, None, 0
@@ -90,6 +96,8 @@ class NdpPeers:
         expired = now - p.last_heard >= self.hold_s
         if p.candidate_seen < self.confirm and not expired:
             return None
+        if now - p.changed_at < self.min_change_interval_s:
+            return None  # still the candidate: the next advertisement after the interval
         prev, p.address, p.last_heard, p.candidate, p.candidate_seen = (
             p.address,
             source,
@@ -97,6 +105,7 @@ class NdpPeers:
             None,
             0,
         )
+        p.changed_at = now
         return NdpEvent(interface, PeerChange.CHANGED, source, prev)
 
     def tick(self, now: float) -> list[NdpEvent]:

@@ -39,6 +39,9 @@ log = structlog.get_logger(__name__)
 INTERVAL_S = 10.0
 #: answers to solicitations on one port are at least this far apart
 MIN_ANSWER_S = 0.5
+#: messages handled per port per second at most (routers send one every few seconds); the
+#: rest are read and dropped, so a flood on one port costs little of the event loop
+RATE_PER_S = 20.0
 _ICMP6_FILTER = 1
 _SIOCGIFHWADDR = 0x8927
 _SIOCGIFINDEX = 0x8933
@@ -61,6 +64,8 @@ class _Port:
         self.ifindex = 0
         self.lladdr: bytes | None = None
         self.last_answer = 0.0
+        self.tokens = RATE_PER_S
+        self.refilled = 0.0
 
 
 class NdpSpeaker:
@@ -200,6 +205,13 @@ class NdpSpeaker:
             self._handle(p, data, anc, addr)
 
     def _handle(self, p: _Port, data: bytes, anc: list[tuple[int, int, bytes]], addr: Any) -> None:
+        now = time.monotonic()
+        p.tokens = min(RATE_PER_S, p.tokens + (now - p.refilled) * RATE_PER_S)
+        p.refilled = now
+        if p.tokens < 1.0:
+            self.dropped[ndp.NdpDrop.RATE_LIMITED] += 1
+            return
+        p.tokens -= 1.0
         hops = next(
             (
                 struct.unpack("@i", d[:4])[0]
@@ -214,7 +226,6 @@ class NdpSpeaker:
         if not data:
             self.dropped[ndp.NdpDrop.MALFORMED] += 1
             return
-        now = time.monotonic()
         if data[0] == ndp.RS:
             if now - p.last_answer >= MIN_ANSWER_S:
                 p.last_answer = now

@@ -98,3 +98,17 @@ def test_forget() -> None:
     c.heard("swp1", P1, 0.0)
     c.forget("swp1")
     assert c.peers() == {} and c.tick(1e9) == []
+
+
+def test_changes_are_spaced() -> None:
+    """A neighbor alternating between two addresses moves the session at most every
+    min_change_interval_s."""
+    c = NdpPeers(hold_s=30.0, confirm=2, min_change_interval_s=5.0)
+    c.watch("swp1")
+    c.heard("swp1", P1, 0.0)
+    assert c.heard("swp1", P2, 1.0) is None
+    assert c.heard("swp1", P2, 2.0) is None  # confirmed, but too soon after the learn
+    assert c.heard("swp1", P2, 5.0) == NdpEvent("swp1", PeerChange.CHANGED, P2, P1)
+    assert c.heard("swp1", P1, 6.0) is None
+    assert c.heard("swp1", P1, 7.0) is None
+    assert c.heard("swp1", P1, 10.0) == NdpEvent("swp1", PeerChange.CHANGED, P1, P2)

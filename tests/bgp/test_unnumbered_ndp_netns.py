@@ -1,0 +1,54 @@
+"""The router advertisement speaker on a real veth: it advertises, learns the peer, and drops
+(counted) what does not come from the link or floods it."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+from bgp_helpers import wait_for
+from glbdlab.netns import Lab, Netns
+
+from glbd.codec import ndp as codec
+from glbd.io.ndp import NdpSpeaker
+
+pytestmark = [pytest.mark.netns]
+
+
+def raw(ns: Netns, ifname: str, hops: int) -> tuple[socket.socket, int]:
+    s = ns.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, hops)
+    with ns.entered():
+        return s, socket.if_nametoindex(ifname)
+
+
+async def test_learns_advertises_and_drops(netns_lab: Lab) -> None:
+    a, b = netns_lab.netns("a"), netns_lab.netns("b")
+    netns_lab.veth(a, "pa", b, "pb")
+    seen: list[object] = []
+    sa = NdpSpeaker(["pa"], seen.append, netns=a.name, interval_s=0.5)
+    sb = NdpSpeaker(["pb"], lambda ev: None, netns=b.name, interval_s=0.5)
+    await sa.start()
+    await sb.start()
+    try:
+        await wait_for(lambda: "pa" in sa.peers() and "pb" in sb.peers(), 20, "both learned")
+        learned = sa.peers()["pa"]
+        assert learned.is_link_local
+        # an advertisement that was routed here (hop limit < 255) teaches nothing
+        s, idx = raw(b, "pb", 64)
+        s.sendto(codec.encode_advert(None), ("ff02::1", 0, 0, idx))
+        await wait_for(lambda: sa.dropped.get(codec.NdpDrop.HOP_LIMIT, 0) >= 1, 10)
+        s.close()
+        # a flood on the link: most of it is dropped unread, the peer stays
+        s, idx = raw(b, "pb", 255)
+        for _ in range(500):
+            s.sendto(codec.encode_advert(None), ("ff02::1", 0, 0, idx))
+        s.close()
+        await wait_for(lambda: sa.dropped.get(codec.NdpDrop.RATE_LIMITED, 0) >= 100, 10)
+        assert sa.peers()["pa"] == learned
+        assert isinstance(learned, ipaddress.IPv6Address) and len(seen) == 1
+    finally:
+        await sa.stop()
+        await sb.stop()
