@@ -142,6 +142,11 @@ def test_exabgp_config_of_an_unnumbered_neighbor() -> None:
     assert "    source-interface swp1;\n" in block
     assert "    nexthop {\n        ipv4 unicast ipv6;\n    }\n" in block
     assert "listen" not in block and "passive" not in block
+    # without [::]:179 a passive link-local neighbor would never come up: it connects
+    p = ExabgpParams(
+        "10.0.0.1", 65001, (ExabgpNeighbor("fe80::1", "fe80::2", 1, 9, True, interface="swp1"),)
+    )
+    assert "passive" not in render_config(p, ["bridge"])
     # [::]:179 listens for every IPv6 neighbor: none has its own listener (they would clash)
     p = ExabgpParams(
         "10.0.0.1",

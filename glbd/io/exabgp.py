@@ -176,7 +176,12 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             f"    hold-time {n.hold_time};",
             *(_unnumbered_lines(n.interface) if n.interface else []),
             *(["    listen 179;"] if _own_listener(params, n) else []),
-            *(["    passive true;"] if n.passive else []),
+            # a link-local neighbor with no [::]:179 to accept it on must connect itself
+            *(
+                ["    passive true;"]
+                if n.passive and (params.listen_any6 or not n.interface)
+                else []
+            ),
             *_md5_lines(n.md5),
             *_graceful_restart_lines(n.restart_time),
             "    group-updates false;",
