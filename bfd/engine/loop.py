@@ -364,6 +364,18 @@ class Loop:
             self._arm(ent)
             return
         det = sess.detect_at
+        if det is not None and det <= now and ent.rx is not None:
+            # A wakeup reads at most _RX_BATCH datagrams: the peer's packet may still wait in
+            # the socket behind others. Read them all before deciding the peer went silent.
+            while self._read(ent.rx, self.clock()) == _RX_BATCH and ent.rx is not None:
+                pass
+            d = sess.next_deadline()
+            if d is None:
+                return
+            if d > now:
+                self._arm(ent)
+                return
+            det = sess.detect_at
         if det is not None and det <= now:
             ent.detect_lag_max = max(ent.detect_lag_max, now - det)
             self.lag.record(now - det)

@@ -130,3 +130,56 @@ def test_the_loop_waits_between_reads_while_datagrams_keep_coming(netns_lab: Lab
     assert all(0 < w <= coalesce for w in waits), waits
     # waits happen only after reads, so there are no more of them than reading wakeups
     assert len(waits) < sent
+
+
+def test_no_timeout_while_the_peers_packets_wait_behind_a_backlog(netns_lab: Lab) -> None:
+    """A is stopped past its detection time while b's packets queue behind 600 others. When
+    A continues, it reads the peer's packets before it decides the peer went silent."""
+    a, b = netns_lab.pair()
+    events: list[Any] = []
+    # A detects in 3 x 50 ms; B asks A for a packet every 2 s and detects in 6 s, so B stays
+    # Up while A is stopped
+    pa = SessionParams(desired_min_tx=50_000, required_min_rx=50_000, detect_mult=3)
+    pb = SessionParams(desired_min_tx=50_000, required_min_rx=2_000_000, detect_mult=3)
+    ea = BfdEngine(events.append, mode="process", netns=a.name)
+    eb = BfdEngine(lambda ev: None, mode="process", netns=b.name)
+    for e in (ea, eb):
+        e.start()
+        netns_lab.on_close(e.stop)
+    ea.add_session(SessionConfig(B4, "a-b", A4, pa))
+    eb.add_session(SessionConfig(A4, "b-a", B4, pb))
+
+    def a_row() -> dict[str, Any]:
+        row: dict[str, Any] = ea.snapshot()["sessions"][0]
+        return row
+
+    _until(a_row, lambda s: s["state"] == "up" and not s["polling"], "A up at 50 ms")
+    _until(
+        lambda: eb.snapshot()["sessions"][0],
+        lambda s: s["state"] == "up" and not s["polling"],
+        "B up",
+    )
+    events.clear()
+    before = ea.snapshot()["engine"]["packets_in"]
+    b_out = eb.snapshot()["sessions"][0]["packets_out"]
+    tx = _sender(b)
+    os.kill(ea.pid, signal.SIGSTOP)
+    try:
+        for _ in range(600):
+            tx.sendto(STRAY, (A4, 3784))
+        # B's packets queue behind them until A's detection time has long passed
+        _until(
+            lambda: eb.snapshot()["sessions"][0]["packets_out"],
+            lambda n: n >= b_out + 6,
+            "B sent 6 packets",
+        )
+    finally:
+        os.kill(ea.pid, signal.SIGCONT)
+    tx.close()
+    _until(
+        lambda: ea.snapshot()["engine"]["packets_in"],
+        lambda n: n >= before + 606,
+        "A read the backlog",
+    )
+    assert a_row()["state"] == "up"
+    assert not [e for e in events if e.failure], events
