@@ -14,15 +14,19 @@ Selection (eBGP only, as in a Clos fabric):
 
 1. paths from peers that are not usable (session down, or BFD down in strict mode) are ignored;
 2. a locally originated prefix beats any learned path;
-3. shortest AS path (an AS_SET counts 1), then lowest origin (igp < egp < incomplete), then
+3. a path without the GRACEFUL_SHUTDOWN community (RFC 8326, a draining peer), then
+   shortest AS path (an AS_SET counts 1), then lowest origin (igp < egp < incomplete), then
    lowest peer BGP ID, then lowest peer address picks the best path;
-4. the multipath set is every path equal to the best on AS-path length and origin; without
+4. the multipath set is every path equal to the best on graceful shutdown, AS-path length
+   and origin; without
    multipath-relax they must also share the neighbor AS (the first AS of the path). At most
    ``max_paths`` paths, in the order of rule 3.
 
 Advertisement to peer Q: the best path's AS path with our AS prepended, next hop = our local
 address on that session (next-hop-self), nothing to a peer that contributed a path of the
 multipath set, nothing to a peer whose AS is already in the path (it would drop it anyway).
+Drained (``RibParams.drain``), every advertisement also carries GRACEFUL_SHUTDOWN and
+``drain_prepend`` extra copies of our AS (for peers that ignore the community).
 A helper attaches one NHC per prefix and peer: header AFI/SAFI = the prefix's family, header
 next hop = the next hop sent, NNHN = [our router id; the BGP IDs of the peers of the multipath
 set, ascending], and a 4-octet BGPID (our router id) when that next hop is link-local only
@@ -58,7 +62,7 @@ import re
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -98,6 +102,10 @@ Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network
 log = structlog.get_logger(__name__)
 
 _ORIGIN_RANK = {"igp": 0, "egp": 1, "incomplete": 2}
+
+#: the GRACEFUL_SHUTDOWN well-known community (RFC 8326): the sender is draining; a path that
+#: carries it is least preferred and stays out of multipath while any other path exists
+GRACEFUL_SHUTDOWN = (65535, 0)
 
 
 class Role(enum.Enum):
@@ -182,6 +190,11 @@ class RibParams:
     #: at most this many prefixes are selected per ``on_timer`` call (the caller yields to its
     #: event loop between calls, so a big batch never blocks heartbeats for long)
     flush_batch: int = 2048
+    #: drained (RFC 8326 graceful shutdown): everything glbd advertises carries the
+    #: GRACEFUL_SHUTDOWN community and ``drain_prepend`` extra copies of our AS, so peers
+    #: move their traffic to other paths while the sessions stay up
+    drain: bool = False
+    drain_prepend: int = 3
 
 
 # -- effects -------------------------------------------------------------------------------
@@ -449,6 +462,8 @@ class Rib:
                 changed.add(prefix)
             st.counters["withdrawn_in"] += 1
         attrs = ev.attributes
+        if ev.announced and GRACEFUL_SHUTDOWN in attrs.communities:
+            st.counters["graceful_shutdown_in"] += len(ev.announced)
         if self.params.local_as in attrs.as_path and ev.announced:
             st.counters["as_loop_rejected"] += len(ev.announced)
             for a in ev.announced:  # an implicit withdraw of any earlier path
@@ -658,9 +673,16 @@ class Rib:
                     self._clear_paths(st_old)
                     st_old.adj_out.clear()
                 st_old.params = n
-        knobs_changed = (params.multipath_relax, params.max_paths) != (
+        knobs_changed = (
+            params.multipath_relax,
+            params.max_paths,
+            params.drain,
+            params.drain_prepend,
+        ) != (
             self.params.multipath_relax,
             self.params.max_paths,
+            self.params.drain,
+            self.params.drain_prepend,
         )
         self.params = params
         self.originated = set(params.originated)
@@ -671,6 +693,23 @@ class Rib:
                 changed |= set(st.adj_out)
             changed |= self.originated
         return self._recompute(changed), touched
+
+    def set_drain(self, drain: bool) -> list[Effect]:
+        """Drain (or undrain) the router: every advertisement is sent again with (or without)
+        the GRACEFUL_SHUTDOWN community and the extra prepends. Sessions and forwarding stay."""
+        if drain == self.params.drain:
+            return []
+        self.params = replace(self.params, drain=drain)
+        self.counters["drain" if drain else "undrain"] += 1
+        log.info("bgp_drain" if drain else "bgp_undrain", prefixes_out=len(self.adj_rib_out()))
+        changed = set(self.originated)
+        for st in self.peers.values():
+            changed |= set(st.adj_out)
+        return self._recompute(changed)
+
+    @property
+    def drained(self) -> bool:
+        return self.params.drain
 
     def adj_rib_out(self) -> list[Advertise]:
         """Everything glbd advertises, per peer (replayed into a restarted ExaBGP)."""
@@ -1012,10 +1051,11 @@ class Rib:
             self._del_path(st, prefix)
 
     @staticmethod
-    def _sort_key(item: tuple[PeerState, Path]) -> tuple[int, int, int, int, int]:
+    def _sort_key(item: tuple[PeerState, Path]) -> tuple[bool, int, int, int, int, int]:
         st, path = item
         bid = int(st.bgp_id) if st.bgp_id is not None else 2**32
         return (
+            GRACEFUL_SHUTDOWN in path.communities,
             path.as_path_length,
             _ORIGIN_RANK.get(path.origin, 3),
             bid,
@@ -1041,10 +1081,12 @@ class Rib:
         cands.sort(key=self._sort_key)
         best = cands[0][1]
         relax = self.params.multipath_relax
+        gshut = GRACEFUL_SHUTDOWN in best.communities
         mp = [
             c
             for c in cands
-            if c[1].as_path_length == best.as_path_length
+            if (GRACEFUL_SHUTDOWN in c[1].communities) == gshut
+            and c[1].as_path_length == best.as_path_length
             and c[1].origin == best.origin
             and (relax or (c[1].as_path[:1] == best.as_path[:1]))
         ]
@@ -1172,9 +1214,20 @@ class Rib:
             nh = n.local_address if n.local_address.version == 4 or n.unnumbered else None
         if nh is None:
             return None
+        drain = self.params.drain
+        own = (self.params.local_as,) * (1 + self.params.drain_prepend if drain else 1)
         if originated:
-            return Advertise(n.address, prefix, nh, as_path=(self.params.local_as,))
+            return Advertise(
+                n.address,
+                prefix,
+                nh,
+                as_path=own,
+                communities=(GRACEFUL_SHUTDOWN,) if drain else (),
+            )
         assert best is not None
+        communities = best.communities
+        if drain and GRACEFUL_SHUTDOWN not in communities:
+            communities = (*communities, GRACEFUL_SHUTDOWN)
         value: bytes | None = None
         if nhcs is not None:
             value = nhcs.get((nh, prefix.version))
@@ -1184,9 +1237,9 @@ class Rib:
             n.address,
             prefix,
             nh,
-            as_path=(self.params.local_as, *best.as_path),
+            as_path=(*own, *best.as_path),
             origin=best.origin,
-            communities=best.communities,
+            communities=communities,
             nhc=value,
         )
 
