@@ -16,6 +16,10 @@ only counted datagrams would lag the wall clock by ~24 days after 25 days at 50 
 look older after a restart). One datagram is encoded per send and the same bytes go out of
 every interface.
 
+Drain (``set_drain``): every link is sent at band 0, the worst band but not down, so load
+balancers move traffic off this node at once, before its BGP advertisements change; undrain
+sends the measured bands again. Both are changes: they leave at once (within the spacing).
+
 Usage (the asyncio layer): feed ``update(entries, now)`` whenever the link monitor has new
 qualities, call ``on_timer(now)`` at ``next_deadline()``, and transmit every returned
 :class:`Transmit`.
@@ -82,6 +86,9 @@ class Sender:
         self._count = first_sequence - 1
         self._base: tuple[float, int] | None = None
         self._entries = wire.Entries()
+        #: the measured snapshot (``_entries`` is what is sent: band 0 everywhere when drained)
+        self._measured = self._entries
+        self._drain = False
         self._key = self._entries.key()
         self._ifnames: tuple[str, ...] = ()
         self._last_send: float | None = None
@@ -118,6 +125,9 @@ class Sender:
     def update(self, entries: Iterable[wire.Entry], now: float) -> list[Transmit]:
         """New link snapshot (every monitored link). Returns what must be sent now."""
         ents = entries if isinstance(entries, wire.Entries) else wire.Entries(entries)
+        self._measured = ents
+        if self._drain:
+            ents = wire.Entries(e._replace(band=0) for e in ents)
         key = ents.key()
         self._entries = ents
         if key != self._key:
@@ -126,6 +136,17 @@ class Sender:
                 self._pending_change = True
                 self._schedule_change(now)
         return self._maybe_send(now)
+
+    def set_drain(self, drain: bool, now: float) -> list[Transmit]:
+        """Drained: every link is advertised at band 0 from now on (undrain: as measured)."""
+        if drain == self._drain:
+            return []
+        self._drain = drain
+        return self.update(self._measured, now)
+
+    @property
+    def drained(self) -> bool:
+        return self._drain
 
     def on_timer(self, now: float) -> list[Transmit]:
         return self._maybe_send(now)
@@ -182,6 +203,7 @@ class Sender:
             "last_sequence": self._seq,
             "sent": self.sent,
             "sent_on_change": self.sent_on_change,
+            "drained": self._drain,
             "last_sent_ago_ms": None
             if now is None or self._last_send is None
             else round((now - self._last_send) * 1000, 3),

@@ -424,6 +424,13 @@ class HeartbeatEndpoint:
         self._transmit(self.sender.update(entries, self._loop.time()))
         self._rearm()
 
+    def set_drain(self, drain: bool) -> None:
+        """Advertise every link at band 0 (drain) or as measured (helper role)."""
+        if self.sender is None:
+            return
+        self._transmit(self.sender.set_drain(drain, self._loop.time()))
+        self._rearm()
+
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
