@@ -244,6 +244,9 @@ class NdpSpeaker:
             return
         ev = self.core.heard(p.name, src, now)
         if ev is not None:
+            # a router that just appeared may not have heard us yet (it started after our last
+            # advertisement and sent no solicitation): tell it now, not at the next interval
+            self._send(p, ndp.encode_advert(p.lladdr), _ALL_NODES, "ra")
             self._emit(ev)
 
     def _emit(self, ev: NdpEvent) -> None:

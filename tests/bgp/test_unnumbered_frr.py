@@ -173,13 +173,15 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
     (``remote_as = "external"``), two FRR spines that both originate 10.100/24. glbd learns
     both peers from their advertisements, establishes both sessions, installs 10.100/24 as an
     IPv4 route through a nexthop group of two IPv6 link-local gateways, and both spines learn
-    10.201/24 from it."""
+    10.201/24 from it. A third port of the template has no router behind it yet: it waits
+    (``waiting_for_peer``) until one starts there."""
     lab = netns_lab
     leaf = lab.netns("leaf")
-    spines = [lab.netns(f"s{i}") for i in (1, 2)]
+    spines = [lab.netns(f"s{i}") for i in (1, 2, 3)]
     for i, sp in enumerate(spines, 1):
         lab.veth(leaf, f"swp{i}", sp, "down1")
         await wait_for(lambda sp=sp: link_local(sp, "down1"), 10)
+    late = spines.pop()
     frrs = [
         FrrInstance(sp, hostname=sp.node).start(
             spine_conf("down1").replace("10.0.0.100", f"10.0.0.10{i}")
@@ -187,7 +189,7 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
         for i, sp in enumerate(spines, 1)
     ]
     cfg = tmp_path / "glbd.toml"
-    cfg.write_text(leaf_conf(tmp_path, '"swp1-2"'))
+    cfg.write_text(leaf_conf(tmp_path, '"swp1-3"'))
     log = open(tmp_path / "glbd.log", "wb")  # noqa: SIM115 - handed to the child
     proc = leaf.popen([sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log, stderr=log)
     log.close()
@@ -202,16 +204,37 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
     try:
         for frr in frrs:
             await frr.await_bgp_established(["down1"], timeout=60)
-        await wait_for(lambda: all(r["state"] == "up" for r in rows().values()), 30)
+
+        def up(*ports: str) -> bool:
+            got = rows()
+            return all(p in got and got[p]["state"] == "up" for p in ports)
+
+        await wait_for(lambda: up("swp1", "swp2"), 30, "swp1 and swp2 up")
         got = rows()
-        assert set(got) == {"swp1", "swp2"}
+        assert set(got) == {"swp1", "swp2", "swp3"}
         for i, sp in enumerate(spines, 1):
             assert got[f"swp{i}"]["peer"] == str(link_local(sp, "down1"))
+        assert (got["swp3"]["peer"], got["swp3"]["state"]) == (
+            "swp3 (unnumbered)",
+            "waiting_for_peer",
+        )
 
         want = {str(link_local(sp, "down1")): f"swp{i}" for i, sp in enumerate(spines, 1)}
         await wait_for(lambda: kernel_route(leaf, "10.100.0.0/24") == want, 30, "kernel route")
         for frr in frrs:
             frr.wait_route("10.201.0.0/24")
+
+        # a router starts behind the waiting port: it is learned and set up like a reload
+        frrs.append(
+            FrrInstance(late, hostname=late.node).start(
+                spine_conf("down1").replace("10.0.0.100", "10.0.0.103")
+            )
+        )
+        await wait_for(lambda: up("swp1", "swp2", "swp3"), 60, "swp3 up")
+        assert rows()["swp3"]["peer"] == str(link_local(late, "down1"))
+        spines.append(late)
+        want = {str(link_local(sp, "down1")): f"swp{i}" for i, sp in enumerate(spines, 1)}
+        await wait_for(lambda: kernel_route(leaf, "10.100.0.0/24") == want, 30, "3-way group")
     finally:
         proc.terminate()
         try:
