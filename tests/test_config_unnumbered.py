@@ -89,13 +89,13 @@ def test_template_range_and_list() -> None:
         ({"remote_as": 1}, "neighbors.1.interface", "required key is missing"),
         (
             {"interfaces": "swp9-3", "remote_as": 1},
-            "(top level)",
-            "interfaces: 'swp9-3' is not an ascending range of ports",
+            "neighbors.1.interfaces",
+            "'swp9-3' is not an ascending range of ports",
         ),
         (
             {"interfaces": "swp1-2", "interface": "swp1", "remote_as": 1},
-            "(top level)",
-            "neighbors.1: a template (interfaces) has neither interface nor address",
+            "neighbors.1",
+            "a template (interfaces) has neither interface nor address",
         ),
     ],
 )

@@ -292,8 +292,8 @@ _PORT_RANGE = re.compile(r"^(.*[^\d])(\d+)-(\d+)$")
 _TEMPLATE_MAX = 1024
 
 
-def _expand_ports(spec: Any) -> list[Any]:
-    """A template's ``interfaces``: names, and ranges such as ``swp1-64`` (ascending)."""
+def _expand_ports(spec: Any, key: str) -> list[Any]:
+    """A template's ``interfaces`` (at ``key``): names, and ranges such as ``swp1-64``."""
     names: list[Any] = []
     for item in spec if isinstance(spec, list) else [spec]:
         m = _PORT_RANGE.match(item) if isinstance(item, str) else None
@@ -302,10 +302,10 @@ def _expand_ports(spec: Any) -> list[Any]:
             continue
         lo, hi = int(m.group(2)), int(m.group(3))
         if hi < lo or hi - lo >= _TEMPLATE_MAX:
-            raise ValueError(f"interfaces: {item!r} is not an ascending range of ports")
+            raise ValueError(f"{key}: {item!r} is not an ascending range of ports")
         names += [f"{m.group(1)}{i}" for i in range(lo, hi + 1)]
     if len(names) > _TEMPLATE_MAX:
-        raise ValueError(f"interfaces: more than {_TEMPLATE_MAX} ports in one entry")
+        raise ValueError(f"{key}: more than {_TEMPLATE_MAX} ports in one entry")
     return names
 
 
@@ -323,7 +323,7 @@ def _split_neighbors(raw: list[Any]) -> tuple[list[Any], list[Any], list[int], l
                 raise ValueError(
                     f"neighbors.{i}: a template (interfaces) has neither interface nor address"
                 )
-            for name in _expand_ports(item["interfaces"]):
+            for name in _expand_ports(item["interfaces"], f"neighbors.{i}.interfaces"):
                 unnumbered.append({**rest, "interface": name})
                 u_at.append(i)
         elif isinstance(item, dict) and "address" not in item:
@@ -863,7 +863,10 @@ def parse(data: dict[str, Any], path: str = "<config>") -> Config:
         for err in e.errors():
             if err.get("type") == "value_error" and "duplicate " in str(err.get("msg")):
                 continue  # reported with a precise key by _duplicates below
-            problems[(_loc(err["loc"]), _reason(err))] = None
+            key, reason = _loc(err["loc"]), _reason(err)
+            if key == "(top level)" and reason.startswith("neighbors."):  # a template's
+                key, _, reason = reason.partition(": ")
+            problems[(key, reason)] = None
         raw_n = data.get("neighbors")
         raw_o = data.get("originate")
         nlist: list[Any] = raw_n if isinstance(raw_n, list) else []
