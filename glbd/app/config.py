@@ -361,6 +361,11 @@ class BgpSection(_Model):
     #: from its first prefix, so by default only that prefix's NNHN is used)
     trust_packed_nnhn: bool = False
     exabgp_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+    #: drained (RFC 8326 graceful shutdown): every route glbd advertises carries 65535:0 and
+    #: ``drain_prepend`` extra copies of our AS, and a helper's heartbeats give every link
+    #: band 0; sessions stay up. ``glbctl drain`` does the same until undrain or a restart
+    drain: bool = False
+    drain_prepend: Annotated[int, Field(ge=0, le=10)] = 3
 
 
 class HeartbeatAuth(_KeyFile):

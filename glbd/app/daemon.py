@@ -303,6 +303,8 @@ class Daemon:
             "config": lambda a: self.cfg.redacted(),
             "counters": lambda a: self.counters(),
             "reload": self._reload_handler,
+            "drain": lambda a: self._drain(True),
+            "undrain": lambda a: self._drain(False),
             "neighbors": self._filtered(self._section("neighbors", "bgp"), "peer"),
             "routes": self._routes,
             "bfd": self._section("sessions", "bfd"),
@@ -335,6 +337,22 @@ class Daemon:
             snap["profiles"] = [p for p in snap["profiles"] if views.profile_changed(p)]
         return snap
 
+    def _drain(self, drain: bool) -> dict[str, Any]:
+        """``glbctl drain`` / ``undrain``: the router's drain state after the command."""
+        set_drain = getattr(self._component("bgp"), "set_drain", None)
+        note = ""
+        if set_drain is None:
+            note = "bgp is not running in this role/config: nothing to drain"
+        else:
+            set_drain(drain)
+        if not drain and self.cfg.bgp.drain:
+            note = "drained by the config: set [bgp] drain = false and reload to undrain"
+        log.warning("glbctl_drain" if drain else "glbctl_undrain", drained=self._drained())
+        return {"drained": self._drained(), "by_config": self.cfg.bgp.drain, "note": note}
+
+    def _drained(self) -> bool:
+        return bool(getattr(self._component("bgp"), "drained", False))
+
     async def _reload_handler(self, args: dict[str, Any]) -> Any:
         return (await self.reload()).to_dict()
 
@@ -351,6 +369,7 @@ class Daemon:
             "loop_lag": self.lag.to_dict(),
             "last_reload": self.last_reload.to_dict() if self.last_reload else None,
             "components": [c.name for c in self.components],
+            "drained": self._drained(),
             "bfd_engine": self._engine_summary(),
         }
 

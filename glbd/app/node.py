@@ -97,6 +97,8 @@ class Node:
         self.endpoint: HeartbeatEndpoint | None = None
         self.bfd: BfdEngine | None = None
         self.bgp: BgpSpeaker | None = None
+        #: ``glbctl drain`` since start (``[bgp] drain`` in the config drains too)
+        self.drain_cmd = False
         self._stats: StatsReader | None = None
         self._exabgp_dir: Path | None = None
         self.failover = FailoverArming(self.loop, lambda: self.bfd, lambda: self.cfg, self.counters)
@@ -186,6 +188,8 @@ class Node:
         self.runner = MonitorRunner(self.monitor, self._stats, self.on_local)
         self.runner.start()
         self.endpoint = self.build_endpoint()
+        if self.endpoint is not None and self.drained:
+            self.endpoint.set_drain(True)
 
     async def stop_quality(self) -> None:
         if self.runner is not None:
@@ -323,6 +327,25 @@ class Node:
             return
         if _neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+        self.apply_drain(new)
+
+    @property
+    def drained(self) -> bool:
+        return self.cfg.bgp.drain or self.drain_cmd
+
+    def set_drain(self, drain: bool) -> None:
+        """``glbctl drain`` / ``undrain`` (the config's ``[bgp] drain`` still drains)."""
+        self.drain_cmd = drain
+        self.apply_drain(self.cfg)
+
+    def apply_drain(self, cfg: cfgmod.Config) -> None:
+        """Heartbeats first (load balancers move away within one heartbeat), then BGP
+        (graceful shutdown: peers move away as the UPDATEs arrive)."""
+        on = cfg.bgp.drain or self.drain_cmd
+        if self.endpoint is not None:
+            self.endpoint.set_drain(on)
+        if self.bgp is not None and self.bgp.drained != on:
+            self.bgp.set_drain(on)
 
     async def _neighbors_resolved(self, found: list[IPAddress]) -> None:
         """Neighbors whose port came up: their BGP and BFD sessions start now (BGP first: it

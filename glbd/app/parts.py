@@ -185,7 +185,18 @@ class BgpPart(_Part):
         bgp = self.node.bgp
         if bgp is None:
             return {}
-        return {"neighbors": bgp.neighbors_snapshot(), "counters": self.section("counters")}
+        return {
+            "neighbors": bgp.neighbors_snapshot(),
+            "counters": self.section("counters"),
+            "drained": self.node.drained,
+        }
+
+    @property
+    def drained(self) -> bool:
+        return self.node.drained
+
+    def set_drain(self, drain: bool) -> None:
+        self.node.set_drain(drain)
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
         return views.bgp_samples(cast(views.BgpView, snap))

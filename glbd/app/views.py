@@ -67,6 +67,7 @@ class FibView(TypedDict, total=False):
 class BgpView(TypedDict, total=False):
     neighbors: list[dict[str, Any]]
     counters: dict[str, Any]
+    drained: bool
     routes: list[dict[str, Any]]
 
 
@@ -466,6 +467,13 @@ def fib_samples(snap: FibView) -> Iterable[Sample]:
 
 
 def bgp_samples(snap: BgpView) -> Iterable[Sample]:
+    if "drained" in snap:
+        yield Sample(
+            "glbd_drained",
+            1.0 if snap["drained"] else 0.0,
+            help="the router is drained: graceful shutdown toward its BGP peers, band 0 in "
+            "its heartbeats (glbctl drain or [bgp] drain)",
+        )
     for n in snap.get("neighbors", []):
         lab = {"peer": str(n.get("peer"))}
         yield Sample(

@@ -3,6 +3,8 @@
     glbctl [--socket PATH] [--json] status|neighbors [PEER]|bfd|links|heartbeats|quality|
                                     profiles [--changed]|routes [PREFIX]|counters|config
     glbctl reload                      re-read the config file (like SIGHUP)
+    glbctl drain | undrain             take the router out of the fabric (graceful shutdown,
+                                       band 0 in heartbeats; sessions stay up) / put it back
     glbctl watch [--interval S]        live view of weights and qualities
     glbctl decode {nhc,bfd,heartbeat} HEX [--json]
 
@@ -461,6 +463,14 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help=f"re-read the config file; a rejected file exits {EXIT_REJECTED} with the reason",
     )
+    sub.add_parser(
+        "drain",
+        parents=[common],
+        help="take this router out of the fabric without loss: its routes go out with the "
+        "GRACEFUL_SHUTDOWN community and prepends, its heartbeats at band 0; sessions stay up "
+        "(until undrain or a restart: [bgp] drain = true keeps it drained)",
+    )
+    sub.add_parser("undrain", parents=[common], help="undo drain: normal advertisements again")
     w = sub.add_parser("watch", help="live view of weights and qualities")
     w.add_argument("--interval", type=_positive, default=1.0, help="seconds (> 0; default 1)")
     w.add_argument("--count", type=int, default=None, help="stop after N refreshes")
@@ -523,7 +533,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.cmd == "watch":
         return watch(args.socket, args.interval, args.count)
     try:
-        if args.json and args.cmd not in ("status", "reload"):
+        if args.json and args.cmd not in ("status", *proto.ACTIONS):
             print_json(responses(args.socket, args.cmd, request_args(args)), sys.stdout)
             return 0
         if args.cmd == "routes":

@@ -51,7 +51,9 @@ QUERIES = (
     "config",
     "flowlet",
 )
-COMMANDS = (*QUERIES, "reload")
+#: commands that change the daemon's state
+ACTIONS = ("reload", "drain", "undrain")
+COMMANDS = (*QUERIES, *ACTIONS)
 
 #: the arguments each command takes (the daemon filters before it builds and sends the rows)
 ARGS: dict[str, dict[str, type]] = {

@@ -35,7 +35,7 @@ import asyncio
 import ipaddress
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,9 @@ class BgpSpeaker:
         # ExaBGP reads its listening addresses once, at start
         self._listen_any6 = process.listen_link_local or any(n.unnumbered for n in params.neighbors)
         self.rib = Rib(params)
+        #: drained (``set_drain``); a later ``reconfigure`` keeps it: the caller decides it
+        #: from the config and ``glbctl drain``
+        self._drain = params.drain
         self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
         self.parser = api.ApiParser()
         self.supervisor = ExabgpSupervisor(
@@ -251,11 +254,23 @@ class BgpSpeaker:
     def set_originated(self, prefixes: Iterable[Prefix]) -> None:
         self._apply(self.rib.set_originated(prefixes))
 
+    def set_drain(self, drain: bool) -> None:
+        """Drain (RFC 8326 graceful shutdown) or undrain: everything advertised is sent again
+        with (without) GRACEFUL_SHUTDOWN and the extra prepends; sessions stay up."""
+        self._drain = drain
+        self._apply(self.rib.set_drain(drain))
+
+    @property
+    def drained(self) -> bool:
+        return self.rib.drained
+
     def reconfigure(self, params: RibParams) -> None:
         """Apply a new config without a restart: originated prefixes and multipath knobs take
         effect at once; added, removed or redefined neighbors make ExaBGP reload its config
         (sessions to unchanged neighbors stay up) and get their Adj-RIB-Out replayed.
-        ``router_id``, ``local_as`` and ``role`` need a restart (ValueError)."""
+        ``router_id``, ``local_as`` and ``role`` need a restart (ValueError). The drain state
+        stays as ``set_drain`` left it."""
+        params = replace(params, drain=self._drain)
         effects, touched = self.rib.reconfigure(params)
         neighbors_changed = {n.address: n for n in params.neighbors} != {
             n.address: n for n in self.params.neighbors
@@ -294,6 +309,7 @@ class BgpSpeaker:
             "neighbors": self.neighbors_snapshot(),
             "routes": self.routes_snapshot(),
             "exabgp": self.supervisor.snapshot(),
+            "drained": self.drained,
             "counters": {
                 **dict(self.rib.counters),
                 "rib_pending": self.rib.pending,
