@@ -179,7 +179,7 @@ def run_glbd(
         for i in range(n):
             ea.add_session(SessionConfig(addr(B_NET, i), "a-b", addr(A_NET, i), params))
             eb.add_session(SessionConfig(addr(A_NET, i), "b-a", addr(B_NET, i), params))
-        res.up = _wait_all_up(ea, eb, n)
+        res.up = _wait_all_up((ev_a, ev_b), n)
         res.up_time_s = time.monotonic() - t0
         time.sleep(1.0)  # the Polls to the fast rate are done
         _drain(ev_a)
@@ -194,7 +194,7 @@ def run_glbd(
             time.sleep(duration)
             c1 = sum(cpu_seconds(p) for p in pids) if mode == "process" else 0.0
             res.cpu_s = c1 - c0
-            sa, sb = ea.snapshot(), eb.snapshot()
+            sa, sb = ea.snapshot(sessions=False), eb.snapshot(sessions=False)
             flaps = [e for q in (ev_a, ev_b) for e in _drain(q) if e.failure]
             res.flaps = len(flaps)
             res.lag = {
@@ -232,15 +232,22 @@ def _engine(
     return eng, events
 
 
-def _wait_all_up(ea: BfdEngine, eb: BfdEngine, n: int) -> int:
-    """Wait (bounded) until all ``n`` sessions are Up on both sides; returns a's Up count."""
+def _wait_all_up(
+    evs: tuple[queue.SimpleQueue[BfdEvent], queue.SimpleQueue[BfdEvent]], n: int
+) -> int:
+    """Wait (bounded) until all ``n`` sessions are Up on both sides, from the engines' events
+    (a snapshot of hundreds of sessions would hold the engine loops); returns a's Up count."""
+    state: list[dict[str, State]] = [{}, {}]
     deadline = time.monotonic() + 30 + n / 50
     while time.monotonic() < deadline:
-        ups = sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
-        if ups == n and all(s["state"] == "up" for s in eb.snapshot()["sessions"]):
+        for side, q in enumerate(evs):
+            for e in _drain(q):
+                state[side][e.peer] = e.new
+        ups = [sum(1 for s in st.values() if s == State.UP) for st in state]
+        if ups == [n, n]:
             break
         time.sleep(0.2)
-    return sum(1 for s in ea.snapshot()["sessions"] if s["state"] == "up")
+    return sum(1 for s in state[0].values() if s == State.UP)
 
 
 def _detection(

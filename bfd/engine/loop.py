@@ -524,12 +524,12 @@ class Loop:
         for ent in self.by_key.values():
             ent.tx_lag_max = ent.detect_lag_max = 0.0
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, sessions: bool = True) -> dict[str, Any]:
         now = self.clock()
-        sessions = [self._session_row(ent, now) for ent in self.by_key.values()]
+        rows = [self._session_row(ent, now) for ent in self.by_key.values()] if sessions else []
         session_drops: dict[str, int] = {}
-        for d in sessions:
-            for reason, n in d["drops"].items():
+        for ent in self.by_key.values():
+            for reason, n in ent.sess.drops.items():
                 session_drops[reason] = session_drops.get(reason, 0) + n
         return {
             "engine": {
@@ -542,7 +542,7 @@ class Loop:
                 "failover": self.fo.snapshot(),
             },
             "sockets": self.sockets.snapshot(),
-            "sessions": sessions,
+            "sessions": rows,
             # what `glbctl counters` shows for BFD
             "counters": {
                 "packets_in": self.rx_packets,
