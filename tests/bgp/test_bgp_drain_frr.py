@@ -1,0 +1,177 @@
+"""Drain (RFC 8326 graceful shutdown) against FRR 10.x in namespaces.
+
+A FRR leaf has two glbd spines that both originate 10.99.0.0/24: two equal paths, both in its
+kernel. ``set_drain(True)`` on spine1: FRR sees spine1's path with GRACEFUL_SHUTDOWN (local
+preference 0 on receipt) and three extra prepends, picks spine2 and installs only spine2, with
+the session to spine1 still up. Undrain: both paths again. The other way, glbd as the
+receiver: an FRR leaf with ``bgp graceful-shutdown`` marks its paths 65535:0 and a glbd spine
+takes it out of its multipath set while another leaf has the prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from bgp_helpers import Node, make_node, wait_for
+from glbdlab.frr import FrrInstance
+from glbdlab.netns import Lab, Netns
+
+from glbd.core.rib import Role
+
+pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
+
+PREFIX = "10.99.0.0/24"
+
+
+@pytest.fixture(autouse=True)
+def _need_chroot() -> None:
+    from glbdlab.provision import provisioned
+
+    if provisioned() is None:
+        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
+
+
+def frr_conf(
+    asn: int, rid: str, neighbors: Iterable[tuple[str, int]], networks: Iterable[str] = ()
+) -> str:
+    lines = [
+        "frr defaults datacenter",
+        f"router bgp {asn}",
+        f" bgp router-id {rid}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+        " bgp bestpath as-path multipath-relax",
+    ]
+    af = [" address-family ipv4 unicast"]
+    for addr, ras in neighbors:
+        lines += [
+            f" neighbor {addr} remote-as {ras}",
+            f" neighbor {addr} timers 3 9",
+            f" neighbor {addr} timers connect 1",
+        ]
+        af.append(f"  neighbor {addr} activate")
+    af += [f"  network {n}" for n in networks]
+    af += ["  maximum-paths 64", " exit-address-family"]
+    return "\n".join([*lines, *af, "exit", ""])
+
+
+def link(lab: Lab, a: Netns, a_if: str, b: Netns, b_if: str, net: str) -> tuple[str, str]:
+    """/24 ``net``: a gets .1, b gets .2."""
+    lab.veth(a, a_if, b, b_if, a_addr=f"{net}.1/24", b_addr=f"{net}.2/24")
+    return f"{net}.1", f"{net}.2"
+
+
+async def stop_all(nodes: Iterable[Node]) -> None:
+    await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+def kernel_gateways(ns: Netns, prefix: str) -> set[str]:
+    routes = json.loads(ns.run(["ip", "-j", "route", "show", prefix]).stdout or "[]")
+    out: set[str] = set()
+    for r in routes:
+        if "gateway" in r:
+            out.add(r["gateway"])
+        out |= {nh["gateway"] for nh in r.get("nexthops", []) if "gateway" in nh}
+    return out
+
+
+def paths(frr: FrrInstance, prefix: str) -> dict[str, dict[str, Any]]:
+    """FRR's paths for ``prefix`` by the peer they came from."""
+    r = frr.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
+    if not isinstance(r, dict):
+        return {}
+    return {p.get("peer", {}).get("peerId", "?"): p for p in r.get("paths", [])}
+
+
+def is_best(p: dict[str, Any]) -> bool:
+    return bool((p.get("bestpath") or {}).get("overall"))
+
+
+def gshut(p: dict[str, Any]) -> bool:
+    return "gracefulShutdown" in (p.get("community") or {}).get("list", [])
+
+
+def established(frr: FrrInstance, peer: str) -> bool:
+    s = frr.vtysh_json("show bgp ipv4 unicast summary json")
+    peers = s.get("peers", {}) if isinstance(s, dict) else {}
+    return peers.get(peer, {}).get("state") == "Established"
+
+
+async def test_drain_moves_frr_leaf_to_the_other_spine_and_undrain_restores(
+    netns_lab: Lab,
+) -> None:
+    lab = netns_lab
+    s1, s2, l1 = (lab.netns(n) for n in ("spine1", "spine2", "leaf1"))
+    a11, s11 = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
+    a12, s12 = link(lab, l1, "l1-s2", s2, "s2-l1", "172.16.21")
+    spine1 = make_node(
+        s1.name, "10.0.0.11", 65100, Role.HELPER, [(a11, 65001, s11, "s1-l1")], (PREFIX,), False
+    )
+    spine2 = make_node(
+        s2.name, "10.0.0.12", 65100, Role.HELPER, [(a12, 65001, s12, "s2-l1")], (PREFIX,), False
+    )
+    nodes = (spine1, spine2)
+    try:
+        leaf1 = FrrInstance(l1, hostname="leaf1").start(
+            frr_conf(65001, "10.0.0.1", [(s11, 65100), (s12, 65100)])
+        )
+        await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
+        await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s11, s12}, 60, "ECMP via both")
+        before = paths(leaf1, PREFIX)
+        assert not any(gshut(p) for p in before.values()), before
+
+        spine1.speaker.set_drain(True)
+        await wait_for(lambda: gshut(paths(leaf1, PREFIX).get(s11, {})), 30, "65535:0 at FRR")
+        p = paths(leaf1, PREFIX)
+        print(f"\nFRR 10 leaf1 while spine1 is drained: {json.dumps(p[s11])}")
+        assert p[s11]["aspath"]["string"] == "65100 65100 65100 65100"
+        assert p[s11]["locPrf"] == 0  # FRR honours graceful shutdown on receipt
+        assert is_best(p[s12]) and not is_best(p[s11]) and not p[s11].get("multipath")
+        await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s12}, 30, "only spine2")
+        assert established(leaf1, s11)  # drain is not shutdown
+        assert spine1.speaker.drained
+
+        spine1.speaker.set_drain(False)
+        await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s11, s12}, 30, "both again")
+        p = paths(leaf1, PREFIX)
+        assert not gshut(p[s11]) and p[s11]["aspath"]["string"] == "65100"
+        assert not any(ev for ev in spine1.events if type(ev).__name__ == "PeerDown")
+    finally:
+        await stop_all(nodes)
+
+
+async def test_glbd_takes_a_draining_frr_peer_out_of_multipath(netns_lab: Lab) -> None:
+    lab = netns_lab
+    s1, l2, l3 = (lab.netns(n) for n in ("spine1", "leaf2", "leaf3"))
+    a21, s21 = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
+    a31, s31 = link(lab, l3, "l3-s1", s1, "s1-l3", "172.16.13")
+    spine1 = make_node(
+        s1.name,
+        "10.0.0.11",
+        65100,
+        Role.HELPER,
+        [(a21, 65002, s21, "s1-l2"), (a31, 65003, s31, "s1-l3")],
+        passive=False,
+    )
+    try:
+        FrrInstance(l2, hostname="leaf2").start(
+            frr_conf(65002, "10.0.0.2", [(s21, 65100)], networks=[PREFIX])
+        )
+        leaf3 = FrrInstance(l3, hostname="leaf3").start(
+            frr_conf(65003, "10.0.0.3", [(s31, 65100)], networks=[PREFIX])
+        )
+        await spine1.speaker.start()
+        peers = lambda: sorted(p for p, _nnh, _st in spine1.nh(PREFIX))  # noqa: E731
+        await wait_for(lambda: peers() == [a21, a31], 60, "multipath of both leaves")
+        leaf3.vtysh("configure terminal", "router bgp 65003", "bgp graceful-shutdown")
+        await wait_for(lambda: peers() == [a21], 30, "the draining leaf3 out of multipath")
+        st = spine1.speaker.neighbors_snapshot()
+        row = next(r for r in st if r["peer"] == a31)
+        assert row["state"] == "up" and row["counters"]["graceful_shutdown_in"] >= 1
+        leaf3.vtysh("configure terminal", "router bgp 65003", "no bgp graceful-shutdown")
+        await wait_for(lambda: peers() == [a21, a31], 30, "leaf3 back in multipath")
+    finally:
+        await stop_all((spine1,))
