@@ -39,6 +39,9 @@ log = structlog.get_logger(__name__)
 INTERVAL_S = 10.0
 #: answers to solicitations on one port are at least this far apart
 MIN_ANSWER_S = 0.5
+#: how often each open port is checked to still be the same port (deleted, or re-created
+#: under its name: a new link, whose peer is learned afresh)
+CHECK_S = 1.0
 #: messages handled per port per second at most (routers send one every few seconds); the
 #: rest are read and dropped, so a flood on one port costs little of the event loop
 RATE_PER_S = 20.0
@@ -62,6 +65,7 @@ class _Port:
         self.name = name
         self.sock: socket.socket | None = None
         self.ifindex = 0
+        self.ifindex_seen = 0
         self.lladdr: bytes | None = None
         self.last_answer = 0.0
         self.tokens = RATE_PER_S
@@ -164,6 +168,11 @@ class NdpSpeaker:
         except OSError:  # no such port yet: retried at the next interval
             s.close()
             return
+        if p.sock is None and p.ifindex_seen and p.ifindex_seen != p.ifindex:
+            # the port was re-created: a new link, whose peer is learned afresh
+            self.core.forget(p.name)
+            self.core.watch(p.name)
+        p.ifindex_seen = p.ifindex
         p.sock = s
         assert self._loop is not None
         self._loop.add_reader(s.fileno(), self._readable, p)
@@ -262,10 +271,24 @@ class NdpSpeaker:
         except Exception:
             log.exception("ndp_on_event_failed")
 
+    def _check(self, p: _Port) -> None:
+        """Close ``p``'s socket if its port is gone or is another port now (same name, new
+        index); the caller opens it again when the port is there."""
+        if p.sock is None:
+            return
+        try:
+            ifreq = struct.pack("16s16x", p.name.encode())
+            index = struct.unpack_from("16xi", fcntl.ioctl(p.sock, _SIOCGIFINDEX, ifreq))[0]
+        except OSError:
+            index = 0
+        if index != p.ifindex:
+            log.info("ndp_port_changed", interface=p.name, ifindex=index, was=p.ifindex)
+            self._close(p)
+
     async def _run(self) -> None:
         next_ra = time.monotonic() + self.interval_s
         while True:
-            wake = next_ra
+            wake = min(next_ra, time.monotonic() + CHECK_S)
             deadline = self.core.next_deadline()
             if deadline is not None:
                 wake = min(wake, deadline)
@@ -273,6 +296,10 @@ class NdpSpeaker:
             now = time.monotonic()
             for ev in self.core.tick(now):
                 self._emit(ev)
+            for p in self._ports.values():
+                self._check(p)
+                if p.sock is None:
+                    self._open(p)  # sends its first advertisement
             if now < next_ra:
                 continue
             next_ra = now + self.interval_s

@@ -2,7 +2,8 @@
 other's link-local address from its router advertisements; the lower address waits for the
 other to connect ("auto"), which ExaBGP accepts on its [::]:179 listener; BFD runs between the
 link-local addresses; each installs the other's IPv4 prefix through the other's link-local
-address, and the load balancer hears the helper's heartbeats."""
+address, and the load balancer hears the helper's heartbeats. Then the link is re-created
+with new addresses and everything moves to them."""
 
 from __future__ import annotations
 
@@ -118,6 +119,24 @@ async def test_glbd_to_glbd_unnumbered(netns_lab: Lab, tmp_path: Path) -> None:
             c = request(socks[node], "counters")["unnumbered"]
             assert c["sent_ra"] >= 1 and c["received"] >= 1, c
             assert not [k for k in c if k.startswith("dropped_")], c
+
+        # the link is deleted and made again: new link-local addresses on both ends (new
+        # MACs); both glbds learn them afresh and move the session
+        old = link_local(spine, "down1")
+        leaf.ip("link", "del", "swp1")
+        lab.veth(leaf, "swp1", spine, "down1")
+        await wait_for(lambda: link_local(spine, "down1") not in ("", old), 10)
+        try:
+            await wait_for(
+                lambda: up("leaf", spine, "down1") and up("spine", leaf, "swp1"), 60, "moved"
+            )
+        except AssertionError:
+            for n in ("leaf", "spine"):
+                print("DBG", n, request(socks[n], "neighbors"), request(socks[n], "bfd"))
+            print("DBG", link_local(spine, "down1"), link_local(leaf, "swp1"))
+            raise
+        want_leaf = {link_local(spine, "down1"): "swp1"}
+        await wait_for(lambda: kernel_gateways(leaf, "10.100.0.0/24") == want_leaf, 30)
     finally:
         for p in procs:
             p.terminate()
