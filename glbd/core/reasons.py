@@ -17,6 +17,7 @@ __all__ = [
     "QualitySource",
     "RemoteStatus",
     "ResetReason",
+    "RouteRejected",
     "nhc_malformed",
 ]
 
@@ -48,6 +49,28 @@ class ResetReason(enum.StrEnum):
 
     #: BFD declared the neighbor down (sent as Cease subcode 10 "BFD Down", RFC 9384)
     BFD_DOWN = "bfd_down"
+    #: the neighbor sent more prefixes than its ``max_prefixes`` (Cease subcode 1 "Maximum
+    #: Number of Prefixes Reached", RFC 4486), or reconnected within its restart time
+    MAX_PREFIXES = "max_prefixes"
+
+
+class RouteRejected(enum.StrEnum):
+    """Why a received route was not taken into the Adj-RIB-In (per neighbor and in total:
+    ``rejected_<reason>`` in ``glbctl counters``/``neighbors``, metric
+    ``glbd_bgp_routes_rejected_total{reason}``)."""
+
+    #: our AS is in its AS path
+    AS_LOOP = "as_loop"
+    #: the neighbor's import prefix list denies it
+    IMPORT_DENIED = "import_denied"
+    #: its address family is not activated for the neighbor (``families``)
+    FAMILY_NOT_ACTIVE = "family_not_active"
+    #: past the neighbor's ``max_prefixes`` with action "teardown" (the session is closed)
+    MAX_PREFIXES = "max_prefixes"
+
+    @property
+    def counter(self) -> str:
+        return f"rejected_{self.value}"
 
 
 class FibConflict(enum.StrEnum):

@@ -70,11 +70,13 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
+from glbd.core.prefixlist import PrefixList
 from glbd.core.reasons import (
     NHC_DISREGARDED,
     NhcDiscard,
     NhcStatus,
     ResetReason,
+    RouteRejected,
     nhc_malformed,
 )
 
@@ -142,6 +144,19 @@ class NeighborParams:
     #: an unnumbered neighbor: a link-local session on ``interface`` that sends IPv4 prefixes
     #: with our IPv6 link-local next hop (RFC 8950)
     unnumbered: bool = False
+    #: IP versions whose unicast family is activated: nothing of another is sent, and a route
+    #: of another is rejected (``family_not_active``)
+    families: tuple[int, ...] = (4, 6)
+    #: received routes this list denies are rejected (``import_denied``); None: all taken
+    import_filter: PrefixList | None = None
+    #: nothing this list denies is advertised to the neighbor; None: no filter
+    export_filter: PrefixList | None = None
+    #: more prefixes than this from the neighbor: "warn" (logged and counted, kept) or
+    #: "teardown" (Cease subcode 1, its routes go, and it stays down for
+    #: ``max_prefixes_restart_s``: a session it re-opens sooner is closed again at once)
+    max_prefixes: int | None = None
+    max_prefixes_action: str = "teardown"
+    max_prefixes_restart_s: float = 60.0
 
     @property
     def is_passive(self) -> bool:
@@ -353,6 +368,10 @@ class PeerState:
     eor_received: bool = False
     bfd_down: bool = False
     stale: bool = False
+    #: max_prefixes teardown: the session is kept down until then
+    held_until: float | None = None
+    #: max_prefixes warn: over the limit now (logged once per crossing)
+    over_max: bool = False
     #: how many prefixes this peer has a path for (its Adj-RIB-In lives in the index)
     n_paths: int = 0
     adj_out: dict[Prefix, Advertise] = field(default_factory=dict)
@@ -426,6 +445,12 @@ class Rib:
         st = self._peer(peer)
         if st is None:
             return []
+        if state == "up" and st.held_until is not None:
+            if now < st.held_until:  # max_prefixes: closed again until the restart time
+                st.counters["max_prefixes_held"] += 1
+                st.notification = ("send", 6)
+                return [ResetPeer(peer, ResetReason.MAX_PREFIXES)]
+            st.held_until = None
         if state == "up":
             st.state = "up"
             st.established_at = now
@@ -454,6 +479,9 @@ class Rib:
         if ev.direction != "receive":
             return []
         st.counters["updates_in"] += 1
+        if st.held_until is not None and now < st.held_until:
+            self._reject(st, RouteRejected.MAX_PREFIXES, len(ev.announced))
+            return []
         if ev.eor is not None:
             return self._end_of_rib(st, ev.eor)
         changed: set[Prefix] = set()
@@ -465,11 +493,15 @@ class Rib:
         if ev.announced and GRACEFUL_SHUTDOWN in attrs.communities:
             st.counters["graceful_shutdown_in"] += len(ev.announced)
         if self.params.local_as in attrs.as_path and ev.announced:
-            st.counters["as_loop_rejected"] += len(ev.announced)
+            self._reject(st, RouteRejected.AS_LOOP, len(ev.announced))
             for a in ev.announced:  # an implicit withdraw of any earlier path
                 if self._del_path(st, a.prefix):
                     changed.add(a.prefix)
             return self._defer(changed, now)
+        nb = st.params
+        announced = ev.announced
+        if nb.import_filter is not None or len(nb.families) < 2:
+            announced = self._import(st, announced, changed)
         decoded: nhcmod.Nhc | None = None
         decode_error = ""
         if attrs.nhc is not None:
@@ -486,7 +518,7 @@ class Rib:
         # ExaBGP 5.0 lists an IPv4 prefix FRR 10 sends with an IPv6 next hop (RFC 8950) twice
         # in one UPDATE: a repeat of the first prefix is that prefix, not a packed one
         first = ev.announced[0].prefix if ev.announced else None
-        for a in ev.announced:
+        for a in announced:
             next_hop = a.next_hop if a.next_hop is not None else ev.peer
             nnh, status = self._validate(st, a, next_hop, attrs, decoded, decode_error)
             packed = a.prefix != first
@@ -522,7 +554,72 @@ class Rib:
             if self._get_path(st, a.prefix) is not path:
                 changed.add(self._set_path(st, a.prefix, path))
             st.counters["announced_in"] += 1
+        if nb.max_prefixes is not None and (st.n_paths > nb.max_prefixes or st.over_max):
+            out = self._max_prefixes(st, changed, now)
+            if out is not None:
+                return out
         return self._defer(changed, now)
+
+    def _import(
+        self,
+        st: PeerState,
+        announced: tuple[api.RouteAnnounced, ...],
+        changed: set[Prefix],
+    ) -> tuple[api.RouteAnnounced, ...]:
+        """The announced routes the neighbor's families and import filter take; a rejected
+        one is an implicit withdraw of the path it replaces."""
+        n = st.params
+        out = []
+        for a in announced:
+            if a.prefix.version not in n.families:
+                why = RouteRejected.FAMILY_NOT_ACTIVE
+            elif n.import_filter is not None and not n.import_filter.permits(a.prefix):
+                why = RouteRejected.IMPORT_DENIED
+            else:
+                out.append(a)
+                continue
+            self._reject(st, why, 1)
+            if self._del_path(st, a.prefix):
+                changed.add(a.prefix)
+        return tuple(out)
+
+    def _reject(self, st: PeerState, why: RouteRejected, n: int) -> None:
+        if n:
+            st.counters[why.counter] += n
+            self.counters[why.counter] += n
+
+    def _max_prefixes(self, st: PeerState, changed: set[Prefix], now: float) -> list[Effect] | None:
+        """The neighbor's prefix count crossed ``max_prefixes`` (or fell back under it)."""
+        n = st.params
+        assert n.max_prefixes is not None
+        over = st.n_paths > n.max_prefixes
+        if over == st.over_max:
+            return None
+        st.over_max = over
+        if not over:
+            log.info("bgp_max_prefixes_ok", peer=str(n.address), prefixes=st.n_paths)
+            return None
+        st.counters["max_prefixes_exceeded"] += 1
+        log.warning(
+            "bgp_max_prefixes_exceeded",
+            peer=str(n.address),
+            prefixes=st.n_paths,
+            max_prefixes=n.max_prefixes,
+            action=n.max_prefixes_action,
+        )
+        if n.max_prefixes_action != "teardown":
+            return None
+        # Cease/1: its routes go now, and it stays down for the restart time
+        self._reject(st, RouteRejected.MAX_PREFIXES, st.n_paths - n.max_prefixes)
+        st.over_max = False
+        st.held_until = now + n.max_prefixes_restart_s
+        st.last_down_reason = "max_prefixes"
+        st.notification = ("send", 6)
+        changed |= {p for p, _ in st.paths()}
+        self._clear_paths(st)
+        out = self._recompute(changed)
+        out.append(ResetPeer(n.address, ResetReason.MAX_PREFIXES))
+        return _events_first(out)
 
     def on_notification(self, ev: api.NotificationEvent) -> list[Effect]:
         st = self._peer(ev.peer)
@@ -645,6 +742,7 @@ class Rib:
             raise ValueError("router_id, local_as and role need a restart")
         changed: set[Prefix] = set(self.originated) ^ set(params.originated)
         touched: set[IPAddress] = set()
+        policy_changed = False
         new = {n.address: n for n in params.neighbors}
         for addr in list(self.peers):
             if addr not in new:
@@ -660,19 +758,38 @@ class Rib:
                 self._add_peer(n)
                 touched.add(addr)
             elif st_old.params != n:
-                session = (n.remote_as, n.local_address, n.hold_time, n.is_passive, n.tcp_md5)
+                old = st_old.params
+                session = (
+                    n.remote_as,
+                    n.local_address,
+                    n.hold_time,
+                    n.is_passive,
+                    n.tcp_md5,
+                    n.families,
+                )
                 if session != (
-                    st_old.params.remote_as,
-                    st_old.params.local_address,
-                    st_old.params.hold_time,
-                    st_old.params.is_passive,
-                    st_old.params.tcp_md5,
+                    old.remote_as,
+                    old.local_address,
+                    old.hold_time,
+                    old.is_passive,
+                    old.tcp_md5,
+                    old.families,
                 ):
                     touched.add(addr)
                     changed |= {p for p, _ in st_old.paths()} | set(st_old.adj_out)
                     self._clear_paths(st_old)
                     st_old.adj_out.clear()
                 st_old.params = n
+                if (n.import_filter, n.export_filter) != (old.import_filter, old.export_filter):
+                    # a route the new import filter denies goes now; one it newly permits
+                    # comes with the neighbor's next UPDATE of it (no copy of rejected routes)
+                    policy_changed = True
+                    if n.import_filter is not None:
+                        for prefix, _ in list(st_old.paths()):
+                            if not n.import_filter.permits(prefix):
+                                self._del_path(st_old, prefix)
+                                self._reject(st_old, RouteRejected.IMPORT_DENIED, 1)
+                                changed.add(prefix)
         knobs_changed = (
             params.multipath_relax,
             params.max_paths,
@@ -686,7 +803,7 @@ class Rib:
         )
         self.params = params
         self.originated = set(params.originated)
-        if knobs_changed or touched:
+        if knobs_changed or touched or policy_changed:
             changed |= set(self._fwd)
             changed |= set(self._index)
             for st in self.peers.values():
@@ -773,6 +890,9 @@ class Rib:
                     if st.stale_deadline is None
                     else round(max(0.0, st.stale_deadline - now), 3),
                     "bfd_down": st.bfd_down,
+                    "held_for_s": None
+                    if st.held_until is None or st.held_until <= now
+                    else round(st.held_until - now, 3),
                     "uptime_s": None
                     if st.state != "up" or st.established_at is None
                     else round(now - st.established_at, 3),
@@ -1206,6 +1326,10 @@ class Rib:
         ):
             return None
         n = st.params
+        if prefix.version not in n.families or (
+            n.export_filter is not None and not n.export_filter.permits(prefix)
+        ):
+            return None
         if prefix.version == 6:
             nh: IPAddress | None = (
                 n.local_address if n.local_address.version == 6 else n.local_address6

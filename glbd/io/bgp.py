@@ -93,7 +93,7 @@ class SpeakerReady:
 BgpEvent = PeerUp | PeerDown | NextHopsChanged | StaleTimerExpired | SpeakerLost | SpeakerReady
 
 #: Cease subcodes (RFC 4486, RFC 9384) by why the RIB resets a session
-_CEASE_SUBCODE = {ResetReason.BFD_DOWN: 10}
+_CEASE_SUBCODE = {ResetReason.BFD_DOWN: 10, ResetReason.MAX_PREFIXES: 1}
 
 
 def command_for(d: Decision) -> api.Command:

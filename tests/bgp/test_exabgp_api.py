@@ -238,6 +238,6 @@ def test_frr10_lines_through_codec_and_rib() -> None:
     assert {"10.200.0.0/24": "valid", "10.202.0.0/24": "nnhn_packed_untrusted"} in statuses
     # FRR reflected leaf1's own 10.201/24 back (no sender-side loop check): rejected
     assert N("10.201.0.0/24") not in rib.forwarding()
-    assert rib.peers[A("172.16.11.2")].counters["as_loop_rejected"] >= 1
+    assert rib.peers[A("172.16.11.2")].counters["rejected_as_loop"] >= 1
     # after the soft-out refresh the prefix carries no NHC any more
     assert statuses[-1]["10.200.0.0/24"] == "absent"

@@ -161,7 +161,7 @@ def test_own_as_loop_rejected() -> None:
     r = rib()
     eff = r.on_update(upd(1, "10.9.0.0/24", as_path=(65001, 65100, 65002)), 1.0)
     assert eff == []
-    assert r.peers[LEAVES[1].address].counters["as_loop_rejected"] == 1
+    assert r.peers[LEAVES[1].address].counters["rejected_as_loop"] == 1
 
 
 def test_no_advertisement_to_peer_whose_as_is_in_path() -> None:
