@@ -16,11 +16,13 @@ from bgp_helpers import Node, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
+from glbd.app.params import IPAddress, local_address_for
 from glbd.cli import glbctl as ctl
 from glbd.core.ndpeers import NdpEvent, PeerChange
 from glbd.core.rib import NeighborParams, RibParams, Role
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 from glbd.io.ndp import NdpSpeaker
+from glbd.io.netns import in_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
@@ -244,6 +246,13 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
         print((tmp_path / "glbd.log").read_text(errors="replace")[-3000:])
 
 
+def source_toward(ns: Netns, port: str, peer: ipaddress.IPv6Address) -> IPAddress:
+    """Our link-local address toward ``peer`` on ``port`` (a socket in the namespace: no
+    ``ip`` process, which a loaded machine's rtnl contention can hold up for many seconds)."""
+    with in_netns(ns.name):
+        return local_address_for(peer, port)
+
+
 async def unnumbered_speaker(
     ns: Netns, port: str | list[str], rid: str, asn: int, role: Role, originated: tuple[str, ...]
 ) -> tuple[NdpSpeaker, Node]:
@@ -261,7 +270,7 @@ async def unnumbered_speaker(
             NeighborParams(
                 ndp.peers()[p],
                 None,
-                link_local(ns, p),
+                source_toward(ns, p, ndp.peers()[p]),
                 interface=p,
                 hold_time=9,
                 passive=False,
