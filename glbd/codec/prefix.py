@@ -16,7 +16,9 @@ from typing import Any
 __all__ = ["Net4", "Net6", "network"]
 
 
-class Net4(ipaddress.IPv4Network):
+class _CachedHash:
+    """The hash of the ``ipaddress`` network this is mixed into, computed once."""
+
     __slots__ = ("_hash",)
     _hash: int
 
@@ -28,16 +30,12 @@ class Net4(ipaddress.IPv4Network):
             return h
 
 
-class Net6(ipaddress.IPv6Network):
-    __slots__ = ("_hash",)
-    _hash: int
+class Net4(_CachedHash, ipaddress.IPv4Network):
+    __slots__ = ()
 
-    def __hash__(self) -> int:
-        try:
-            return self._hash
-        except AttributeError:
-            h = self._hash = super().__hash__()
-            return h
+
+class Net6(_CachedHash, ipaddress.IPv6Network):
+    __slots__ = ()
 
 
 def network(value: Any, strict: bool = True) -> Net4 | Net6:
