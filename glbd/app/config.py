@@ -40,6 +40,7 @@ from pydantic import (
 )
 
 from glbd.app.secrets import Secret, read_secret
+from glbd.core import prefixlist
 
 
 def _ip(v: Any) -> Any:
@@ -218,8 +219,34 @@ class _PeerSection(_Model):
     #: TCP MD5 signature key (RFC 2385) for this session, read from this file at load time
     password_file: Path | None = None
     password: Secret | None = Field(default=None, exclude=True)
+    #: the unicast address families activated for the session
+    families: tuple[Literal["ipv4", "ipv6"], ...] = ("ipv4", "ipv6")
+    #: prefix lists (docs/bgp.md "Policy"): "[permit|deny] PREFIX [ge N] [le M]", first match
+    #: wins, a family with entries denies what none matches
+    import_: tuple[str, ...] = Field(default=(), alias="import")
+    export: tuple[str, ...] = ()
+    #: more prefixes than this from the neighbor: "warn" (log, count, keep) or "teardown"
+    #: (Cease subcode 1, kept down for max_prefixes_restart_s)
+    max_prefixes: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+    max_prefixes_action: Literal["warn", "teardown"] = "teardown"
+    max_prefixes_restart_s: Annotated[float, Field(ge=1, le=86400)] = 60.0
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, arbitrary_types_allowed=True, populate_by_name=True
+    )
+
+    @field_validator("families")
+    @classmethod
+    def _families_set(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v or len(set(v)) != len(v):
+            raise ValueError('one or both of "ipv4", "ipv6", each once')
+        return v
+
+    @field_validator("import_", "export")
+    @classmethod
+    def _prefix_list(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        prefixlist.parse(v)  # ValueError says which entry and why
+        return v
 
     @field_validator("password", mode="before")
     @classmethod
@@ -753,7 +780,7 @@ class Config(_Model):
 
     def redacted(self) -> dict[str, Any]:
         """JSON-safe dump with secrets removed (for `glbctl config` and logs)."""
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", by_alias=True)
         for auth in (
             data.get("heartbeat", {}).get("auth"),
             *data.get("heartbeat", {}).get("keys", []),

@@ -21,6 +21,7 @@ from bfd.packet import AuthType
 from bfd.session import AuthConfig, SessionParams
 from glbd.app import config as cfgmod
 from glbd.codec.ipzone import strip_zone
+from glbd.core import prefixlist
 from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
 from glbd.core.pathtable import PathTableParams
@@ -226,6 +227,12 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
                 tcp_md5=None if n.password is None else n.password.reveal(),
                 # a link-local session (learned or configured): ExaBGP connects from the port
                 unnumbered=n.address.version == 6 and n.address.is_link_local,
+                families=tuple(sorted(4 if f == "ipv4" else 6 for f in n.families)),
+                import_filter=prefixlist.parse(n.import_) if n.import_ else None,
+                export_filter=prefixlist.parse(n.export) if n.export else None,
+                max_prefixes=n.max_prefixes,
+                max_prefixes_action=n.max_prefixes_action,
+                max_prefixes_restart_s=n.max_prefixes_restart_s,
             )
             for n in c.neighbors
             if n.address in local

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict
 
 from glbd.core.pathtable import PathTable
-from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard
+from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard, RouteRejected
 from glbd.io.metrics import LATENCY_BUCKETS, Metric, Sample, histogram
 
 # ---- snapshot shapes the samplers read (the keys they use; snapshots carry more) --------------
@@ -486,6 +486,15 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
             "glbd_bgp_prefixes_in", float(n.get("prefixes_in", 0)), lab, "prefixes received"
         )
     counters = snap.get("counters", {})
+    for why in RouteRejected:
+        yield Sample(
+            "glbd_bgp_routes_rejected_total",
+            float(counters.get(why.counter, 0)),
+            {"reason": str(why)},
+            "received routes not taken (AS loop, import filter, inactive family, max prefixes), "
+            "by reason",
+            kind="counter",
+        )
     for status in sorted(NHC_DISREGARDED):
         yield Sample(
             "glbd_nhc_disregarded_total",

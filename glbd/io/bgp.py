@@ -334,6 +334,7 @@ class BgpSpeaker:
                     md5=n.tcp_md5,
                     restart_time=p.restart_time_s if p.restart_capability else None,
                     interface=n.interface if n.unnumbered else None,
+                    families=tuple(f"ipv{v}" for v in sorted(n.families)),
                 )
                 for n in p.neighbors
             ),

@@ -82,6 +82,8 @@ class ExabgpNeighbor:
     #: an unnumbered neighbor: the session runs between link-local addresses on this port
     #: (``source-interface``) and IPv4 routes carry an IPv6 next hop (RFC 8950)
     interface: str | None = None
+    #: the unicast families activated for the session (multiprotocol capability, RFC 4760)
+    families: tuple[str, ...] = ("ipv4", "ipv6")
 
 
 @dataclass(frozen=True)
@@ -188,8 +190,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
             "    adj-rib-in false;",
             "    family {",
-            "        ipv4 unicast;",
-            "        ipv6 unicast;",
+            *(f"        {f} unicast;" for f in n.families),
             "    }",
             "    api {",
             "        processes [ glbd ];",
