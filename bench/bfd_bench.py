@@ -5,6 +5,7 @@ One command (root; creates and deletes its own namespaces)::
     .venv/bin/python bench/bfd_bench.py                       # 256 x 3x50ms + 64 x 3x10ms, 30 s
     .venv/bin/python bench/bfd_bench.py --sessions 1024 --interval-ms 50 --duration 300 --frr
     .venv/bin/python bench/bfd_bench.py --isolation           # thread vs process engine
+    .venv/bin/python bench/bfd_bench.py --micro --sessions 512  # the loop's Python per packet
     .venv/bin/python bench/bfd_bench.py --sessions 512 --interval-ms 10 --duration 300 \
         --rt-priority 10 --frr                                # 512 x 3x10ms, 5 min, FRR too
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
 import os
 import queue
 import subprocess
@@ -46,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -417,6 +420,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="thread vs process engine with a busy main loop (64 x 3x10ms)",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--micro",
+        action="store_true",
+        help="the engine loop's own CPU per packet: N sessions Up, fake sockets, virtual time",
+    )
     return ap.parse_args(argv)
 
 
@@ -485,8 +493,125 @@ def _run_row(args: argparse.Namespace, n: int, iv: int, busy: bool) -> list[Resu
     return results
 
 
+def micro(n: int, interval_ms: int, seconds: float = 2.0) -> None:
+    """CPU per packet of the engine loop's Python (no kernel): ``n`` sessions brought Up by
+    hand, then ``seconds`` of virtual time in which every peer sends its steady packet every
+    87.5 % of the interval (the mean of the RFC 5880 jitter), read through the same receive
+    path as real datagrams, while the loop's timers send through fake sockets."""
+    import random
+    import struct
+
+    from bfd.engine.loop import Loop
+    from bfd.engine.sockets import RxSock
+    from bfd.packet import ControlPacket
+
+    clock = [1000.0]
+    sent = [0]
+
+    class FakeTx:
+        def send(self, data: bytes) -> int:
+            sent[0] += 1
+            return len(data)
+
+    class FakeRx:
+        def __init__(self) -> None:
+            self.q: list[tuple[bytes, list[tuple[int, int, bytes]], int, tuple[str, int]]] = []
+
+        def recvmsg(self, *_: int) -> tuple[bytes, list[tuple[int, int, bytes]], int, Any]:
+            if self.q:
+                return self.q.pop()
+            raise BlockingIOError
+
+        def fileno(self) -> int:
+            return -1
+
+        def close(self) -> None:
+            pass
+
+    logging.disable(logging.WARNING)  # the loop warns that interface "x" has no sockets
+    loop = Loop(lambda w: None, clock=lambda: clock[0], rng=random.Random(1))
+    frx = FakeRx()
+    rx = RxSock(frx, "x", 2)  # type: ignore[arg-type]
+    iv = interval_ms * 1000
+    params = SessionParams(iv, iv, 3)
+    anc = [(1, 35, struct.pack("@ll", 0, 0)), (0, 2, struct.pack("=i", 255))]
+    peers = []
+    for i in range(n):
+        host = f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+        ent = loop.by_discr[loop.add(SessionConfig(host, "x", None, params))]
+        ent.tx, ent.rx = FakeTx(), rx  # type: ignore[assignment]
+
+        def pkt(state: State, your: int, poll: bool = False, final: bool = False) -> bytes:
+            return ControlPacket(
+                state=state,
+                my_discriminator=5000 + i,  # noqa: B023
+                your_discriminator=your,
+                desired_min_tx=iv,
+                required_min_rx=iv,
+                poll=poll,
+                final=final,
+            ).encode()
+
+        mine = ent.sess.local_discr
+        for data in (
+            pkt(State.DOWN, 0),
+            pkt(State.UP, mine),
+            pkt(State.UP, mine, final=True),
+            pkt(State.UP, mine, poll=True),
+            pkt(State.UP, mine),
+        ):
+            frx.q.append((data, anc, 0, (host, 49152)))
+            loop._read(rx, clock[0])
+        peers.append((host, pkt(State.UP, mine), random.random()))
+    assert all(e.sess.state == State.UP for e in loop.by_key.values())
+    period = interval_ms / 1000 * 0.875
+    tick = 0.00025
+
+    def run(secs: float, work: bool) -> int:
+        t0 = clock[0]
+        sched = sorted(
+            (t0 + (off + k) * period, j)
+            for j, (_, _, off) in enumerate(peers)
+            for k in range(int(secs / period) + 1)
+        )
+        k = 0
+        while clock[0] < t0 + secs:
+            clock[0] += tick
+            now = clock[0]
+            while k < len(sched) and sched[k][0] <= now:
+                host, data, _ = peers[sched[k][1]]
+                frx.q.append((data, anc, 0, (host, 49152)))
+                k += 1
+            if work:
+                loop._read(rx, now)
+                loop._run_timers(now)
+            else:
+                frx.q.clear()
+        return k
+
+    run(0.2, True)
+    h0 = time.process_time()
+    run(seconds, False)  # the harness alone, subtracted below
+    harness = time.process_time() - h0
+    clock[0] -= seconds
+    sent[0] = 0
+    c0 = time.process_time()
+    received = run(seconds, True)
+    cpu = time.process_time() - c0 - harness
+    flaps = sum(e.sess.flaps for e in loop.by_key.values())
+    print(
+        f"micro: {n} sessions 3x{interval_ms} ms, {seconds:.0f} s virtual: {received} in, "
+        f"{sent[0]} out, {flaps} flaps; loop CPU {cpu / seconds * 100:.1f} % of a core, "
+        f"{cpu / (received + sent[0]) * 1e6:.2f} us per packet",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
+    if args.micro:
+        micro(args.sessions[0] if args.sessions else 512, args.interval_ms or 10)
+        return 0
     busy = not args.no_load
     print(
         f"# bfd_bench: {os.cpu_count()} cpus, load={'busy core + busy main' if busy else 'idle'}"
