@@ -219,6 +219,7 @@ def _row(
         "bgp_id": None,
         "state": state.value,
         "bfd_down": False,
+        "held_for_s": None,
         "uptime_s": None,
         "prefixes_in": 0,
         "prefixes_out": 0,
