@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 from multiprocessing.connection import Connection
+from typing import Any
 
 from .. import log as bfdlog
 from .channel import EngineEnd
@@ -130,5 +131,12 @@ def child_main(argv: list[str] | None = None) -> int:
     loop.after = chan.flush_events  # one message per loop iteration, however many events
     chan.ep = loop.ep
     gc.freeze()  # the loop's objects live as long as the process: keep them out of GC passes
-    loop.run(chan.fd, chan.serve(loop.call))
+
+    def call(op: str, args: tuple[Any, ...]) -> Any:
+        result = loop.call(op, args)
+        if op == "add":  # a session lives long: keep it out of full collections too (with
+            gc.freeze()  # hundreds of sessions one would hold the loop for milliseconds)
+        return result
+
+    loop.run(chan.fd, chan.serve(call))
     return 0
