@@ -147,6 +147,13 @@ def test_exabgp_config_of_an_unnumbered_neighbor() -> None:
         "10.0.0.1", 65001, (ExabgpNeighbor("fe80::1", "fe80::2", 1, 9, True, interface="swp1"),)
     )
     assert "passive" not in render_config(p, ["bridge"])
+    # IPv4 only: ExaBGP enables the extended next hop only with IPv6 unicast negotiated too
+    p = ExabgpParams(
+        "10.0.0.1",
+        65001,
+        (ExabgpNeighbor("fe80::1", "fe80::2", 1, 9, interface="swp1", families=("ipv4",)),),
+    )
+    assert "        ipv4 unicast;\n        ipv6 unicast;\n" in render_config(p, ["bridge"])
     # [::]:179 listens for every IPv6 neighbor: none has its own listener (they would clash)
     p = ExabgpParams(
         "10.0.0.1",

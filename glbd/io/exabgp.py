@@ -190,7 +190,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
             "    adj-rib-in false;",
             "    family {",
-            *(f"        {f} unicast;" for f in n.families),
+            *(f"        {f} unicast;" for f in _session_families(n)),
             "    }",
             "    api {",
             "        processes [ glbd ];",
@@ -206,6 +206,15 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _session_families(n: ExabgpNeighbor) -> tuple[str, ...]:
+    """``n``'s families; an unnumbered session with IPv4 also negotiates IPv6 unicast: ExaBGP
+    5.0 only enables the extended next hop (IPv4 over an IPv6 next hop) with both (the RIB
+    still ignores the IPv6 routes of a neighbor whose families leave IPv6 out)."""
+    if n.interface and "ipv4" in n.families and "ipv6" not in n.families:
+        return (*n.families, "ipv6")
+    return n.families
 
 
 def _own_listener(params: ExabgpParams, n: ExabgpNeighbor) -> bool:
