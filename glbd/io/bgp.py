@@ -193,6 +193,11 @@ class BgpSpeaker:
         #: drained (``set_drain``); a later ``reconfigure`` keeps it: the caller decides it
         #: from the config and ``glbctl drain``
         self._drain = params.drain
+        #: neighbors held down after a max_prefixes teardown, until (``_now`` time): left out
+        #: of ExaBGP's config meanwhile, so it does not reconnect to them
+        self._held: dict[IPAddress, float] = {}
+        self._held_timer: asyncio.TimerHandle | None = None
+        self._held_tasks: set[asyncio.Task[None]] = set()
         self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
         self.parser = api.ApiParser()
         self.supervisor = ExabgpSupervisor(
@@ -237,6 +242,9 @@ class BgpSpeaker:
         if self._eor_check is not None:
             self._eor_check.cancel()
             self._eor_check = None
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
         self._loop = None
         self._arm()
 
@@ -337,6 +345,7 @@ class BgpSpeaker:
                     families=tuple(f"ipv{v}" for v in sorted(n.families)),
                 )
                 for n in p.neighbors
+                if n.address not in self._held
             ),
             exabgp=self.process.exabgp,
             runtime_dir=self.process.runtime_dir,
@@ -463,14 +472,64 @@ class BgpSpeaker:
         self._arm_md5_check()
 
     def _apply(self, effects: list[Effect]) -> None:
+        held = False
         for e in effects:
             if isinstance(e, Advertise | Retract | ResetPeer):
                 self.supervisor.send(command_for(e))
+                if isinstance(e, ResetPeer) and e.reason is ResetReason.MAX_PREFIXES:
+                    held |= self._hold(e.peer)
             else:
                 self._emit(e)
+        if held and self._loop is not None:
+            task = self._loop.create_task(self._reload_held())
+            self._held_tasks.add(task)
+            task.add_done_callback(self._held_tasks.discard)
         self._arm()
         if self._eor_owed:
             self._send_eors()
+
+    def _hold(self, peer: IPAddress) -> bool:
+        """A max_prefixes teardown: keep ``peer`` out of ExaBGP's config until the RIB's
+        restart time for it (ExaBGP would reconnect at once, and the RIB close it again)."""
+        st = self.rib.peers.get(peer)
+        if st is None or st.held_until is None or peer in self._held:
+            return False
+        self._held[peer] = st.held_until
+        return True
+
+    async def _reload_held(self) -> None:
+        """After the Cease has gone out (every queued command acknowledged): reload ExaBGP
+        without the held neighbors, and arm their release."""
+        await self.supervisor.drain(self.process.drain_timeout_s)
+        if self._loop is None:
+            return
+        self.supervisor.reload(self.exabgp_params())
+        self._arm_held()
+
+    def _arm_held(self) -> None:
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
+        if self._held and self._loop is not None:
+            delay = max(0.0, min(self._held.values()) - self._now())
+            self._held_timer = self._loop.call_later(delay, self._release_held)
+
+    def _release_held(self) -> None:
+        """Held neighbors whose restart time is over go back into ExaBGP's config, with the
+        routes glbd advertises to them (ExaBGP dropped them with the neighbor)."""
+        self._held_timer = None
+        now = self._now()
+        done = [p for p, until in self._held.items() if until <= now]
+        for p in done:
+            del self._held[p]
+        if done:
+            log.info("bgp_max_prefixes_released", peers=[str(p) for p in done])
+            self.supervisor.reload(self.exabgp_params())
+            for p in done:
+                st = self.rib.peers.get(p)
+                for adv in st.adj_out.values() if st is not None else ():
+                    self.supervisor.send(command_for(adv))
+        self._arm_held()
 
     def _send_eors(self) -> None:
         """Send End-of-RIB to the peers owed one: after a reconnection at once; after our
