@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
+import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -175,3 +179,86 @@ async def test_glbd_takes_a_draining_frr_peer_out_of_multipath(netns_lab: Lab) -
         await wait_for(lambda: peers() == [a21, a31], 30, "leaf3 back in multipath")
     finally:
         await stop_all((spine1,))
+
+
+async def test_no_loss_across_drain_and_undrain(netns_lab: Lab) -> None:
+    """A UDP stream from the FRR leaf to an address both spines hold (10.99.0.1, anycast) at
+    1000 packets a second across a drain and undrain of each spine in turn: every packet
+    arrives at one spine or the other. The kernel swaps the route's nexthops in one replace,
+    and the drained spine keeps forwarding whatever is still on its way."""
+    lab = netns_lab
+    s1, s2, l1 = (lab.netns(n) for n in ("spine1", "spine2", "leaf1"))
+    a11, s11 = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
+    a12, s12 = link(lab, l1, "l1-s2", s2, "s2-l1", "172.16.21")
+    for ns in (s1, s2):
+        ns.addr_add("lo", "10.99.0.1/32")
+    spine1 = make_node(
+        s1.name, "10.0.0.11", 65100, Role.HELPER, [(a11, 65001, s11, "s1-l1")], (PREFIX,), False
+    )
+    spine2 = make_node(
+        s2.name, "10.0.0.12", 65100, Role.HELPER, [(a12, 65001, s12, "s2-l1")], (PREFIX,), False
+    )
+    nodes = (spine1, spine2)
+    got: set[int] = set()
+    sent = 0
+    stop, stop_tx = threading.Event(), threading.Event()
+    rxs = []
+    for ns in (s1, s2):
+        rx = ns.socket()
+        rx.bind(("0.0.0.0", 5099))
+        rx.settimeout(0.2)
+        rxs.append(rx)
+    tx = l1.socket()
+
+    def recv(rx: socket.socket) -> None:
+        while not stop.is_set():
+            try:
+                got.add(struct.unpack("!Q", rx.recv(64)[:8])[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def send() -> None:
+        nonlocal sent
+        t = time.monotonic()
+        while not stop_tx.is_set():
+            tx.sendto(struct.pack("!Q", sent), ("10.99.0.1", 5099))
+            sent += 1
+            t += 0.001
+            if (delay := t - time.monotonic()) > 0:
+                time.sleep(delay)
+
+    threads = [threading.Thread(target=recv, args=(rx,), daemon=True) for rx in rxs]
+    try:
+        FrrInstance(l1, hostname="leaf1").start(
+            frr_conf(65001, "10.0.0.1", [(s11, 65100), (s12, 65100)])
+        )
+        await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
+        await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s11, s12}, 60, "ECMP via both")
+        for th in threads:
+            th.start()
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        await wait_for(lambda: len(got) > 100, 10, "traffic flowing")
+        for drained, other in ((spine1, s12), (spine2, s11)):
+            drained.speaker.set_drain(True)
+            await wait_for(lambda o=other: kernel_gateways(l1, PREFIX) == {o}, 30, "moved off")  # type: ignore[misc]
+            drained.speaker.set_drain(False)
+            await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s11, s12}, 30, "both again")
+        stop_tx.set()  # the receivers keep reading what is still in flight
+        sender.join(5)
+        await wait_for(lambda: len(got) >= sent, 5, f"every packet ({sent - len(got)} missing)")
+        print(
+            f"\nUDP at 1000 pps across drain/undrain of both spines: {sent} sent, "
+            f"{len(got)} received, {sent - len(got)} lost"
+        )
+        assert got == set(range(sent))
+    finally:
+        stop.set()
+        for th in threads:
+            if th.is_alive():
+                th.join(5)
+        for sock in (*rxs, tx):
+            sock.close()
+        await stop_all(nodes)
