@@ -49,7 +49,12 @@ def test_drain_reload_undrain(lab: tuple[Fabric, dict[str, GlbdNode]]) -> None:
     def spine1_bands() -> set[int]:
         (hb,) = leaf1.request("heartbeats")
         senders = (hb.get("receiver") or {}).get("senders", [])
-        return {e["band"] for s in senders if s["node_id"] == TOPO.node("spine1").router_id for e in s["entries"]}
+        return {
+            e["band"]
+            for s in senders
+            if s["node_id"] == TOPO.node("spine1").router_id
+            for e in s["entries"]
+        }
 
     wait_until(lambda: via() == {s1, s2}, 60, what="leaf1 reaches leaf2 via both spines")
     assert spine1.request("status")["drained"] is False
