@@ -56,6 +56,6 @@ def test_every_markdown_file_named_is_in_the_repository() -> None:
         for name, text in texts.items()
         for n, line in enumerate(text.splitlines(), 1)
         for m in MD_NAME.findall(line)
-        if m not in ours
+        if m not in ours and name != "tests/test_self_contained.py"  # its own examples
     ]
     assert hits == [], "names a document that is not in the repository:\n" + "\n".join(hits)
