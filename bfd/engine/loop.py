@@ -61,6 +61,8 @@ _U32 = struct.Struct("!I")
 RX_COALESCE_S = 0.0005
 #: datagrams read from one receive socket per wakeup at most (then timers get their turn)
 _RX_BATCH = 256
+#: datagrams read at most before a detection timeout (more than a 4 MB buffer holds)
+_RX_DRAIN_MAX = 8192
 _TIMESPEC = struct.Struct("@ll")
 _MSG_TRUNC = int(socket.MSG_TRUNC)  # an IntFlag: & on it would run Python code
 #: (deadline, tie-breaker, session or None for housekeeping, the session's generation)
@@ -197,11 +199,13 @@ class Loop:
 
     # ------------------------------------------------------------------ receive
 
-    def _read(self, rx: RxSock, now: float) -> int:
-        """Drain ``rx`` (up to ``_RX_BATCH`` datagrams). The steady state -- the bytes last
-        accepted for the session their Your Discriminator names, from the same source, hop
-        limit 255, the usual ancillary layout -- only restarts the session's detection timer
-        (:meth:`Session.rx_repeat`); everything else takes the general path (:meth:`_rx_one`)."""
+    def _read(self, rx: RxSock, now: float, until: float | None = None) -> int:
+        """Drain ``rx`` (up to ``_RX_BATCH`` datagrams; with ``until``, up to the first one
+        that arrived after it). The steady state -- the bytes last accepted for the session
+        their Your Discriminator names, from the same source, hop limit 255, the usual
+        ancillary layout -- only restarts the session's detection timer
+        (:meth:`Session.rx_repeat`); everything else takes the general path (:meth:`_rx_one`).
+        Returns how many datagrams were read."""
         recvmsg = rx.sock.recvmsg
         by_discr = self.by_discr
         unpack = _U32.unpack_from
@@ -209,7 +213,7 @@ class Loop:
         ttl255 = rx.ttl255
         wall = time.time()
         n = 0
-        for _ in range(_RX_BATCH):
+        for _ in range(_RX_BATCH if until is None else _RX_DRAIN_MAX):
             try:
                 data, anc, flags, addr = recvmsg(RX_BUFSIZE, RX_CMSG_SPACE)
             except BlockingIOError:
@@ -242,9 +246,14 @@ class Loop:
                             age = wall - (sec + nsec * 1e-9)  # as arrival_time
                             t = now - age if 0.0 < age < RX_STAMP_MAX_AGE else now
                             if ent.sess.rx_repeat(ent.rx_pkt, t):  # type: ignore[arg-type]
+                                if until is not None and now - age > until:
+                                    break
                                 continue
                 ttl, ts = parse_ancillary(anc)
                 self._rx_one(rx, data, host, ttl, arrival_time(now, wall, ts))
+                # (the stamp as it is, however old: only what arrived after ``until`` stops)
+                if until is not None and (now - (wall - ts) if ts else now) > until:
+                    break
             except Exception:  # a bug must not end the engine
                 log.exception("bfd: internal error on a packet from %s", addr)
                 rx.drop(DropReason.INTERNAL_ERROR)
@@ -366,9 +375,16 @@ class Loop:
         det = sess.detect_at
         if det is not None and det <= now and ent.rx is not None:
             # A wakeup reads at most _RX_BATCH datagrams: the peer's packet may still wait in
-            # the socket behind others. Read them all before deciding the peer went silent.
-            while self._read(ent.rx, self.clock()) == _RX_BATCH and ent.rx is not None:
-                pass
+            # the socket behind others. Read what arrived before the deadline (not what keeps
+            # arriving: a loop behind its traffic would never get out) before deciding.
+            self._read(ent.rx, self.clock(), until=det)
+            while (
+                (det2 := sess.detect_at) is not None
+                and det < det2 <= now
+                and ent.rx is not None
+                and self._read(ent.rx, self.clock(), until=det2)
+            ):
+                det = det2
             d = sess.next_deadline()
             if d is None:
                 return
