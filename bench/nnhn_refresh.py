@@ -275,6 +275,33 @@ def run_helper(helper: str, events: int, jitter_ms: float, answer_timeout: float
                     time.sleep(0.05)
                 res.events.append(ev)
                 lat = "MISSING" if ev.latency_ms is None else f"{ev.latency_ms:.1f} ms"
+                if ev.latency_ms is None:  # what the helper did send to the observer
+                    sent = [
+                        m
+                        for m in cap.messages()
+                        if m.ts >= ev.t0 and m.src == spine_addr[OBSERVER] and m.kind == 2
+                    ]
+                    seen = sorted({",".join(sorted(x)) for m in sent if (x := nnhn_of(m))})
+                    before = [
+                        x
+                        for m in cap.messages()
+                        if m.ts < ev.t0 and m.src == spine_addr[OBSERVER]
+                        if (x := nnhn_of(m)) is not None
+                    ]
+                    last = ",".join(sorted(before[-1])) if before else "none"
+                    plain = [
+                        39 in parse_update(m.body)["attrs"]
+                        for m in cap.messages()
+                        if m.src == spine_addr[OBSERVER] and announces(m) and nnhn_of(m) is None
+                    ]
+                    last += (
+                        f"; announcements of the prefix without NNHN in all: {len(plain)}"
+                        f" ({sum(plain)} with an NHC attribute)"
+                    )
+                    lat += (
+                        f" ({len(sent)} UPDATEs since, NNHNs {seen or 'none'};"
+                        f" last NNHN before: {last}; wanted {','.join(sorted(ev.want))})"
+                    )
                 log(f"{helper}: {ev.kind:8s} {ev.leaf}: {lat}")
 
             # start-up: the downstream leaves with jittered delays, in parallel
