@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import random
 import shutil
 import signal
@@ -217,7 +218,8 @@ def spine_frr_conf(fab: Fabric) -> str:
 
 
 def run_helper(helper: str, events: int, jitter_ms: float, answer_timeout: float,
-               rng: random.Random, log: Callable[[str], None]) -> Result:  # fmt: skip
+               rng: random.Random, log: Callable[[str], None],
+               coalesce_ms: float | None = None) -> Result:  # fmt: skip
     res = Result(helper)
     with Fabric(leaf_spine(1, 4, hosts=False)) as fab, tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp)
@@ -233,6 +235,11 @@ def run_helper(helper: str, events: int, jitter_ms: float, answer_timeout: float
                 glbd = GlbdNode(
                     fab, "spine1", run_dir, GlbdOptions(bfd=False, heartbeat=False, hold_time=9)
                 )
+                if coalesce_ms is not None:  # [bgp] exists in the generated config
+                    text = glbd.config.read_text()
+                    glbd.config.write_text(
+                        text.replace("[bgp]\n", f"[bgp]\nupdate_coalesce_ms = {coalesce_ms:g}\n")
+                    )
                 glbd.start()
                 glbd.wait_ready()
             else:
@@ -404,6 +411,9 @@ def main() -> None:
     ap.add_argument("--answer-timeout", type=float, default=3.0)
     ap.add_argument("--helpers", default="glbd,frr")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--coalesce-ms", type=float, help="glbd's [bgp] update_coalesce_ms (default: its own)"
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     require_netns()
@@ -418,10 +428,20 @@ def main() -> None:
             print(msg, flush=True)
 
     results = [
-        run_helper(h, n, args.jitter_ms, args.answer_timeout, random.Random(args.seed), say)
+        run_helper(
+            h,
+            n,
+            args.jitter_ms,
+            args.answer_timeout,
+            random.Random(args.seed),
+            say,
+            args.coalesce_ms,
+        )
         for h in args.helpers.split(",")
     ]
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"{os.cpu_count()} CPUs, load average at the end {load}")
     print(
         f"NNHN refresh latency, helper spine1 -> observer leaf1, {n} events + start-up "
         f"(jitter {args.jitter_ms:g} ms) per helper; missing = no UPDATE with the new NNHN "
