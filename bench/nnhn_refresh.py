@@ -196,6 +196,7 @@ class Event:
 class Result:
     helper: str
     events: list[Event] = field(default_factory=list)
+    stuck: str = ""  # why the events stopped early, if they did
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
@@ -369,7 +370,12 @@ def run_helper(helper: str, events: int, jitter_ms: float, answer_timeout: float
                 if how == "cut":
                     t0: float | None = after
                 else:
-                    t0 = wait_for(partial(trigger, leaf, how, after), 30, f"{how} on the wire")
+                    try:
+                        t0 = wait_for(partial(trigger, leaf, how, after), 60, f"{how} on the wire")
+                    except LabError as e:  # e.g. the session never came back: stop here
+                        log(f"{helper}: {how} {leaf}: {e}; no further events")
+                        res.stuck = f"{how} {leaf}: {e}"
+                        break
                 assert isinstance(t0, float)
                 measure(Event(how, leaf, want, t0))
                 down = (leaf, how) if how in ("shut", "cut") else None
@@ -459,6 +465,9 @@ def main() -> None:
         print(f"\n{title}\n{head}")
         for r in results:
             print(summary(r, kinds))
+    for r in results:
+        if r.stuck:
+            print(f"\n{r.helper}: events stopped early: {r.stuck}")
     print("\nper kind (p50 ms / missing of n):")
     for r in results:
         parts = []
