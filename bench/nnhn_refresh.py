@@ -250,7 +250,7 @@ def run_helper(helper: str, events: int, jitter_ms: float, answer_timeout: float
                         text.replace("[bgp]\n", f"[bgp]\nupdate_coalesce_ms = {coalesce_ms:g}\n")
                     )
                 glbd.start()
-                glbd.wait_ready()
+                glbd.wait_ready(timeout=120)
             else:
                 frr["spine1"] = FrrInstance(sp_ns, hostname="spine1").start(spine_frr_conf(fab))
             frr[OBSERVER] = FrrInstance(fab.ns(OBSERVER), hostname=OBSERVER).start(
