@@ -513,7 +513,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C anywhere: the conventional 128 + SIGINT, no traceback
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not undo that
         print(file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # glbctl routes | head: the reader left; say nothing more

@@ -85,7 +85,11 @@ def test_errors_are_one_line() -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_cleans_up(sig: signal.Signals) -> None:
     code = (
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        # a script started from a shell: Ctrl-C raises, whatever the test runner's own
+        # process had ignored or blocked (a child inherits both across exec)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
         "from glbdlab.netns import Lab\n"
         "lab = Lab()\n"
         "lab.pair()\n"
@@ -101,7 +105,12 @@ def test_signal_cleans_up(sig: signal.Signals) -> None:
     try:
         assert len(list_lab_namespaces(tag)) == 3
         os.kill(proc.pid, sig)
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate()
+            pytest.fail(f"the lab script did not exit within 20 s of {sig.name}: {err[-2000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
