@@ -8,6 +8,7 @@ import socket
 
 import pytest
 from glbdlab.netns import Lab
+from glbdlab.waits import until
 
 from glbd.codec.netlink import const as c
 from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg, TcMsg
@@ -149,21 +150,15 @@ async def test_nexthop_event_filter_drops_own_new_nexthops_only(netns_lab: Lab) 
         def seen() -> list[tuple[int, int]]:
             return [(m.type, m.header.protocol) for m in events if isinstance(m.header, NhMsg)]
 
-        for _ in range(250):  # notifications come in order: all are in once the marker is
-            if (c.RTM_NEWNEXTHOP, c.RTPROT_BOOT) in seen():
-                break
-            await asyncio.sleep(0.02)
+        # notifications come in order: all are in once the marker is
+        await until(lambda: (c.RTM_NEWNEXTHOP, c.RTPROT_BOOT) in seen(), what="the marker")
         assert seen() == [
             (c.RTM_NEWNEXTHOP, c.RTPROT_STATIC),
             (c.RTM_DELNEXTHOP, 200),
             (c.RTM_NEWNEXTHOP, c.RTPROT_BOOT),
         ]
         b.link_down("b-a")
-        for _ in range(250):
-            if any(m.type == c.RTM_NEWLINK for m in events):
-                break
-            await asyncio.sleep(0.02)
-        assert any(m.type == c.RTM_NEWLINK for m in events)
+        await until(lambda: any(m.type == c.RTM_NEWLINK for m in events), what="a link event")
     finally:
         ev.close()
 
