@@ -617,11 +617,6 @@ class Node:
         fib = self.fib.snapshot(routes=False) if self.fib else {}
         return views.fib_snapshot(fib, self.table, self.last_fib_sync)
 
-    def routes_snapshot(self) -> list[dict[str, Any]]:
-        rows = self.bgp.routes_snapshot() if self.bgp else []
-        fib_routes = self.fib.snapshot().get("routes", {}) if self.fib else {}
-        return views.routes_snapshot(rows, fib_routes, self.table)
-
 
 def _neighbors_changed(ch: dict[str, Any]) -> bool:
     return bool(ch["neighbors_added"] or ch["neighbors_removed"] or ch["neighbors_changed"])

@@ -148,7 +148,7 @@ class BgpPart(_Part):
 
     def snapshot(self) -> dict[str, Any]:
         n = self.node
-        return {**n.bgp.snapshot(), "routes": n.routes_snapshot()} if n.bgp else {}
+        return {**n.bgp.snapshot(), "routes": list(self.routes())} if n.bgp else {}
 
     def section(self, key: str) -> Any:
         """``neighbors``, ``routes`` and ``counters`` are built alone (the routes of a big

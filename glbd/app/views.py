@@ -160,23 +160,14 @@ def fib_snapshot(
     }
 
 
-def routes_snapshot(
-    rows: list[dict[str, Any]], fib_routes: Mapping[str, Any], table: PathTable | None
-) -> list[dict[str, Any]]:
-    """``glbctl routes``: the RIB's per-prefix next hops / next-next hops, plus the kernel
-    group each prefix points at and whether it matches what glbd wants."""
-    for r in rows:
-        route_row(r, fib_routes.get(r.get("prefix")), table)  # type: ignore[arg-type]
-    return rows
-
-
 def iter_routes(
     rows: Iterable[dict[str, Any]],
     fib_route: Callable[[str], Mapping[str, Any] | None],
     table: PathTable | None,
 ) -> Iterator[dict[str, Any]]:
-    """:func:`routes_snapshot` one row at a time (``fib_route(prefix)``: that prefix's FIB
-    row), for an answer streamed as it is built."""
+    """``glbctl routes``: the RIB's per-prefix next hops / next-next hops, plus the kernel
+    group each prefix points at and whether it matches what glbd wants, one row at a time
+    (``fib_route(prefix)``: that prefix's FIB row), for an answer streamed as it is built."""
     for r in rows:
         yield route_row(r, fib_route(r["prefix"]), table)
 
