@@ -42,10 +42,12 @@ byte slicing) and keeps the entries as an :class:`Entries` view over the datagra
 
 from __future__ import annotations
 
+import array
 import hashlib
 import hmac
 import ipaddress
 import struct
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
@@ -224,6 +226,21 @@ class Entries(Sequence[Entry]):
         column by column, without the raw load/queue figures: equal keys mean equal weights."""
         raw = self.raw
         return b"".join([raw[i::ENTRY_LEN] for i in range(_FLAGS_OFF + 1)])
+
+    def max_queue_delay_us(self) -> float:
+        """The longest time any of these links needs to drain its reported backlog: the
+        largest queue over the smallest non-zero capacity (an upper bound, read column-wise
+        from the packed bytes so that a 128-entry message costs microseconds)."""
+        if not self._n:
+            return 0.0
+        words = array.array("I", self.raw)
+        if sys.byteorder == "little":
+            words.byteswap()
+        queue = max(words[4::5])
+        if not queue:
+            return 0.0
+        caps = [c for c in words[2::5] if c]
+        return queue * 8 / min(caps) if caps else 0.0
 
     @overload
     def __getitem__(self, i: int) -> Entry: ...

@@ -32,11 +32,12 @@ Contenders (each on a freshly built fabric, one after the other, same parameters
    the hot leaf's prefix = (1 - hot) of the others'); in the ``during`` case an oracle switches
    them at the instant the background starts;
 7. ``glb-flowlet``: glbd GLB, resilient groups, with flowlet switching on the leaves
-   (docs/flowlet.md): a flow may change spine after an idle gap longer than the flowlet
-   timeout (default: the links' queue latency, the worst delay difference between two paths
-   here); the groups' idle timer is that timeout too, so idle buckets follow the weights as
-   soon as moving them cannot reorder. ``glb-flowlet-ht`` (opt-in): the same with
-   hash-threshold groups.
+   (docs/flowlet.md), glbd's defaults otherwise: a flow may change spine after an idle gap
+   longer than the flowlet timeout, by default ``"auto"`` (the peak queueing delay glbd
+   measures on the leaf's uplinks and, from heartbeats, the spines' downlinks), and the
+   resilient groups' idle timer follows that timeout, so idle buckets follow the weights as
+   soon as moving them cannot reorder. ``--flowlet-timeout-ms`` fixes both instead.
+   ``glb-flowlet-ht`` (opt-in): the same with hash-threshold groups.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class Params:
     residual: bool = True
     #: the leaves' path table keeps weights with memory (``path_quality.weight_memory``)
     memory: bool = True
-    #: flowlet timeout of the flowlet contenders, ms; 0 = the links' queue latency
+    #: flowlet timeout of the flowlet contenders, ms; 0 = glbd's default ("auto")
     flowlet_timeout_ms: float = 0.0
 
     @property
@@ -143,8 +144,9 @@ class Params:
         return self.rate * self.hot
 
     @property
-    def flowlet_timeout_s(self) -> float:
-        return self.flowlet_timeout_ms / 1e3 if self.flowlet_timeout_ms else _secs(self.latency)
+    def flowlet_timeout_s(self) -> float | None:
+        """The fixed flowlet timeout, or None for glbd's default."""
+        return self.flowlet_timeout_ms / 1e3 if self.flowlet_timeout_ms else None
 
 
 @dataclass
@@ -309,16 +311,18 @@ def leaf_extra(key: str, p: Params) -> dict[str, str]:
         return {"leaf": "[path_quality]\n" + FROZEN}
     out = "" if p.memory else "[path_quality]\nweight_memory = false\n"
     if key in FLOWLET:  # on every host-facing port (the default: all but the fabric's)
-        out += f"[flowlet]\nenabled = true\ntimeout_us = {round(p.flowlet_timeout_s * 1e6)}\n"
+        out += "[flowlet]\nenabled = true\n"
+        if p.flowlet_timeout_s is not None:
+            out += f"timeout_us = {round(p.flowlet_timeout_s * 1e6)}\n"
     return {"leaf": out.rstrip("\n")} if out else {}
 
 
 def fib_extra(key: str, p: Params) -> dict[str, str]:
-    """Extra ``[fib]`` keys of contender ``key``: a flowlet contender's resilient groups move
-    an idle bucket once it has been idle for the flowlet timeout (never sooner than the
-    kernel's 10 ms clock)."""
+    """Extra ``[fib]`` keys of contender ``key``: with a fixed flowlet timeout, a flowlet
+    contender's resilient groups move an idle bucket once it has been idle that long (never
+    sooner than the kernel's 10 ms clock); glbd's "auto" idle timer does that by itself."""
     out = dict(FIB_OVERRIDES.get(key, {}))
-    if key in FLOWLET:
+    if key in FLOWLET and p.flowlet_timeout_s is not None:
         out["resilient_idle_timer_s"] = f"{max(0.01, p.flowlet_timeout_s):g}"
     return out
 
@@ -902,7 +906,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     )  # fmt: skip
     ap.add_argument(
         "--flowlet-timeout-ms", type=float, default=d.flowlet_timeout_ms,
-        help="flowlet timeout of the flowlet contenders (default: the links' queue latency)",
+        help='fixed flowlet timeout of the flowlet contenders (default: glbd\'s "auto")',
     )  # fmt: skip
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")

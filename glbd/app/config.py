@@ -601,12 +601,28 @@ class PathQualitySection(_Model):
         return v
 
 
+def _auto_or(lo: float, hi: float, unit: str, integer: bool = False) -> BeforeValidator:
+    """A number in [lo, hi] or "auto", with one error line that says both."""
+
+    def check(v: Any) -> Any:
+        if v == "auto":
+            return v
+        ok_type = int if integer else (int, float)
+        if isinstance(v, ok_type) and not isinstance(v, bool) and lo <= v <= hi:
+            return v
+        raise ValueError(f'"auto" or a number of {unit} ({lo:g}-{hi:g})')
+
+    return BeforeValidator(check)
+
+
 class FibSection(_Model):
     protocol: Annotated[int, Field(ge=5, le=255)] = RTPROT_GLBD
     table: Annotated[int, Field(ge=1, le=2**32 - 1)] = 254
     group_type: Literal["resilient", "hash-threshold"] = "resilient"
     resilient_buckets: Annotated[int, Field(ge=2, le=65535)] = 128
-    resilient_idle_timer_s: Annotated[float, Field(ge=0, le=3600)] = 1.0
+    #: "auto": the flowlet timeout while ``[flowlet]`` is on (a bucket idle that long holds no
+    #: flow that moving it could reorder), else 1.0
+    resilient_idle_timer_s: Annotated[float | Literal["auto"], _auto_or(0, 3600, "s")] = "auto"
     resilient_unbalanced_timer_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
     #: set net.ipv4.nexthop_compat_mode=0 in glbd's namespace (weight changes stop emitting one
     #: RTM_NEWROUTE per route; route dumps then omit the expanded multipath)
@@ -628,8 +644,15 @@ class FlowletSection(_Model):
 
     enabled: bool = False
     #: the idle gap after which a flow may move; it must exceed the delay difference between
-    #: the paths (500 us: CONGA's choice for a datacenter fabric; glbd measures no path delay)
-    timeout_us: Annotated[int, Field(ge=1, le=10_000_000)] = 500
+    #: the paths. "auto": the peak queueing delay measured on the two hops of the fabric's
+    #: paths (the leaf's uplinks, the spines' downlinks from their heartbeats) over
+    #: ``skew_window_s``, never below ``timeout_floor_us``
+    timeout_us: Annotated[int | Literal["auto"], _auto_or(1, 10_000_000, "us", True)] = "auto"
+    #: the least "auto" timeout (500 us: CONGA's choice for a datacenter fabric; it covers
+    #: queues too short for the 10 ms link sampling to see)
+    timeout_floor_us: Annotated[int, Field(ge=1, le=10_000_000)] = 500
+    #: how long "auto" remembers the deepest queue it saw
+    skew_window_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     #: where the program runs; default: every interface that is no neighbor's port (and not lo)
     interfaces: list[str] | None = None
     #: flows tracked at once (an LRU table: the least recently seen flow makes room)
@@ -652,8 +675,9 @@ class FlowletSection(_Model):
 
     @model_validator(mode="after")
     def _aging(self) -> Self:
-        if self.aging_s * 1e6 <= self.timeout_us:
-            raise ValueError("aging_s must be longer than timeout_us")
+        least = self.timeout_floor_us if self.timeout_us == "auto" else self.timeout_us
+        if self.aging_s * 1e6 <= least:
+            raise ValueError("aging_s must be longer than timeout_us (or timeout_floor_us)")
         return self
 
     def warnings(self, fabric: Iterable[str] = ()) -> list[str]:

@@ -83,6 +83,8 @@ class Node:
             "local_changes": 0,
         }
         self.fibsync = FibSync(float(os.environ.get("GLBD_FIB_HOLD_S", "1.0")))
+        #: the flowlet timeout in force (None: flowlets off); an "auto" idle timer follows it
+        self.flowlet_timeout_s: float | None = None
         self.last_fib_sync: dict[str, Any] = {}
         self.latency = views.Latencies()
         self._remote_since: float | None = None  # first weight-changing heartbeat not yet synced
@@ -133,7 +135,7 @@ class Node:
             compat_mode=0 if f.set_compat_mode_off else None,
             reconcile_interval_s=f.reconcile_interval_s,
             route_audit_interval_s=f.route_audit_interval_s,
-            resilient=params.resilient(f),
+            resilient=params.resilient(f, self.flowlet_timeout_s),
             stale_s=f.stale_timer_s,
         )
 
@@ -558,7 +560,9 @@ class Node:
             if self.fib is None or self.table is None:
                 self.fibsync.dirty = False
                 return
-            step = self.fibsync.plan(self.table, params.resilient(self.cfg.fib))
+            step = self.fibsync.plan(
+                self.table, params.resilient(self.cfg.fib, self.flowlet_timeout_s)
+            )
             if step is None:
                 return
             t0 = time.perf_counter()
@@ -602,6 +606,42 @@ class Node:
                 remove=step.remove,
             )
         return None  # "none": a full step follows
+
+    # ---- flowlets --------------------------------------------------------------------------
+
+    def set_flowlet_timeout(self, timeout_s: float | None) -> None:
+        """The flowlet timeout changed (None: flowlets off): resilient groups whose idle timer
+        follows it are rewritten by the next sync."""
+        if timeout_s == self.flowlet_timeout_s:
+            return
+        before = params.resilient(self.cfg.fib, self.flowlet_timeout_s)
+        self.flowlet_timeout_s = timeout_s
+        after = params.resilient(self.cfg.fib, timeout_s)
+        if after == before:
+            return
+        if self.fib is not None:
+            self.fib.resilient = after
+        if self.fibsync.request_full(self.loop.time()):
+            self._start_fib_sync()
+
+    def queue_delays_us(self) -> tuple[float, float]:
+        """The deepest queue, as drain time, on the fabric links of this node (the link
+        monitor) and on those of its neighbors (their last heartbeats): the two hops of a
+        path out of a leaf."""
+        local = 0.0
+        if self.monitor is not None:
+            for q in self.monitor.qualities().values():
+                cap = q.residual_mbps or q.capacity_mbps
+                if cap > 0 and not q.down:
+                    local = max(local, q.queue_bytes * 8 / cap)
+        remote = 0.0
+        ep = self.endpoint
+        if ep is not None and ep.receiver is not None:
+            for nb in ep.neighbors.values():
+                entries = ep.receiver.remote(nb.node_id)
+                if entries is not None:
+                    remote = max(remote, entries.max_queue_delay_us())
+        return local, remote
 
     # ---- views ----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
+import math
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
 from glbd.core.pathtable import PathTableParams
 from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.core.skew import SkewParams
 from glbd.io.flowlet import FlowletParams
 from heartbeat import wire
 from heartbeat.receiver import ReceiverParams
@@ -295,25 +297,56 @@ def bfd_session_keys(cfg: cfgmod.Config) -> set[tuple[str, str]]:
     return {(n.interface, str(n.address)) for n in cfg.neighbors if cfg.neighbor_bfd(n).enabled}
 
 
-def resilient(f: cfgmod.FibSection) -> Resilient | None:
+#: the resilient idle timer "auto" means without flowlets
+IDLE_TIMER_S = 1.0
+#: the kernel keeps resilient timers in clock ticks (USER_HZ: 10 ms)
+_TICK_S = 0.01
+
+
+def resilient(f: cfgmod.FibSection, flowlet_timeout_s: float | None = None) -> Resilient | None:
+    """The groups' resilient parameters; ``flowlet_timeout_s``: the flowlet timeout in force
+    (None: flowlets off), which an "auto" idle timer follows, rounded up to the kernel's tick."""
     if f.group_type != "resilient":
         return None
+    idle = f.resilient_idle_timer_s
+    if idle == "auto":
+        idle = (
+            IDLE_TIMER_S
+            if flowlet_timeout_s is None
+            else math.ceil(flowlet_timeout_s / _TICK_S - 1e-9) * _TICK_S
+        )
     return Resilient(
         buckets=f.resilient_buckets,
-        idle_timer_s=f.resilient_idle_timer_s,
+        idle_timer_s=idle,
         unbalanced_timer_s=f.resilient_unbalanced_timer_s,
     )
 
 
-def flowlet_params(cfg: cfgmod.Config) -> FlowletParams:
+def flowlet_params(cfg: cfgmod.Config, auto_timeout_ns: int | None = None) -> FlowletParams:
     """The flowlet program's parameters; by default it goes on every interface that is no
-    BGP neighbor's port (the fabric interfaces)."""
+    BGP neighbor's port (the fabric interfaces). ``auto_timeout_ns``: what the skew estimate
+    says now, for ``timeout_us = "auto"`` (default: the floor)."""
     f = cfg.flowlet
+    if f.timeout_us == "auto":
+        timeout_ns = auto_timeout_ns or f.timeout_floor_us * 1000
+    else:
+        timeout_ns = f.timeout_us * 1000
     return FlowletParams(
         interfaces=None if f.interfaces is None else tuple(f.interfaces),
-        timeout_ns=f.timeout_us * 1000,
+        timeout_ns=timeout_ns,
         aging_ns=int(f.aging_s * 1e9),
         table_size=f.table_size,
         set_hash_policy=f.set_hash_policy,
         exclude=tuple(interfaces(cfg)),
+    )
+
+
+def skew_params(cfg: cfgmod.Config) -> SkewParams:
+    """The "auto" flowlet timeout's estimator: from the floor up to (below) the flow table's
+    aging time, which would otherwise forget a flow before its gap counted."""
+    f = cfg.flowlet
+    return SkewParams(
+        floor_ns=f.timeout_floor_us * 1000,
+        ceiling_ns=max(f.timeout_floor_us * 1000, int(f.aging_s * 1e9) // 2),
+        window_s=f.skew_window_s,
     )

@@ -17,6 +17,7 @@ from glbd.app import params, views
 from glbd.app.component import Component, Host
 from glbd.app.node import Node
 from glbd.app.unnumbered import UnnumberedPart
+from glbd.core.skew import SkewEstimator
 from glbd.io.flowlet import FlowletAttachment, FlowletError
 from glbd.io.metrics import Row
 
@@ -214,21 +215,56 @@ class FlowletPart(_Part):
 
     name = "flowlet"
     POLL_S = 1.0
+    #: how often ``timeout_us = "auto"`` reads the queues (the monitor samples every 10 ms)
+    SKEW_POLL_S = 0.05
 
     def __init__(self, node: Node) -> None:
         super().__init__(node)
         self.att: FlowletAttachment | None = None
         self.error: str | None = None
+        self.skew: SkewEstimator | None = None
         self._started = False
         self._task: asyncio.Task[None] | None = None
+        self._skew_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        if not self.node.cfg.flowlet.enabled:
+        f = self.node.cfg.flowlet
+        if not f.enabled:
             await self._remove_leftovers()
             return
         self.att = FlowletAttachment(netns=self.node.netns)
+        loop = asyncio.get_running_loop()
+        if f.timeout_us == "auto":
+            self.skew = SkewEstimator(params.skew_params(self.node.cfg))
+            self._skew_task = loop.create_task(self._follow_skew())
         await self._apply(first=True)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = loop.create_task(self._run())
+
+    def _timeout_ns(self) -> int | None:
+        return None if self.skew is None else self.skew.timeout_ns
+
+    async def _follow_skew(self) -> None:
+        """``timeout_us = "auto"``: the timeout follows the measured skew (docs/flowlet.md)."""
+        assert self.skew is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.SKEW_POLL_S)  # the sampling period
+            local, remote = self.node.queue_delays_us()
+            new = self.skew.observe(local, remote, loop.time())
+            if new is None or self.att is None or not self._started:
+                continue
+            log.info(
+                "flowlet_timeout",
+                timeout_us=new / 1e3,
+                peak_local_us=round(local, 1),
+                peak_remote_us=round(remote, 1),
+            )
+            try:
+                await self.att.set_timeout(new)
+                self.node.set_flowlet_timeout(new / 1e9)
+            except (OSError, FlowletError) as e:
+                self.att.state.events["errors"] += 1
+                self.error = str(e)
 
     async def _remove_leftovers(self) -> None:
         """A glbd that kept its program (``on_stop = "keep"``) or died left its pins: with
@@ -243,13 +279,14 @@ class FlowletPart(_Part):
 
     async def _apply(self, first: bool = False) -> None:
         assert self.att is not None
-        p = params.flowlet_params(self.node.cfg)
+        p = params.flowlet_params(self.node.cfg, self._timeout_ns())
         try:
             if first or not self._started:  # adopt first, also when the first try failed
                 await self.att.start(p)
                 self._started = True
             else:
                 await self.att.apply(p)
+            self.node.set_flowlet_timeout(p.timeout_ns / 1e9)
             self.error = None
         except (OSError, FlowletError) as e:
             self.att.state.events["errors"] += 1
@@ -274,11 +311,13 @@ class FlowletPart(_Part):
                 self.error = str(e)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._skew_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._skew_task = None
+        self.skew = None
         if self.att is not None:
             try:
                 await self.att.stop(keep=self.node.cfg.flowlet.on_stop == "keep")
@@ -286,6 +325,7 @@ class FlowletPart(_Part):
                 log.error("flowlet_stop_failed", error=str(e))
             self.att = None
             self._started = False
+            self.node.set_flowlet_timeout(None)
 
     async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
         neighbors = changes["neighbors_added"] or changes["neighbors_removed"]
@@ -295,14 +335,35 @@ class FlowletPart(_Part):
             await self.stop()
         elif self.att is None:
             await self.start()
+        elif (new.flowlet.timeout_us == "auto") != (self.skew is not None) or (
+            self.skew is not None and self.skew.params != params.skew_params(new)
+        ):
+            await self._restart_skew(new)  # the program and its flows stay
+            await self._apply()
         else:
             await self._apply()
+
+    async def _restart_skew(self, cfg: cfgmod.Config) -> None:
+        if self._skew_task is not None:
+            self._skew_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._skew_task
+        self._skew_task, self.skew = None, None
+        if cfg.flowlet.timeout_us == "auto":
+            self.skew = SkewEstimator(params.skew_params(cfg))
+            self._skew_task = asyncio.get_running_loop().create_task(self._follow_skew())
 
     def snapshot(self) -> dict[str, Any]:
         f = self.node.cfg.flowlet
         if self.att is None:
             return {"enabled": f.enabled, "error": self.error}
-        return {"enabled": f.enabled, "error": self.error, **self.att.snapshot()}
+        return {
+            "enabled": f.enabled,
+            "error": self.error,
+            **self.att.snapshot(),
+            "timeout_source": "config" if self.skew is None else "auto",
+            "skew": None if self.skew is None else self.skew.to_dict(),
+        }
 
     def section(self, key: str) -> Any:
         if key == "counters":

@@ -520,6 +520,8 @@ class FlowletView(TypedDict, total=False):
     attached: list[str]
     interfaces: list[dict[str, Any]]
     events: dict[str, int]
+    timeout_source: str
+    skew: dict[str, Any] | None
 
 
 #: per-interface flowlet counters exported as their own metric (the skip_* ones are a reason)
@@ -547,6 +549,14 @@ def flowlet_samples(snap: FlowletView) -> Iterable[Sample]:
             float(snap.get("timeout_us") or 0) / 1e6,
             help="idle gap after which a flow may move to another next hop",
         )
+        skew = snap.get("skew")
+        if skew is not None:
+            yield Sample(
+                "glbd_flowlet_skew_seconds",
+                float(skew.get("skew_us", 0)) / 1e6,
+                help='path delay skew the "auto" timeout covers: the peak queueing delay of the '
+                "local and the remote hop over the window",
+            )
         yield Sample(
             "glbd_flowlet_table_size",
             float(snap.get("table_size", 0)),

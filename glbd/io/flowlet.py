@@ -28,7 +28,7 @@ import os
 import shutil
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,17 @@ class State:
     counters: dict[str, dict[str, int]] = field(default_factory=dict)
     events: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(
-            ("loaded", "adopted", "repinned", "attached", "reattached", "detached", "errors"), 0
+            (
+                "loaded",
+                "adopted",
+                "repinned",
+                "attached",
+                "reattached",
+                "detached",
+                "timeout_changed",
+                "errors",
+            ),
+            0,
         )
     )
 
@@ -415,11 +425,7 @@ class FlowletAttachment:
         if pinned is None or await self._table_size() != p.table_size:
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()
-        await self._bpftool(
-            "map", "update", "pinned", str(self.map_pin("config")),
-            "key", "hex", "00", "00", "00", "00",
-            "value", "hex", *config_value(p.timeout_ns, p.aging_ns),
-        )  # fmt: skip
+        await self._write_config(p)
         if p.set_hash_policy:
             for key in HASH_POLICY_SYSCTLS:
                 if read_sysctl(key, self.netns) != "1":
@@ -438,6 +444,22 @@ class FlowletAttachment:
         self.state.prog_id = pinned
         self.state.table_size = p.table_size
         await self.poll(links)
+
+    async def _write_config(self, p: FlowletParams) -> None:
+        await self._bpftool(
+            "map", "update", "pinned", str(self.map_pin("config")),
+            "key", "hex", "00", "00", "00", "00",
+            "value", "hex", *config_value(p.timeout_ns, p.aging_ns),
+        )  # fmt: skip
+
+    async def set_timeout(self, timeout_ns: int) -> None:
+        """A new flowlet timeout for the running program (one map write; nothing else)."""
+        if self.params is None:
+            raise FlowletError("the program is not loaded")
+        p = replace(self.params, timeout_ns=timeout_ns)
+        await self._write_config(p)
+        self.params = p
+        self.state.events["timeout_changed"] += 1
 
     async def poll(self, links: Mapping[int, str] | None = None, *, full: bool = True) -> State:
         """Refresh :attr:`state`: the counters and (``full``) where the filter is and the

@@ -27,19 +27,39 @@ def _cfg(**flowlet_keys: Any) -> cfgmod.Config:
     return cfgmod.parse({**BASE, "flowlet": flowlet_keys})
 
 
-def test_defaults_off_500us_every_non_fabric_interface() -> None:
+def test_defaults_off_auto_timeout_every_non_fabric_interface() -> None:
     c = cfgmod.parse(BASE)
-    assert not c.flowlet.enabled
-    p = params.flowlet_params(c)
+    assert not c.flowlet.enabled and c.flowlet.timeout_us == "auto"
+    p = params.flowlet_params(c)  # "auto" before any measurement: the floor
     assert p.timeout_ns == 500_000 and p.aging_ns == 10 * 10**9 and p.table_size == 65_536
+    assert params.flowlet_params(c, 160_000_000).timeout_ns == 160_000_000
+    s = params.skew_params(c)
+    assert (s.floor_ns, s.ceiling_ns, s.window_s) == (500_000, 5 * 10**9, 60.0)
     assert p.interfaces is None and p.exclude == ("swp1", "swp2")
     assert p.targets(["lo", "swp1", "swp2", "eth0", "vlan10"]) == ["eth0", "vlan10"]
     assert p.set_hash_policy
 
 
 def test_named_interfaces() -> None:
-    p = params.flowlet_params(_cfg(enabled=True, interfaces=["eth0"], timeout_us=250))
+    c = _cfg(enabled=True, interfaces=["eth0"], timeout_us=250)
+    p = params.flowlet_params(c, 160_000_000)  # a fixed timeout ignores the estimate
     assert p.interfaces == ("eth0",) and p.timeout_ns == 250_000
+
+
+def test_resilient_idle_timer_auto_follows_the_flowlet_timeout() -> None:
+    fib = cfgmod.parse(BASE).fib
+    assert fib.resilient_idle_timer_s == "auto"
+    res = params.resilient(fib)
+    assert res is not None and res.idle_timer_s == params.IDLE_TIMER_S  # flowlets off
+    res = params.resilient(fib, 0.1601)  # up to the kernel's 10 ms tick
+    assert res is not None and res.idle_timer_s == pytest.approx(0.17)
+    res = params.resilient(fib, 0.0005)
+    assert res is not None and res.idle_timer_s == pytest.approx(0.01)
+    fixed = cfgmod.parse({**BASE, "fib": {"resilient_idle_timer_s": 2.5}}).fib
+    res = params.resilient(fixed, 0.1)
+    assert res is not None and res.idle_timer_s == 2.5
+    ht = cfgmod.parse({**BASE, "fib": {"group_type": "hash-threshold"}}).fib
+    assert params.resilient(ht, 0.1) is None
 
 
 @pytest.mark.parametrize(
@@ -49,6 +69,9 @@ def test_named_interfaces() -> None:
         ({"table_size": 10}, "flowlet.table_size"),
         ({"interfaces": ["bad name"]}, "flowlet.interfaces"),
         ({"timeout_us": 2_000_000, "aging_s": 1}, "flowlet"),
+        ({"timeout_floor_us": 2_000_000, "aging_s": 1}, "flowlet"),
+        ({"timeout_us": "sometimes"}, "flowlet.timeout_us"),
+        ({"skew_window_s": 0}, "flowlet.skew_window_s"),
         ({"on_stop": "flush"}, "flowlet.on_stop"),
         ({"timeout": 5}, "flowlet.timeout"),
     ],
@@ -97,8 +120,8 @@ def test_samples_per_interface_and_skip_reason() -> None:
 
 @pytest.mark.parametrize("key", ["glb-flowlet", "glb-flowlet-ht"])
 def test_fabric_bench_flowlet_contenders_configs_load(tmp_path: Path, key: str) -> None:
-    """bench.fabric's flowlet contenders: flowlets on the leaves only, timeout = the links'
-    queue latency (100 ms), the resilient idle timer the same."""
+    """bench.fabric's flowlet contenders: flowlets on the leaves only with glbd's defaults
+    (the "auto" timeout and idle timer); ``--flowlet-timeout-ms`` fixes both."""
     from glbdlab.nodes import GlbdOptions, glbd_config
     from glbdlab.topology import leaf_spine
 
@@ -113,7 +136,10 @@ def test_fabric_bench_flowlet_contenders_configs_load(tmp_path: Path, key: str) 
         cfg = cfgmod.load(f)
         assert cfg.flowlet.enabled is enabled
         if enabled:
-            assert cfg.flowlet.timeout_us == 100_000 and cfg.flowlet.interfaces is None
-    assert fib_extra(key, p) == {"resilient_idle_timer_s": "0.1"}
+            assert cfg.flowlet.timeout_us == "auto" and cfg.flowlet.interfaces is None
+            assert cfg.fib.resilient_idle_timer_s == "auto"
+    assert "resilient_idle_timer_s" not in fib_extra(key, p)
     q, only, _ = parse(["--only", key, "--flowlet-timeout-ms", "20"])
     assert only == [key] and q.flowlet_timeout_s == 0.02
+    assert fib_extra(key, q)["resilient_idle_timer_s"] == "0.02"
+    assert "timeout_us = 20000" in leaf_extra(key, q)["leaf"]

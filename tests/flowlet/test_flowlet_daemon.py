@@ -6,6 +6,7 @@ the filter), and a stop with ``on_stop = "remove"`` takes the filters and pins a
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -55,8 +56,9 @@ class Glbd:
         self.rig, self.tmp = rig, tmp
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, on_stop: str) -> None:
+    def start(self, on_stop: str, edit: Callable[[str], str] = str) -> None:
         cfg = _config(self.tmp, on_stop)
+        cfg.write_text(edit(cfg.read_text()))
         with open(self.tmp / "glbd.log", "ab") as log:
             self.proc = self.rig.r.popen(
                 [sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log, stderr=log
@@ -127,5 +129,48 @@ def test_glbd_attaches_adopts_and_removes(rig: Rig, tmp_path: Path) -> None:
         g.stop()
         for ifname in IFACES:
             assert "glbd_flowlet" not in _filters(rig, ifname)
+    finally:
+        g.stop()
+
+
+def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path) -> None:
+    """``timeout_us = "auto"`` (the default): the floor while the fabric link's queue is
+    empty; once a queue builds there, the timeout rises to cover its drain time."""
+    if object_path() is None:
+        pytest.skip("flowlet.bpf.o is not built (glbd/bpf/build.sh; bootstrap.sh builds it)")
+
+    def edit(text: str) -> str:  # r-m1: a neighbor's port (monitored), shaped to 1 Mbit/s
+        return text.replace("timeout_us = 1000\n", "").replace(
+            "[bfd]",
+            '[[neighbors]]\naddress = "198.18.1.2"\nremote_as = 65100\ninterface = "r-m1"\n\n'
+            '[link_quality]\ncapacity_mbps = { "r-m1" = 1 }\n\n[bfd]',
+        )
+
+    rig.r.run(["tc", "qdisc", "replace", "dev", "r-m1", "root", "tbf", "rate", "1mbit",
+               "burst", "4kb", "limit", "100kb"])  # fmt: skip
+    g = Glbd(rig, tmp_path)
+    try:
+        g.start(on_stop="remove", edit=edit)
+        first = wait_until(
+            lambda: g.when(lambda s: s.get("attached") == ["r-h", "r-m2"]),
+            60,
+            what="glbd's flowlet program on the host-facing interfaces",
+        )
+        assert first["timeout_source"] == "auto" and first["timeout_us"] == 500.0
+        assert first["skew"]["peak_local_us"] == 0.0
+        # out of r-m1, over the sink's connected route; unconnected: the sink's port
+        # unreachables do not fail the sends
+        s = rig.h.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+        def deeper() -> dict[str, Any] | None:
+            for _ in range(100):  # 120 kB: more than the 100 kB the shaper queues
+                s.sendto(b"q" * 1200, ("198.18.1.2", 9))
+            return g.when(lambda f: f["timeout_us"] >= 100_000)
+
+        risen = wait_until(deeper, 30, what="the flowlet timeout above 100 ms")
+        s.close()
+        assert risen["skew"]["peak_local_us"] >= 100_000
+        assert risen["events"]["timeout_changed"] >= 1 and risen["error"] is None
+        assert '"event": "flowlet_timeout"' in g.log() or "flowlet_timeout" in g.log()
     finally:
         g.stop()

@@ -1,0 +1,104 @@
+"""The flowlet timeout from the fabric's measured path delay skew (``[flowlet] timeout_us =
+"auto"``, docs/flowlet.md).
+
+A flow may move to another path after an idle gap only if the gap exceeds the delay
+difference between the old path and the new one; otherwise the first packets on the new path
+overtake the last ones on the old. In a leaf-spine fabric the paths differ by their queues:
+propagation and serialisation are the same on every path, so the skew between two paths is at
+most the queueing delay of the slower one. A path out of a leaf crosses one of the leaf's
+uplinks and one spine's downlink; so
+
+    skew <= max(local uplink queue / its rate) + max(spine downlink queue / its rate)
+
+with the local figures from the link monitor and the remote ones from the spines' heartbeats
+(each entry carries its queue and capacity). Queues come and go faster than they can be
+measured, so the estimate keeps the **peak** of each term over a sliding window
+(``window_s``, per-second buckets): the timeout rises at once when a deeper queue is seen and
+falls only once the window has forgotten it. It is never below ``floor_ns`` (the fabric's
+base skew: a queue below one sample is not seen) nor above ``ceiling_ns`` (the flow table's
+aging), and it moves on a geometric ladder (``step``), so that a growing queue costs a
+handful of writes, not one per sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SkewEstimator", "SkewParams"]
+
+
+@dataclass(frozen=True, slots=True)
+class SkewParams:
+    floor_ns: int = 500_000
+    ceiling_ns: int = 10_000_000_000
+    #: how long a peak queue delay is remembered
+    window_s: float = 60.0
+    #: ratio between two consecutive timeouts on the ladder
+    step: float = 1.25
+
+    def __post_init__(self) -> None:
+        if not 0 < self.floor_ns <= self.ceiling_ns:
+            raise ValueError("need 0 < floor_ns <= ceiling_ns")
+        if self.window_s <= 0 or self.step <= 1:
+            raise ValueError("need window_s > 0 and step > 1")
+
+
+class SkewEstimator:
+    """Pure: fed the current queue delays (``observe``), answers the timeout to program."""
+
+    def __init__(self, params: SkewParams | None = None) -> None:
+        self.params = params or SkewParams()
+        #: (second, peak local us, peak remote us), oldest first
+        self._buckets: deque[tuple[int, float, float]] = deque()
+        self.timeout_ns = self.params.floor_ns
+        self.changes = 0
+
+    def observe(self, local_us: float, remote_us: float, now: float) -> int | None:
+        """One reading of the deepest local and remote queue (in microseconds of drain
+        time). Returns the new timeout (ns) when it moved on the ladder, else None."""
+        sec = math.floor(now)
+        b = self._buckets
+        if b and b[-1][0] == sec:
+            _s, lo, re = b[-1]
+            if local_us > lo or remote_us > re:
+                b[-1] = (sec, max(lo, local_us), max(re, remote_us))
+        else:
+            b.append((sec, local_us, remote_us))
+        horizon = sec - self.params.window_s
+        while b and b[0][0] <= horizon:
+            b.popleft()
+        want = self._ladder(self.skew_us() * 1000)
+        if want == self.timeout_ns:
+            return None
+        self.timeout_ns = want
+        self.changes += 1
+        return want
+
+    def skew_us(self) -> float:
+        """The skew bound now: peak local plus peak remote queue delay over the window."""
+        if not self._buckets:
+            return 0.0
+        return max(b[1] for b in self._buckets) + max(b[2] for b in self._buckets)
+
+    def _ladder(self, skew_ns: float) -> int:
+        """The smallest rung at or above ``skew_ns`` (rungs: floor x step^k, up to the ceiling)."""
+        p = self.params
+        if skew_ns <= p.floor_ns:
+            return p.floor_ns
+        k = math.ceil(math.log(skew_ns / p.floor_ns, p.step) - 1e-9)
+        return min(p.ceiling_ns, round(p.floor_ns * p.step**k))
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self._buckets
+        return {
+            "timeout_us": self.timeout_ns / 1e3,
+            "skew_us": round(self.skew_us(), 1),
+            "peak_local_us": round(max((x[1] for x in b), default=0.0), 1),
+            "peak_remote_us": round(max((x[2] for x in b), default=0.0), 1),
+            "window_s": self.params.window_s,
+            "floor_us": self.params.floor_ns / 1e3,
+            "changes": self.changes,
+        }
