@@ -95,10 +95,13 @@ async def test_a_scrape_builds_no_per_route_rows(tmp_path: Path) -> None:
     fib = FakeFib()
     node.fib = fib  # type: ignore[assignment]
     routes_built: list[int] = []
-    rib = SimpleNamespace(counters={"updates": 2}, pending=0)
+    rib = SimpleNamespace(
+        counters={"updates": 2},
+        pending=0,
+        iter_routes=lambda *_a: routes_built.append(1) or iter(()),
+    )
     node.bgp = SimpleNamespace(  # type: ignore[assignment]
         neighbors_snapshot=lambda: [{"peer": "198.18.1.0", "state": "up", "prefixes_in": 7}],
-        routes_snapshot=lambda: routes_built.append(1) or [],
         rib=rib,
         parser=SimpleNamespace(decoded=3, dropped={"bad_json": 1}),
     )
@@ -109,3 +112,6 @@ async def test_a_scrape_builds_no_per_route_rows(tmp_path: Path) -> None:
     assert ("glbd_bgp_prefixes_in", 7.0) in bgp_rows
     assert ("glbd_exabgp_api_drops_total", 1.0) in bgp_rows
     assert routes_built == []
+    node.fib = None  # the stub is the path the routes take, so a scrape using it would show
+    list(BgpPart(node).routes())
+    assert routes_built == [1]
