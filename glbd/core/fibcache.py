@@ -193,6 +193,20 @@ class FibCache:
                         o.routes = {k: r for k, r in o.routes.items() if r.nhid != gid}
                         self.routes_dirty = True
 
+    def _account_all(self, ops: Sequence[Op]) -> None:
+        """:meth:`account` for a batch the kernel took whole; route writes inline."""
+        o = self.obs
+        routes, foreign = o.routes, o.foreign_routes
+        table, protocol = self.table, self.protocol
+        for op in ops:
+            if type(op) is RouteSet:
+                key = (op.prefix, op.metric)
+                routes[key] = KRoute(op.prefix, table, protocol, op.metric, op.nhid)
+                if foreign:
+                    foreign.discard(key)
+            else:
+                self.account(op)
+
     def load(
         self,
         obs: Observed,
@@ -531,6 +545,9 @@ class FibCache:
         were not created join ``not_created``. Returns (errors, whether a group write showed
         the kernel has no 16-bit weights)."""
         self.stats.ops += len(ops)
+        if not failed:  # the common case, 100k routes at a time: fold without the checks
+            self._account_all(ops)
+            return [], False
         errors: list[str] = []
         foreign: list[IPNetwork] = []
         no_w16 = False

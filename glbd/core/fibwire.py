@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 from glbd.codec.netlink import const as c
@@ -48,6 +48,7 @@ __all__ = [
     "observe",
     "op_message",
     "op_wire",
+    "ops_wire",
     "parse_link",
     "parse_nexthop",
     "parse_route",
@@ -91,6 +92,21 @@ def op_wire(op: Op, *, protocol: int, table: int, weight_16bit: bool) -> bytes:
     """The request for ``op``, encoded (flags without NLM_F_ACK, seq 0: the batch sets them)."""
     m = _encode(op, protocol, table, weight_16bit)
     return m if isinstance(m, bytes) else m.encode()
+
+
+def ops_wire(ops: Sequence[Op], *, protocol: int, table: int, weight_16bit: bool) -> list[bytes]:
+    """:func:`op_wire` of every op; route writes (a 100k-route install) encoded inline."""
+    route = fibmsg.route_wire
+    out: list[bytes] = []
+    for op in ops:
+        if type(op) is RouteSet:
+            msg = route(
+                op.prefix, op.metric, op.nhid, table=table, protocol=protocol, replace=op.replace
+            )
+            out.append(msg)
+        else:
+            out.append(op_wire(op, protocol=protocol, table=table, weight_16bit=weight_16bit))
+    return out
 
 
 def op_message(op: Op, *, protocol: int, table: int, weight_16bit: bool) -> Message:

@@ -70,7 +70,7 @@ from glbd.core.fibplan import (
     plan,
 )
 from glbd.core.fibsnap import RouteLookup, snapshot
-from glbd.core.fibwire import ROUTE_WANT, RowMemo, observe, op_wire, routes_from_rows
+from glbd.core.fibwire import ROUTE_WANT, RowMemo, observe, ops_wire, routes_from_rows
 from glbd.io.fibkernel import get_compat_mode, set_compat_mode
 from glbd.io.netlink import NetlinkError, NetlinkSocket
 from glbd.io.rtnl import (
@@ -467,9 +467,7 @@ class FibProgrammer:
     async def _execute_batch(self, ops: Sequence[Op], not_created: set[int]) -> list[str]:
         assert self._req is not None
         w16 = self._weight_bits == 16
-        msgs: list[Message | bytes] = [
-            op_wire(op, protocol=self.protocol, table=self.table, weight_16bit=w16) for op in ops
-        ]
+        msgs = ops_wire(ops, protocol=self.protocol, table=self.table, weight_16bit=w16)
         failed = dict(await self._req.batch(msgs))
         errors, no_w16 = self.cache.written(ops, failed, not_created, w16)
         if no_w16:
