@@ -114,6 +114,7 @@ def bgp_open(asn: int, hold: int, bgp_id: str) -> bytes:
 
 KEEPALIVE = bgp_msg(4, b"")
 END_OF_RIB = bgp_msg(2, b"\x00\x00\x00\x00")
+CEASE_ADMIN_RESET = bgp_msg(3, bytes([6, 4]))
 
 
 def path_attrs(spine: int, remote: int, nh: str) -> bytes:
@@ -150,12 +151,16 @@ class Feeder:
         self.sent_updates = 0
         self.hb_sent = 0
         self.bfd_up: set[str] = set()
+        self.bfd_downs = 0
         self.by_addr = {link_addrs(i)[0]: i for i in range(1, self.n + 1)}
         self.plen = prefix_len(cfg["prefixes"])
         self.rng = random.Random(1)
+        self.writers: dict[int, asyncio.StreamWriter] = {}
+        self.held: set[int] = set()  # spines whose sessions are refused (a peer restart)
 
     def say(self, **kw: Any) -> None:
-        print(json.dumps(kw), flush=True)
+        # t: CLOCK_MONOTONIC, system-wide, so the parent can compare it with its own clock
+        print(json.dumps({**kw, "t": time.monotonic()}), flush=True)
 
     # --- BGP -------------------------------------------------------------------------------
     def updates(self, spine: int) -> list[bytes]:
@@ -184,10 +189,37 @@ class Feeder:
                 out.append(bgp_msg(2, head + chunk))
         return out
 
+    def withdrawals(self) -> list[bytes]:
+        """Every prefix withdrawn, packed into UPDATEs of up to 4096 bytes."""
+        out: list[bytes] = []
+        chunk = b""
+        for i in range(self.cfg["prefixes"]):
+            nl = nlri(i, self.plen)
+            if 19 + 4 + len(chunk) + len(nl) > 4096:
+                out.append(bgp_msg(2, struct.pack("!H", len(chunk)) + chunk + b"\x00\x00"))
+                chunk = b""
+            chunk += nl
+        if chunk:
+            out.append(bgp_msg(2, struct.pack("!H", len(chunk)) + chunk + b"\x00\x00"))
+        return out
+
+    @staticmethod
+    async def send_all(writer: asyncio.StreamWriter, msgs: list[bytes], tail: bytes = b"") -> int:
+        batch = bytearray()
+        for m in msgs:
+            batch += m
+            if len(batch) > 65536:
+                writer.write(bytes(batch))
+                batch.clear()
+                await writer.drain()
+        writer.write(bytes(batch) + tail)
+        await writer.drain()
+        return len(msgs)
+
     async def session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         local = writer.get_extra_info("sockname")[0]
         spine = self.by_addr.get(local)
-        if spine is None:
+        if spine is None or spine in self.held:
             writer.close()
             return
         hold = self.cfg["hold"]
@@ -210,17 +242,9 @@ class Feeder:
 
             ka_task = asyncio.create_task(keepalives())
             self.established.add(spine)
+            self.writers[spine] = writer
             self.say(ev="established", spine=spine, n=len(self.established))
-            batch = bytearray()
-            for m in self.updates(spine):
-                batch += m
-                self.sent_updates += 1
-                if len(batch) > 65536:
-                    writer.write(bytes(batch))
-                    batch.clear()
-                    await writer.drain()
-            writer.write(bytes(batch) + END_OF_RIB)
-            await writer.drain()
+            self.sent_updates += await self.send_all(writer, self.updates(spine), END_OF_RIB)
             self.say(ev="rib_sent", spine=spine)
             while True:
                 kind, body = await self.read_msg(reader)
@@ -231,6 +255,8 @@ class Feeder:
             self.say(ev="session_lost", spine=spine, error=str(e))
         finally:
             self.established.discard(spine)
+            if self.writers.get(spine) is writer:
+                del self.writers[spine]
             if ka_task is not None:
                 ka_task.cancel()
             writer.close()
@@ -304,6 +330,9 @@ class Feeder:
             if ev.new.name.upper() == "UP":
                 self.bfd_up.add(ev.interface)
             else:
+                if ev.interface in self.bfd_up:  # a flap: the leaf or this side missed packets
+                    self.bfd_downs += 1
+                    self.say(ev="bfd_down", interface=ev.interface, reason=ev.reason)
                 self.bfd_up.discard(ev.interface)
 
         us = self.cfg["bfd_ms"] * 1000
@@ -319,6 +348,35 @@ class Feeder:
             )  # fmt: skip
         return eng
 
+    # --- control (stdin lines from the parent) ------------------------------------------------
+    async def command(self, line: str) -> None:
+        """``drop N``: Cease to spine N's session, refuse it until ``restore N``;
+        ``withdraw N`` / ``announce N``: withdraw or re-send all its prefixes on a live session."""
+        words = line.split()
+        if len(words) != 2 or not words[1].isdigit():
+            self.say(ev="bad_command", line=line)
+            return
+        cmd, spine = words[0], int(words[1])
+        w = self.writers.get(spine)
+        if cmd == "drop":
+            self.held.add(spine)
+            if w is not None:
+                w.write(CEASE_ADMIN_RESET)
+                with contextlib.suppress(ConnectionError, OSError):
+                    await w.drain()
+                w.close()
+            self.say(ev="dropped", spine=spine, live=w is not None)
+        elif cmd == "restore":
+            self.held.discard(spine)
+            self.say(ev="restored", spine=spine)
+        elif cmd in ("withdraw", "announce") and w is not None:
+            msgs = self.withdrawals() if cmd == "withdraw" else self.updates(spine)
+            with contextlib.suppress(ConnectionError, OSError):
+                await self.send_all(w, msgs)
+            self.say(ev=f"{cmd}_sent", spine=spine, updates=len(msgs))
+        else:
+            self.say(ev="bad_command", line=line)
+
     async def main(self) -> None:
         eng = self.start_bfd()
         server = await asyncio.start_server(self.session, "0.0.0.0", 179, reuse_address=True)
@@ -327,13 +385,35 @@ class Feeder:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        loop.add_reader(sys.stdin.fileno(), stop.set)  # parent gone or "quit"
+        pending = bytearray()
+        tasks: set[asyncio.Task[None]] = set()
+
+        def on_stdin() -> None:  # EOF (parent gone) or "quit" stops; other lines are commands
+            data = os.read(sys.stdin.fileno(), 4096)
+            if not data:
+                loop.remove_reader(sys.stdin.fileno())
+                stop.set()
+                return
+            pending.extend(data)
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                text = line.decode(errors="replace").strip()
+                if text == "quit":
+                    stop.set()
+                elif text:
+                    t = asyncio.create_task(self.command(text))
+                    tasks.add(t)
+                    t.add_done_callback(tasks.discard)
+
+        loop.add_reader(sys.stdin.fileno(), on_stdin)
         try:
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 5)
                 self.say(
                     ev="status", established=len(self.established), bfd_up=len(self.bfd_up),
+                    bfd_downs=self.bfd_downs,
                     updates=self.sent_updates, hb_sent=self.hb_sent,
                 )  # fmt: skip
         finally:
@@ -491,6 +571,9 @@ def build(lab: Any, n: int) -> tuple[Any, Any]:
 
 
 class FeederProc:
+    """The feeder process in the spines' namespace; its events (JSON lines with a monotonic
+    ``t``) are kept in ``events``; :meth:`send` writes one control line (see ``Feeder.command``)."""
+
     def __init__(self, fab: Any, cfg_path: Path) -> None:
         self.proc = fab.popen(
             [sys.executable, str(Path(__file__).resolve()), "--feeder", str(cfg_path)],
@@ -501,13 +584,32 @@ class FeederProc:
         self.ready = threading.Event()
         self.info: dict[str, Any] = {}
         self.quiet = False  # set once glbd is being stopped: its sessions closing is expected
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def find(self, ev: str, since: float = 0.0, **match: Any) -> dict[str, Any] | None:
+        """The first event named ``ev`` at or after monotonic ``since`` matching ``match``."""
+        with self.lock:
+            for e in self.events:
+                ok = e.get("ev") == ev and e.get("t", 0.0) >= since
+                if ok and all(e.get(k) == v for k, v in match.items()):
+                    return e
+        return None
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             with contextlib.suppress(ValueError):
                 ev = json.loads(line)
+                if ev.get("ev") != "status":
+                    with self.lock:
+                        self.events.append(ev)
                 if ev.get("ev") == "ready":
                     self.info = ev
                     self.ready.set()
