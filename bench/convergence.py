@@ -141,19 +141,20 @@ class FibProbe:
 
 # ==================================================================================== speakers
 def frr_config(n: int, hold: int, bfd_ms: int) -> str:
-    lines = [
-        "frr defaults datacenter",
-        "hostname leaf",
-        "log timestamp precision 3",
-        "!",
-        "bfd",
-        f" profile {BFD_PROFILE}",
-        f"  receive-interval {bfd_ms}",
-        f"  transmit-interval {bfd_ms}",
-        "  detect-multiplier 3",
-        " exit",
-        "exit",
-        "!",
+    """bgpd's config for the leaf (``bfd_ms`` 0: no BFD)."""
+    lines = ["frr defaults datacenter", "hostname leaf", "log timestamp precision 3", "!"]
+    if bfd_ms:
+        lines += [
+            "bfd",
+            f" profile {BFD_PROFILE}",
+            f"  receive-interval {bfd_ms}",
+            f"  transmit-interval {bfd_ms}",
+            "  detect-multiplier 3",
+            " exit",
+            "exit",
+            "!",
+        ]
+    lines += [
         "route-map NOTHING deny 10",
         "exit",
         "!",
@@ -166,8 +167,9 @@ def frr_config(n: int, hold: int, bfd_ms: int) -> str:
         f" neighbor SPINES remote-as {gm.SPINE_AS}",
         f" neighbor SPINES timers {max(1, hold // 3)} {hold}",
         " neighbor SPINES timers connect 1",
-        f" neighbor SPINES bfd profile {BFD_PROFILE}",
     ]
+    if bfd_ms:
+        lines.append(f" neighbor SPINES bfd profile {BFD_PROFILE}")
     for i in range(1, n + 1):
         sp, _ = gm.link_addrs(i)
         lines.append(f" neighbor {sp} peer-group SPINES")
@@ -213,11 +215,15 @@ class GlbdSpeaker(Speaker):
 
     def start(self) -> None:
         conf = self.run_dir / "glbd.toml"
+        bfd_ms = self.args.bfd_ms
         cfg = argparse.Namespace(
             neighbors=self.args.neighbors, hold=self.args.hold, packed=True,
-            bfd_ms=self.args.bfd_ms, hb_ms=self.args.hb_ms,
+            bfd_ms=bfd_ms or 300, hb_ms=self.args.hb_ms,
         )  # fmt: skip
-        conf.write_text(gm.leaf_config(cfg, self.run_dir))
+        text = gm.leaf_config(cfg, self.run_dir)
+        if not bfd_ms:
+            text = text.replace("[bfd]\n", "[bfd]\nenabled = false\n")
+        conf.write_text(text)
         log = open(self.run_dir / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = self.leaf.popen(
             [sys.executable, "-m", "glbd", "run", "-c", str(conf)],
@@ -428,9 +434,9 @@ class Run:
         res["all_established_s"] = last["t"] - t0 if last else None
         sent = [e["t"] for s in range(1, n + 1) if (e := feeder.find("rib_sent", t0, spine=s))]
         res["feeder_sent_s"] = max(sent) - t0 if len(sent) == n else None
-        res["bfd_downs_feeder"] = sum(
-            1 for e in list(feeder.events) if e.get("ev") == "bfd_down" and e["t"] >= t0
-        )
+        downs = [e for e in list(feeder.events) if e.get("ev") == "bfd_down" and e["t"] >= t0]
+        res["bfd_downs_feeder"] = len(downs)
+        res["bfd_downs_feeder_reasons"] = sorted({str(e.get("reason")) for e in downs})
         res["sessions_established"] = sum(
             1 for e in list(feeder.events) if e.get("ev") == "established" and e["t"] >= t0
         )
@@ -440,7 +446,8 @@ class Run:
             res["bfd_failures_glbd"] = self.speaker.bfd_failures()
         if res["bfd_downs_feeder"] or res.get("bfd_failures_glbd"):
             self.say(
-                f"BFD flaps while converging: feeder saw {res['bfd_downs_feeder']} Downs, "
+                f"BFD flaps while converging: feeder saw {res['bfd_downs_feeder']} Downs "
+                f"({', '.join(res['bfd_downs_feeder_reasons'])}), "
                 f"glbd {res.get('bfd_failures_glbd')}"
             )
         if seen is None:
@@ -598,7 +605,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1, help="runs per speaker (alternating)")
     ap.add_argument("--remote-leaves", type=int, default=32, help="originating leaves (NNHNs)")
     ap.add_argument("--hb-ms", type=int, default=100, help="feeder heartbeat interval")
-    ap.add_argument("--bfd-ms", type=int, default=300, help="BFD tx/rx interval (x3), both")
+    ap.add_argument(
+        "--bfd-ms", type=int, default=300, help="BFD tx/rx interval (x3) on both sides; 0: off"
+    )
     ap.add_argument("--hold", type=int, default=9, help="BGP hold time")
     ap.add_argument("--churn", type=float, default=0.0, help="heartbeat band toggles per second")
     ap.add_argument("--restart", choices=("close", "withdraw", "none"), default="close")

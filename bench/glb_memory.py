@@ -378,10 +378,10 @@ class Feeder:
             self.say(ev="bad_command", line=line)
 
     async def main(self) -> None:
-        eng = self.start_bfd()
+        eng = self.start_bfd() if self.cfg["bfd_ms"] > 0 else None  # 0: no BFD (convergence.py)
         server = await asyncio.start_server(self.session, "0.0.0.0", 179, reuse_address=True)
         hb = asyncio.create_task(self.heartbeats())
-        self.say(ev="ready", pid=os.getpid(), bfd_pid=eng.pid)
+        self.say(ev="ready", pid=os.getpid(), bfd_pid=eng.pid if eng is not None else None)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -419,7 +419,8 @@ class Feeder:
         finally:
             hb.cancel()
             server.close()
-            eng.stop()
+            if eng is not None:
+                eng.stop()
 
 
 def feeder_main(cfg_path: str) -> int:
