@@ -323,6 +323,7 @@ class Run:
         self.res: dict[str, Any] = {"speaker": kind, "run": no}
         self.rss_max: dict[str, float] = {}
         self.polls = 0
+        self.pyspy: tuple[subprocess.Popen[bytes], Path] | None = None
         self.dump_s_max = 0.0
 
     def say(self, msg: str) -> None:
@@ -369,7 +370,6 @@ class Run:
         args, res = self.args, self.res
         run_dir = Path(tempfile.mkdtemp(prefix=f"convergence-{self.kind}-"))
         self.feeder: gm.FeederProc | None = None  # type: ignore[assignment]
-        pyspy: subprocess.Popen[bytes] | None = None
         try:
             with Lab() as lab:
                 leaf, fab = gm.build(lab, args.neighbors)
@@ -393,8 +393,7 @@ class Run:
                 t0 = time.monotonic()
                 self.speaker.start()
                 res["start_call_s"] = time.monotonic() - t0
-                if args.py_spy and isinstance(self.speaker, GlbdSpeaker):
-                    pyspy = self.start_py_spy(run_dir)
+                self.profile_start("converge")
                 self.converge(t0)
                 if res.get("converged_s") is not None and args.restart != "none":
                     self.restart()
@@ -404,17 +403,11 @@ class Run:
                 res["load_end"] = gm.load()
                 res["polls"] = self.polls
                 res["dump_s_max"] = self.dump_s_max
-                if pyspy is not None:
-                    self.finish_py_spy(pyspy)
-                    pyspy = None
                 feeder.quiet = True
                 self.probe.close()
                 self.speaker.stop(run_dir if args.keep else None)
         finally:
-            if pyspy is not None and pyspy.poll() is None:
-                pyspy.send_signal(signal.SIGINT)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    pyspy.wait(30)
+            self.profile_stop()
             if self.feeder is not None:
                 self.feeder.stop()
             if args.keep:
@@ -428,6 +421,7 @@ class Run:
         assert feeder is not None
         n = args.neighbors
         seen = self.wait_fib(n, t0, args.converge_timeout, f"convergence ({n}-wide)")
+        self.profile_stop()
         first = feeder.find("established", since=t0)
         last = feeder.find("established", since=t0, n=n)
         res["first_established_s"] = first["t"] - t0 if first else None
@@ -470,6 +464,7 @@ class Run:
         n, spine = args.neighbors, args.neighbors
         time.sleep(args.settle)  # let the converged state settle before disturbing it
         mode = args.restart
+        self.profile_start("restart")
         t_drop = time.monotonic()
         feeder.send(f"{'drop' if mode == 'close' else 'withdraw'} {spine}")
         down = self.wait_fib(n - 1, t_drop, args.restart_timeout, f"spine {spine} out")
@@ -479,6 +474,7 @@ class Run:
         t_back = time.monotonic()
         feeder.send(f"{'restore' if mode == 'close' else 'announce'} {spine}")
         up = self.wait_fib(n, t_back, args.restart_timeout, f"spine {spine} back")
+        self.profile_stop()
         ev = feeder.find("established" if mode == "close" else "announce_sent", t_back, spine=spine)
         if ev is not None and mode == "withdraw":  # announce_sent is logged once all is sent
             ev = dict(ev, t=t_back)
@@ -491,27 +487,34 @@ class Run:
                 f"session came back ({up - t_back:.2f} s after the restore)"
             )
 
-    def start_py_spy(self, run_dir: Path) -> subprocess.Popen[bytes] | None:
+    def profile_start(self, phase: str) -> None:
+        """``--py-spy DIR``: sample glbd and its children (50 Hz, raw collapsed stacks) into
+        DIR/glbd-RUN-PHASE.txt until :meth:`profile_stop`."""
+        if not self.args.py_spy or not isinstance(self.speaker, GlbdSpeaker):
+            return
         exe = Path(sys.executable).parent / "py-spy"
-        if not exe.exists():
-            self.say("py-spy not installed in the venv: no profile")
-            return None
-        assert isinstance(self.speaker, GlbdSpeaker) and self.speaker.proc is not None
+        if not exe.exists() or self.speaker.proc is None:
+            self.say("py-spy is not installed in the venv: no profile")
+            return
         out = Path(self.args.py_spy).resolve()
         out.mkdir(parents=True, exist_ok=True)
-        self.pyspy_out = out / f"glbd-{self.no}.txt"
-        return subprocess.Popen(
-            [str(exe), "record", "-r", "50", "-f", "raw", "--subprocesses", "-o",
-             str(self.pyspy_out), "--pid", str(self.speaker.proc.pid)],
-            stdout=subprocess.DEVNULL, stderr=open(run_dir / "py-spy.log", "wb"),
-        )  # fmt: skip
+        path = out / f"glbd-{self.no}-{phase}.txt"
+        self.pyspy = (subprocess.Popen(
+            [str(exe), "record", "-r", "50", "-f", "raw", "--subprocesses", "-o", str(path),
+             "--pid", str(self.speaker.proc.pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ), path)  # fmt: skip
 
-    def finish_py_spy(self, proc: subprocess.Popen[bytes]) -> None:
-        proc.send_signal(signal.SIGINT)
+    def profile_stop(self) -> None:
+        if self.pyspy is None:
+            return
+        proc, path = self.pyspy
+        self.pyspy = None
+        proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(60)
-        self.res["py_spy"] = str(self.pyspy_out)
-        self.say(f"py-spy profile: {self.pyspy_out}")
+        self.res.setdefault("py_spy", []).append(str(path))
+        self.say(f"py-spy profile: {path}")
 
 
 # ===================================================================================== report
