@@ -384,6 +384,12 @@ class BgpSection(_Model):
     #: UPDATEs arriving within this long of a selection are selected together at its end
     #: (a quiet RIB still selects at once); 0 = select on every UPDATE
     update_coalesce_ms: Annotated[float, Field(ge=0, le=1000)] = 50.0
+    #: initial-exchange deferral (FRR's update-delay): after a start or an ExaBGP restart,
+    #: received routes are selected once, when every neighbor has sent End-of-RIB (or did
+    #: not establish within ``update_delay_establish_wait_s``), at most this long; 0 = off
+    update_delay_s: Annotated[float, Field(ge=0, le=3600)] = 120.0
+    #: how long that deferral waits for a configured neighbor to establish at all
+    update_delay_establish_wait_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
     #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR computes one NNHN per UPDATE
     #: from its first prefix, so by default only that prefix's NNHN is used)
     trust_packed_nnhn: bool = False

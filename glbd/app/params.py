@@ -251,6 +251,8 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
         stale_path_time_s=c.bgp.stale_path_time_s,
         trust_packed_nnhn=c.bgp.trust_packed_nnhn,
         update_coalesce_s=c.bgp.update_coalesce_ms / 1e3,
+        update_delay_s=c.bgp.update_delay_s,
+        update_delay_establish_wait_s=c.bgp.update_delay_establish_wait_s,
         drain=c.bgp.drain,
         drain_prepend=c.bgp.drain_prepend,
     )

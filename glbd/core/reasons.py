@@ -18,6 +18,7 @@ __all__ = [
     "RemoteStatus",
     "ResetReason",
     "RouteRejected",
+    "UpdateDelayEnd",
     "nhc_malformed",
 ]
 
@@ -71,6 +72,21 @@ class RouteRejected(enum.StrEnum):
     @property
     def counter(self) -> str:
         return f"rejected_{self.value}"
+
+
+class UpdateDelayEnd(enum.StrEnum):
+    """Why the RIB's initial-exchange deferral (``bgp.update_delay_s``) ended: counted as
+    ``update_delay_end_<reason>`` in ``glbctl counters``."""
+
+    #: every neighbor sent End-of-RIB, did not establish within the establish-wait, or is
+    #: restarting itself (the normal end)
+    END_OF_RIB = "end_of_rib"
+    #: ``update_delay_s`` passed first: some established neighbor never sent End-of-RIB
+    TIMER = "timer"
+
+    @property
+    def counter(self) -> str:
+        return f"update_delay_end_{self.value}"
 
 
 class FibConflict(enum.StrEnum):

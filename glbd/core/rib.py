@@ -77,6 +77,7 @@ from glbd.core.reasons import (
     NhcStatus,
     ResetReason,
     RouteRejected,
+    UpdateDelayEnd,
     nhc_malformed,
 )
 
@@ -94,6 +95,7 @@ __all__ = [
     "Retract",
     "Rib",
     "RibParams",
+    "RibStats",
     "Role",
     "StaleTimerExpired",
 ]
@@ -210,6 +212,31 @@ class RibParams:
     #: move their traffic to other paths while the sessions stay up
     drain: bool = False
     drain_prepend: int = 3
+    #: initial-exchange deferral (FRR's update-delay): after the RIB starts (its first timed
+    #: input) or our ExaBGP restarts, received paths are stored but not selected until every
+    #: neighbor has sent End-of-RIB, is restarting itself, or has not established within
+    #: ``update_delay_establish_wait_s``; at most this long. Then every waiting prefix is
+    #: selected once (in ``flush_batch`` slices) instead of once per coalescing window per
+    #: arriving path. Withdrawals of prefixes already selected, BFD and session losses are
+    #: never deferred. 0 = off.
+    update_delay_s: float = 0.0
+    #: how long the deferral waits for a configured neighbor to establish at all
+    update_delay_establish_wait_s: float = 10.0
+
+
+@dataclass(slots=True)
+class RibStats:
+    """Work counters of the selection machinery (for benchmarks and tests; not exported)."""
+
+    #: best-path selections run (one per prefix and recompute)
+    selections: int = 0
+    #: selections whose outcome (best path's attributes, multipath set, NNHN) was new, so
+    #: every peer's Adj-RIB-Out was compared with what it should hold
+    adj_out_walks: int = 0
+    #: selections whose outcome was unchanged: no Adj-RIB-Out walk
+    adj_out_skips: int = 0
+    #: ``_advert`` calls (one per peer per walk)
+    adverts: int = 0
 
 
 # -- effects -------------------------------------------------------------------------------
@@ -424,6 +451,19 @@ class Rib:
         self._dirty: set[Prefix] = set()
         self._flush_at: float | None = None
         self._quiet_at = float("-inf")  # an UPDATE from then on is selected at once
+        #: per prefix, the outcome of its last selection that the Adj-RIB-Outs follow from
+        #: (originated, the best path's attributes, the multipath peers, the NNHN): the same
+        #: outcome again needs no walk over every peer. Interned (prefixes share them)
+        self._outcome: dict[Prefix, tuple[Any, ...]] = {}
+        self._outcomes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.stats = RibStats()
+        #: initial-exchange deferral: on from the start (if configured), its clock starts at
+        #: the first timed input; the neighbors that sent End-of-RIB since it began
+        self._delaying = params.update_delay_s > 0
+        self._delay_until: float | None = None
+        self._delay_wait_until: float | None = None
+        self._delay_waited = False  # the establish-wait is over
+        self._delay_eor: set[IPAddress] = set()
 
     # ---- inputs ------------------------------------------------------------------------
 
@@ -442,9 +482,18 @@ class Rib:
         return []
 
     def on_state(self, peer: IPAddress, state: str, now: float, reason: str = "") -> list[Effect]:
+        self._delay_clock(now)
         st = self._peer(peer)
         if st is None:
             return []
+        out = self._on_state(st, peer, state, now, reason)
+        if self._delaying:
+            self._delay_check(now)
+        return out
+
+    def _on_state(
+        self, st: PeerState, peer: IPAddress, state: str, now: float, reason: str
+    ) -> list[Effect]:
         if state == "up" and st.held_until is not None:
             if now < st.held_until:  # max_prefixes: closed again until the restart time
                 st.counters["max_prefixes_held"] += 1
@@ -461,7 +510,7 @@ class Rib:
             st.counters["established"] += 1
             out: list[Effect] = [PeerUp(peer, st.bgp_id)]
             if not st.stale:
-                out += self._recompute({p for p, _ in st.paths()})
+                out += self._select_or_hold({p for p, _ in st.paths()})
             elif st.gr_helping:
                 out += self._gr_reestablished(st, now)
             return _events_first(out)
@@ -472,7 +521,9 @@ class Rib:
 
     def on_update(self, ev: api.UpdateEvent, now: float) -> list[Effect]:
         """Store the UPDATE's paths; select and advertise now, or at the end of the coalescing
-        window (``RibParams.update_coalesce_s``) if another UPDATE came shortly before."""
+        window (``RibParams.update_coalesce_s``) if another UPDATE came shortly before, or at
+        the end of the initial-exchange deferral (``RibParams.update_delay_s``)."""
+        self._delay_clock(now)
         st = self._peer(ev.peer)
         if st is None:
             return []
@@ -483,7 +534,11 @@ class Rib:
             self._reject(st, RouteRejected.MAX_PREFIXES, len(ev.announced))
             return []
         if ev.eor is not None:
-            return self._end_of_rib(st, ev.eor)
+            eor_out = self._end_of_rib(st, ev.eor)
+            if self._delaying:
+                self._delay_eor.add(st.params.address)
+                self._delay_check(now)
+            return eor_out
         changed: set[Prefix] = set()
         for _family, prefix in ev.withdrawn:
             if self._del_path(st, prefix):
@@ -515,12 +570,23 @@ class Rib:
                     st.counters[key] += 1
                     self.counters[key] += 1
         made: dict[tuple[IPAddress, str], Path] = {}  # one Path per distinct result
+        # one validation per next hop and family, not per prefix: the NHC is the UPDATE's
+        checked: dict[tuple[IPAddress, str, int], tuple[Any, NhcStatus, bool]] = {}
         # ExaBGP 5.0 lists an IPv4 prefix FRR 10 sends with an IPv6 next hop (RFC 8950) twice
         # in one UPDATE: a repeat of the first prefix is that prefix, not a packed one
         first = ev.announced[0].prefix if ev.announced else None
         for a in announced:
             next_hop = a.next_hop if a.next_hop is not None else ev.peer
-            nnh, status = self._validate(st, a, next_hop, attrs, decoded, decode_error)
+            ck = (next_hop, a.family, a.prefix.version)
+            verdict = checked.get(ck)
+            if verdict is None:
+                verdict = checked[ck] = self._validate(
+                    st, a, next_hop, attrs, decoded, decode_error
+                )
+            nnh, status, unspecified = verdict
+            if unspecified:
+                self.counters["nhc_nh_unspecified"] += 1
+                st.counters["nhc_nh_unspecified"] += 1
             packed = a.prefix != first
             if nnh is not None and packed and not self.params.trust_packed_nnhn:
                 nnh, status = None, NhcStatus.NNHN_PACKED_UNTRUSTED
@@ -617,7 +683,7 @@ class Rib:
         st.notification = ("send", 6)
         changed |= {p for p, _ in st.paths()}
         self._clear_paths(st)
-        out = self._recompute(changed)
+        out = self._select_or_hold(changed)
         out.append(ResetPeer(n.address, ResetReason.MAX_PREFIXES))
         return _events_first(out)
 
@@ -635,11 +701,12 @@ class Rib:
         st = self._peer(peer)
         if st is None:
             return []
+        self._delay_clock(now)
         st.counters["bfd_down"] += 1
         out: list[Effect] = []
         if self.params.bfd_strict or not st.bfd_down:
             st.bfd_down = True
-            out += self._recompute({p for p, _ in st.paths()})
+            out += self._select_or_hold({p for p, _ in st.paths()})
         out.append(ResetPeer(peer, ResetReason.BFD_DOWN))
         st.notification = ("send", 6)  # our Cease: a deliberate close, never a restart
         return _events_first(out)
@@ -649,7 +716,7 @@ class Rib:
         if st is None or not st.bfd_down:
             return []
         st.bfd_down = False
-        return self._recompute({p for p, _ in st.paths()})
+        return self._select_or_hold({p for p, _ in st.paths()})
 
     def peer_bfd_admin_down(self, peer: IPAddress, now: float) -> list[Effect]:
         """The peer's BFD went AdminDown: not a failure (RFC 5882 §3.2); nothing changes."""
@@ -660,7 +727,15 @@ class Rib:
 
     def speaker_lost(self, now: float) -> list[Effect]:
         """ExaBGP died: every session is gone, but forwarding is kept. Paths become stale and
-        stay in use until each peer's End-of-RIB or until the stale timer."""
+        stay in use until each peer's End-of-RIB or until the stale timer. The initial-exchange
+        deferral starts again: the new sessions' tables are selected once, as at a start."""
+        if self.params.update_delay_s > 0:
+            self._delaying = True
+            self._delay_until = self._delay_wait_until = None
+            self._delay_waited = False
+            self._delay_eor.clear()
+            self._flush_at = None
+            self._delay_clock(now)
         for st in self.peers.values():
             st.state = "down"
             st.last_down_reason = "exabgp restart"
@@ -677,7 +752,10 @@ class Rib:
         session (a peer that is down: in its last one; one never up since we started has not)
         or is restarting itself (its Restart State bit: waiting for each other would
         deadlock), and no path is stale from our own ExaBGP's restart. The caller bounds the
-        wait (a neighbor that never comes up)."""
+        wait (a neighbor that never comes up). Never while the initial-exchange deferral
+        lasts or prefixes wait for selection: our End-of-RIB must follow our routes."""
+        if self._delaying or self._dirty:
+            return False
         return all(
             (st.eor_received or (st.state == "up" and st.gr is not None and st.gr.restarting))
             and not (st.stale and not st.gr_helping)
@@ -686,10 +764,18 @@ class Rib:
 
     def next_deadline(self) -> float | None:
         ds = [d for d in (self._stale_deadline, self._flush_at) if d is not None]
+        if self._delaying:
+            ds += [d for d in (self._delay_until, self._delay_wait_until) if d is not None]
         return min(ds) if ds else None
 
     def on_timer(self, now: float) -> list[Effect]:
         out: list[Effect] = []
+        if self._delaying:
+            self._delay_clock(now)
+            if self._delay_wait_until is not None and now >= self._delay_wait_until:
+                self._delay_wait_until = None
+                self._delay_waited = True
+            self._delay_check(now)
         if self._flush_at is not None and now >= self._flush_at:
             out += self._flush(now)
         if self._stale_deadline is None or now < self._stale_deadline:
@@ -709,7 +795,7 @@ class Rib:
                 log.info("bgp_gr_stale_expired", peer=str(addr), state=st.state)
             removed += self._sweep(st, changed)
         self._rearm_stale()
-        out += self._recompute(changed)
+        out += self._select_or_hold(changed)
         return _events_first([StaleTimerExpired(tuple(peers), removed), *out])
 
     def flush(self) -> list[Effect]:
@@ -720,8 +806,26 @@ class Rib:
 
     @property
     def pending(self) -> int:
-        """Prefixes whose paths changed but are not selected yet (coalescing)."""
+        """Prefixes whose paths changed but are not selected yet (coalescing, deferral)."""
         return len(self._dirty)
+
+    @property
+    def update_delay_active(self) -> bool:
+        """The initial-exchange deferral is on: arriving paths wait for selection."""
+        return self._delaying
+
+    def update_delay_snapshot(self, now: float) -> dict[str, Any]:
+        """The deferral's state (``glbctl neighbors`` rows carry each neighbor's part)."""
+        return {
+            "active": self._delaying,
+            "remaining_s": None
+            if not self._delaying or self._delay_until is None
+            else round(max(0.0, self._delay_until - now), 3),
+            "waiting_for": sorted(
+                str(a) for a, st in self.peers.items() if self._delay_waits_for(st, now)
+            ),
+            "pending": len(self._dirty),
+        }
 
     def set_originated(self, prefixes: Iterable[Prefix]) -> list[Effect]:
         new = set(prefixes)
@@ -803,6 +907,9 @@ class Rib:
         )
         self.params = params
         self.originated = set(params.originated)
+        self._outcome.clear()  # neighbors' parameters feed every Adj-RIB-Out
+        if self._delaying and params.update_delay_s <= 0:
+            self._delay_end(UpdateDelayEnd.END_OF_RIB, None)
         if knobs_changed or touched or policy_changed:
             changed |= set(self._fwd)
             changed |= set(self._index)
@@ -817,6 +924,7 @@ class Rib:
         if drain == self.params.drain:
             return []
         self.params = replace(self.params, drain=drain)
+        self._outcome.clear()
         self.counters["drain" if drain else "undrain"] += 1
         log.info("bgp_drain" if drain else "bgp_undrain", prefixes_out=len(self.adj_rib_out()))
         changed = set(self.originated)
@@ -898,6 +1006,13 @@ class Rib:
                     else round(now - st.established_at, 3),
                     "prefixes_in": st.n_paths,
                     "prefixes_out": len(st.adj_out),
+                    # initial-exchange deferral: "waiting" for this neighbor's End-of-RIB
+                    # (or establishment), "done", or None when the RIB is not deferring
+                    "update_delay": None
+                    if not self._delaying
+                    else "waiting"
+                    if self._delay_waits_for(st, now)
+                    else "done",
                     "last_down_reason": st.last_down_reason,
                     "counters": dict(st.counters),
                 }
@@ -936,12 +1051,70 @@ class Rib:
         if not changed:
             return []
         self._dirty |= changed
+        if self._delaying:
+            return []
         if self._flush_at is None and now >= self._quiet_at:
             self._quiet_at = now + self.params.update_coalesce_s
             return self.flush()
         if self._flush_at is None:
             self._flush_at = self._quiet_at
         return []
+
+    def _select_or_hold(self, prefixes: set[Prefix]) -> list[Effect]:
+        """Select ``prefixes`` now, except, while the initial-exchange deferral lasts, those
+        never selected yet (nothing of them is in forwarding or advertised): they wait with
+        the arrivals. A loss (session, BFD, stale sweep) of a selected prefix is never held."""
+        if not self._delaying or not prefixes:
+            return self._recompute(prefixes)
+        now_ = {p for p in prefixes if p in self._fwd or p in self._outcome}
+        self._dirty |= prefixes - now_
+        return self._recompute(now_)
+
+    def _delay_clock(self, now: float) -> None:
+        """The deferral's deadlines run from the first timed input after it began."""
+        if self._delaying and self._delay_until is None:
+            self._delay_until = now + self.params.update_delay_s
+            self._delay_wait_until = now + self.params.update_delay_establish_wait_s
+
+    def _delay_waits_for(self, st: PeerState, now: float) -> bool:
+        """The deferral still waits for this neighbor: it has not sent End-of-RIB since the
+        deferral began, is not held down (max_prefixes), is not restarting itself (its R
+        bit: it waits for our End-of-RIB), and is established or may still establish."""
+        if not self._delaying or st.params.address in self._delay_eor:
+            return False
+        if st.held_until is not None and now < st.held_until:
+            return False
+        if st.state == "up":
+            return not (st.gr is not None and st.gr.restarting)
+        if self._delay_waited:
+            return False
+        return self._delay_wait_until is None or now < self._delay_wait_until
+
+    def _delay_check(self, now: float) -> None:
+        if not self._delaying or self._delay_until is None:
+            return
+        if now >= self._delay_until:
+            self._delay_end(UpdateDelayEnd.TIMER, now)
+        elif not any(self._delay_waits_for(st, now) for st in self.peers.values()):
+            self._delay_end(UpdateDelayEnd.END_OF_RIB, now)
+
+    def _delay_end(self, reason: UpdateDelayEnd, now: float | None) -> None:
+        """The deferral is over: every waiting prefix is due now, selected in ``flush_batch``
+        slices by ``on_timer`` (the caller's loop runs between slices)."""
+        waiting = [str(a) for a, st in self.peers.items() if self._delay_waits_for(st, now or 0)]
+        self._delaying = False
+        self.counters[reason.counter] += 1
+        log.info(
+            "bgp_update_delay_end",
+            reason=str(reason),
+            prefixes=len(self._dirty),
+            waited_for=waiting[:8],
+        )
+        self._delay_until = self._delay_wait_until = None
+        self._delay_waited = False
+        self._delay_eor.clear()
+        if self._dirty:
+            self._flush_at = now if now is not None else float("-inf")
 
     def _flush(self, now: float) -> list[Effect]:
         """End of a coalescing window: select up to ``flush_batch`` waiting prefixes; the
@@ -962,25 +1135,31 @@ class Rib:
         attrs: api.PathAttributes,
         decoded: nhcmod.Nhc | None,
         decode_error: str,
-    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, NhcStatus]:
+    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, NhcStatus, bool]:
+        """The route's NNHN and status, and whether its NHC's next hop is all-zero and was
+        accepted (the caller counts ``nhc_nh_unspecified`` per route)."""
         if attrs.nhc is None:
-            return None, NhcStatus.ABSENT
+            return None, NhcStatus.ABSENT, False
         if not self.params.role.load_balancer:
-            return None, NhcStatus.NOT_VALIDATED
+            return None, NhcStatus.NOT_VALIDATED, False
         if nhcmod.flags_problem(attrs.nhc_flags) is not None:
-            return None, NhcStatus.NHC_BAD_FLAGS
+            return None, NhcStatus.NHC_BAD_FLAGS, False
         if decoded is None:
-            return None, nhc_malformed(decode_error)
+            return None, nhc_malformed(decode_error), False
         if (decoded.afi, decoded.safi) != _family_afi_safi(route):
-            return None, NhcStatus.NHC_FAMILY_MISMATCH
+            return None, NhcStatus.NHC_FAMILY_MISMATCH, False
         match = decoded.next_hop_match(next_hop)
         if match is nhcmod.NextHopMatch.MISMATCH:
-            return None, NhcStatus.NHC_NH_MISMATCH
-        if match is nhcmod.NextHopMatch.UNSPECIFIED:
-            if self.params.nnhn_strict_next_hop:
-                return None, NhcStatus.NHC_NH_UNSPECIFIED_REJECTED
-            self.counters["nhc_nh_unspecified"] += 1
-            st.counters["nhc_nh_unspecified"] += 1
+            return None, NhcStatus.NHC_NH_MISMATCH, False
+        unspecified = match is nhcmod.NextHopMatch.UNSPECIFIED
+        if unspecified and self.params.nnhn_strict_next_hop:
+            return None, NhcStatus.NHC_NH_UNSPECIFIED_REJECTED, False
+        nnh, status = self._check_nnhn(st, decoded)
+        return nnh, status, unspecified
+
+    def _check_nnhn(
+        self, st: PeerState, decoded: nhcmod.Nhc
+    ) -> tuple[tuple[ipaddress.IPv4Address, ...] | None, NhcStatus]:
         if decoded.link_local_only:  # the address alone does not name the router (§3.3)
             bid = decoded.bgpid
             if bid is None:
@@ -1024,7 +1203,7 @@ class Rib:
             out.append(PeerDown(st.params.address, reason))
         changed = {p for p, _ in st.paths()}
         self._clear_paths(st)
-        out += self._recompute(changed)
+        out += self._select_or_hold(changed)
         return _events_first(out)
 
     def _gr_applies(self, st: PeerState, notification: tuple[str, int] | None) -> bool:
@@ -1059,7 +1238,7 @@ class Rib:
             stale_paths=st.n_paths,
         )
         out: list[Effect] = [PeerDown(st.params.address, reason)]
-        out += self._recompute(changed)
+        out += self._select_or_hold(changed)
         return _events_first(out)
 
     def _gr_reestablished(self, st: PeerState, now: float) -> list[Effect]:
@@ -1088,7 +1267,7 @@ class Rib:
                 forwarding=[] if gr is None else list(gr.forwarding),
                 prefixes=len(changed),
             )
-        return self._recompute(changed)
+        return self._select_or_hold(changed)
 
     def _mark_stale(self, st: PeerState) -> None:
         for prefix, path in list(st.paths()):
@@ -1114,7 +1293,7 @@ class Rib:
             st.gr_helping = False
             st.stale_deadline = None
             self._rearm_stale()
-        return self._recompute(changed)
+        return self._select_or_hold(changed)
 
     def _sweep(self, st: PeerState, changed: set[Prefix], version: int | None = None) -> int:
         removed = 0
@@ -1219,8 +1398,11 @@ class Rib:
                 self._flush_at = None
         events: list[Effect] = []
         decisions: list[Effect] = []
+        stats = self.stats
+        outcomes = self._outcome
         for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
             best, mp_states = self._select_states(prefix)
+            stats.selections += 1
             mp_peers = {st for st, _p in mp_states}
             # an NNHN names BGP Identifiers only: never None or 0.0.0.0 (RFC 6286 §2.1)
             mp_ids = tuple(
@@ -1243,6 +1425,24 @@ class Rib:
                     self._fwd.pop(prefix, None)
                 events.append(NextHopsChanged(prefix, fwd))
             originated = prefix in self.originated
+            # what every Adj-RIB-Out entry of the prefix follows from (with the neighbors'
+            # and drain parameters, which clear the cache when they change)
+            outcome = (
+                originated,
+                None if best is None else (best.as_path, best.origin, best.communities),
+                _slots(mp_states),
+                mp_ids,
+            )
+            have_outcome = outcomes.get(prefix)
+            if have_outcome is not None and have_outcome == outcome:
+                stats.adj_out_skips += 1
+                continue
+            if best is None and not originated:
+                outcomes.pop(prefix, None)
+            else:
+                outcomes[prefix] = self._intern_outcome(outcome)
+            stats.adj_out_walks += 1
+            stats.adverts += len(self.peers)
             nhcs = (
                 self._nhc_values(mp_ids)
                 if self.params.role.helper and mp_ids and not originated
@@ -1261,6 +1461,16 @@ class Rib:
                     st.adj_out[prefix] = want
                     decisions.append(want)
         return events + decisions
+
+    def _intern_outcome(self, outcome: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One tuple per distinct selection outcome (a fabric has few): ~8 bytes per prefix."""
+        have = self._outcomes.get(outcome)
+        if have is not None:
+            return have
+        if len(self._outcomes) >= 4096:
+            self._outcomes.clear()
+        self._outcomes[outcome] = outcome
+        return outcome
 
     def _intern_fwd(self, fwd: tuple[NextHop, ...]) -> tuple[NextHop, ...]:
         """One tuple object per next-hop set: prefixes with the same next hops share it, and
@@ -1379,6 +1589,11 @@ def _family_afi_safi(route: api.RouteAnnounced) -> tuple[int, int]:
 
 _AFI = {"ipv4": nhcmod.AFI_IPV4, "ipv6": nhcmod.AFI_IPV6}
 _SAFI = {"unicast": 1, "multicast": 2}
+
+
+def _slots(mp_states: list[tuple[PeerState, Path]]) -> tuple[int, ...]:
+    """The multipath peers' slots, ascending (the set, whatever the order of selection)."""
+    return tuple(sorted(st.slot for st, _p in mp_states))
 
 
 def _family_order(p: Prefix) -> tuple[int, Prefix]:
