@@ -424,6 +424,31 @@ class PeerState:
         return dict(self.paths())
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Selection:
+    """One selection over one list of paths (slot by slot), shared by every prefix with it."""
+
+    #: the paths selected over: held so their identities (the cache key) stay theirs
+    paths: tuple[Path | None, ...]
+    best: Path | None
+    mp: list[tuple[PeerState, Path]]
+    mp_peers: frozenset[PeerState]
+    #: the NNHN we send: the multipath peers' BGP IDs
+    mp_ids: tuple[ipaddress.IPv4Address, ...]
+    #: the forwarding view (interned), for a prefix not originated here
+    fwd: tuple[NextHop, ...]
+    #: the multipath peers' slots, ascending
+    slots: tuple[int, ...]
+    #: what the Adj-RIB-Outs of a prefix not originated here follow from: the best path's
+    #: attributes, the multipath peers and the NNHN (interned: compared by identity first)
+    outcome: tuple[Any, ...]
+
+
+_NO_SELECTION = _Selection((), None, [], frozenset(), (), (), (), (None, (), ()))
+#: the outcome of an originated prefix: its advertisements depend on no path
+_ORIGINATED: tuple[Any, ...] = ("originated",)
+
+
 class Rib:
     def __init__(self, params: RibParams) -> None:
         self.params = params
@@ -457,6 +482,10 @@ class Rib:
         self._outcome: dict[Prefix, tuple[Any, ...]] = {}
         self._outcomes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.stats = RibStats()
+        #: selections by the prefix's paths, slot by slot (their identities): within one
+        #: recompute (peers unchanged), prefixes with the same paths from the same peers, a
+        #: fabric's common case, share one selection. Emptied when the recompute ends
+        self._selections: dict[tuple[int, ...], _Selection] = {}
         #: initial-exchange deferral: on from the start (if configured), its clock starts at
         #: the first timed input; the neighbors that sent End-of-RIB since it began
         self._delaying = params.update_delay_s > 0
@@ -1363,20 +1392,34 @@ class Rib:
         )
 
     def _select(self, prefix: Prefix) -> tuple[Path | None, list[Path]]:
-        best, mp = self._select_states(prefix)
-        return best, [p for _st, p in mp]
+        entry = self._index.get(prefix)
+        sel = _NO_SELECTION if entry is None else self._select_paths(tuple(entry[1:]))
+        return sel.best, [p for _st, p in sel.mp]
 
-    def _select_states(self, prefix: Prefix) -> tuple[Path | None, list[tuple[PeerState, Path]]]:
+    def _selection(self, prefix: Prefix) -> _Selection:
+        """The prefix's best path and multipath set, shared with the prefixes of the same
+        recompute that have the very same paths."""
         entry = self._index.get(prefix)
         if entry is None:
-            return None, []
+            return _NO_SELECTION
+        key = tuple(map(id, islice(entry, 1, None)))
+        sel = self._selections.get(key)
+        if sel is not None:
+            return sel
+        sel = self._select_paths(tuple(islice(entry, 1, None)))
+        if len(self._selections) >= 2048:
+            self._selections.clear()
+        self._selections[key] = sel  # holds the paths: their ids are not reused meanwhile
+        return sel
+
+    def _select_paths(self, paths: tuple[Path | None, ...]) -> _Selection:
         cands = [
             (st, p)
-            for st, p in zip(self._slots, islice(entry, 1, None), strict=False)
+            for st, p in zip(self._slots, paths, strict=False)
             if p is not None and st is not None and st.usable
         ]
         if not cands:
-            return None, []
+            return _Selection(paths, None, [], frozenset(), (), (), (), _NO_SELECTION.outcome)
         cands.sort(key=self._sort_key)
         best = cands[0][1]
         relax = self.params.multipath_relax
@@ -1388,8 +1431,29 @@ class Rib:
             and c[1].as_path_length == best.as_path_length
             and c[1].origin == best.origin
             and (relax or (c[1].as_path[:1] == best.as_path[:1]))
-        ]
-        return best, mp[: self.params.max_paths]
+        ][: self.params.max_paths]
+        # an NNHN names BGP Identifiers only: never None or 0.0.0.0 (RFC 6286 §2.1)
+        mp_ids = tuple(st.bgp_id for st, _p in mp if st.bgp_id is not None and int(st.bgp_id))
+        fwd = tuple(
+            sorted(
+                (self._next_hop_view(st, p) for st, p in mp),
+                key=lambda nh: (nh.peer.version, int(nh.peer)),
+            )
+        )
+        if fwd:
+            fwd = self._intern_fwd(fwd)
+        slots = tuple(sorted(st.slot for st, _p in mp))
+        outcome = (best.as_path, best.origin, best.communities), slots, mp_ids
+        return _Selection(
+            paths,
+            best,
+            mp,
+            frozenset(st for st, _p in mp),
+            mp_ids,
+            fwd,
+            slots,
+            self._intern_outcome(outcome),
+        )
 
     def _recompute(self, prefixes: set[Prefix]) -> list[Effect]:
         if self._dirty and prefixes:
@@ -1401,46 +1465,28 @@ class Rib:
         stats = self.stats
         outcomes = self._outcome
         for prefix in sorted(prefixes, key=lambda n: (n.version, n)):
-            best, mp_states = self._select_states(prefix)
+            sel = self._selection(prefix)
             stats.selections += 1
-            mp_peers = {st for st, _p in mp_states}
-            # an NNHN names BGP Identifiers only: never None or 0.0.0.0 (RFC 6286 §2.1)
-            mp_ids = tuple(
-                st.bgp_id for st, _p in mp_states if st.bgp_id is not None and int(st.bgp_id)
-            )
-            fwd: tuple[NextHop, ...] = ()
-            if prefix not in self.originated:
-                fwd = tuple(
-                    sorted(
-                        (self._next_hop_view(st, p) for st, p in mp_states),
-                        key=lambda nh: (nh.peer.version, int(nh.peer)),
-                    )
-                )
-            if fwd:
-                fwd = self._intern_fwd(fwd)
+            best, mp_peers, mp_ids = sel.best, sel.mp_peers, sel.mp_ids
+            originated = prefix in self.originated
+            fwd = sel.fwd if not originated else ()
             if fwd != self._fwd.get(prefix, ()):
                 if fwd:
                     self._fwd[prefix] = fwd
                 else:
                     self._fwd.pop(prefix, None)
                 events.append(NextHopsChanged(prefix, fwd))
-            originated = prefix in self.originated
             # what every Adj-RIB-Out entry of the prefix follows from (with the neighbors'
             # and drain parameters, which clear the cache when they change)
-            outcome = (
-                originated,
-                None if best is None else (best.as_path, best.origin, best.communities),
-                _slots(mp_states),
-                mp_ids,
-            )
+            outcome = _ORIGINATED if originated else sel.outcome
             have_outcome = outcomes.get(prefix)
-            if have_outcome is not None and have_outcome == outcome:
+            if have_outcome is outcome or (have_outcome is not None and have_outcome == outcome):
                 stats.adj_out_skips += 1
                 continue
             if best is None and not originated:
                 outcomes.pop(prefix, None)
             else:
-                outcomes[prefix] = self._intern_outcome(outcome)
+                outcomes[prefix] = outcome
             stats.adj_out_walks += 1
             stats.adverts += len(self.peers)
             nhcs = (
@@ -1460,10 +1506,12 @@ class Rib:
                 else:
                     st.adj_out[prefix] = want
                     decisions.append(want)
+        self._selections.clear()
         return events + decisions
 
     def _intern_outcome(self, outcome: tuple[Any, ...]) -> tuple[Any, ...]:
-        """One tuple per distinct selection outcome (a fabric has few): ~8 bytes per prefix."""
+        """One tuple per distinct selection outcome (a fabric has few): ~8 bytes per prefix,
+        and an unchanged outcome is the same object."""
         have = self._outcomes.get(outcome)
         if have is not None:
             return have
@@ -1527,7 +1575,7 @@ class Rib:
         originated: bool,
         best: Path | None,
         st: PeerState,
-        mp_peers: set[PeerState],
+        mp_peers: frozenset[PeerState],
         mp_ids: tuple[ipaddress.IPv4Address, ...],
         nhcs: dict[tuple[IPAddress, int], bytes] | None,
     ) -> Advertise | None:
@@ -1589,11 +1637,6 @@ def _family_afi_safi(route: api.RouteAnnounced) -> tuple[int, int]:
 
 _AFI = {"ipv4": nhcmod.AFI_IPV4, "ipv6": nhcmod.AFI_IPV6}
 _SAFI = {"unicast": 1, "multicast": 2}
-
-
-def _slots(mp_states: list[tuple[PeerState, Path]]) -> tuple[int, ...]:
-    """The multipath peers' slots, ascending (the set, whatever the order of selection)."""
-    return tuple(sorted(st.slot for st, _p in mp_states))
 
 
 def _family_order(p: Prefix) -> tuple[int, Prefix]:
