@@ -1,12 +1,18 @@
-"""Helpers for BGP integration tests: glbd speakers on a leaf-spine lab in namespaces."""
+"""Helpers for BGP integration tests: glbd speakers on a leaf-spine lab in namespaces, and the
+FRR routers, links and kernel tables around them."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from glbdlab.frr import FrrInstance
+from glbdlab.netns import Lab, Netns
 
 from glbd.core.rib import NeighborParams, RibParams, Role
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
@@ -14,6 +20,9 @@ from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 A = ipaddress.ip_address
 N = ipaddress.ip_network
 V4 = ipaddress.IPv4Address
+
+#: ``neighbor_extra`` lines of :func:`frr_bgp_conf` for a peer that gets FRR's NHC attribute
+NHC = ("send-nexthop-characteristics",)
 
 
 async def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
@@ -42,6 +51,15 @@ class Node:
         ]
 
 
+def speaker_node(params: RibParams, netns: str | None, **process: Any) -> Node:
+    """A glbd speaker for ``params`` (not started), its events collected in the Node; ExaBGP
+    restarts and stops fast unless ``process`` (ProcessOptions fields) says otherwise."""
+    events: list[BgpEvent] = []
+    opts = ProcessOptions(backoff_initial_s=0.2, stop_grace_s=3.0, drain_timeout_s=3.0)
+    sp = BgpSpeaker(params, netns=netns, on_event=events.append, process=replace(opts, **process))
+    return Node(sp, events)
+
+
 def make_node(
     netns: str | None,
     router_id: str,
@@ -63,11 +81,137 @@ def make_node(
         tuple(N(p) for p in originated),
         **kw,  # type: ignore[arg-type]
     )
-    events: list[BgpEvent] = []
-    sp = BgpSpeaker(
-        params,
-        netns=netns,
-        on_event=events.append,
-        process=ProcessOptions(backoff_initial_s=0.2, stop_grace_s=3.0, drain_timeout_s=3.0),
+    return speaker_node(params, netns)
+
+
+def glbd_leaf(
+    ns: Netns,
+    n: int,
+    uplinks: Iterable[tuple[str, str, str]],
+    originated: tuple[str, ...] = (),
+    **kw: object,
+) -> Node:
+    """glbd load balancer leaf ``n``: router id 10.0.0.n, AS 65000 + n, opening its sessions to
+    AS 65100 spines over ``uplinks`` (spine address, own address, interface)."""
+    neighbors = [(peer, 65100, local, ifname) for peer, local, ifname in uplinks]
+    return make_node(
+        ns.name, f"10.0.0.{n}", 65000 + n, Role.LOAD_BALANCER, neighbors, originated, False, **kw
     )
-    return Node(sp, events)
+
+
+def glbd_spine(
+    ns: Netns,
+    n: int,
+    downlinks: Iterable[tuple[str, int, str, str]],
+    originated: tuple[str, ...] = (),
+) -> Node:
+    """glbd helper spine ``n``: router id 10.0.0.(10 + n), AS 65100, opening its sessions over
+    ``downlinks`` (leaf address, leaf AS, own address, interface)."""
+    return make_node(
+        ns.name, f"10.0.0.{10 + n}", 65100, Role.HELPER, list(downlinks), originated, False
+    )
+
+
+async def stop_all(nodes: Iterable[Node]) -> None:
+    await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+def link(lab: Lab, a: Netns, a_if: str, b: Netns, b_if: str, net: str) -> tuple[str, str]:
+    """A veth in the /24 ``net`` (e.g. '172.16.11'): a gets .1, b gets .2 (returned so)."""
+    lab.veth(a, a_if, b, b_if, a_addr=f"{net}.1/24", b_addr=f"{net}.2/24")
+    return f"{net}.1", f"{net}.2"
+
+
+# ------------------------------------------------------------------------------------- FRR
+
+
+def frr_bgp_conf(
+    asn: int,
+    rid: str,
+    neighbors: Iterable[tuple[str, int | str]],
+    *,
+    networks: Iterable[str] = (),
+    extra: Iterable[str] = (),
+    neighbor_extra: Mapping[str, Iterable[str]] | None = None,
+    multipath: bool = True,
+    interface: bool = False,
+    ipv6: bool = False,
+) -> str:
+    """frr.conf of an FRR router in a test: eBGP to ``neighbors`` (address, remote AS) with
+    timers 3 9 and connect 1, IPv4 unicast announcing ``networks``.
+
+    ``extra``: more ``router bgp`` lines, before the neighbors. ``neighbor_extra[peer]``: more
+    ``neighbor PEER ...`` settings (e.g. :data:`NHC`). ``multipath``: multipath-relax and
+    ``maximum-paths 64``. ``interface``: the neighbors are ports (unnumbered, remote AS e.g.
+    "external"), left to FRR's default IPv4 unicast activation. ``ipv6``: the neighbors are
+    activated for IPv6 unicast too."""
+    more = neighbor_extra or {}
+    peers = list(neighbors)
+    lines = [
+        "frr defaults datacenter",
+        f"router bgp {asn}",
+        f" bgp router-id {rid}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+        *([" bgp bestpath as-path multipath-relax"] if multipath else []),
+        *extra,
+    ]
+    for peer, ras in peers:
+        lines += [
+            f" neighbor {peer} {'interface ' if interface else ''}remote-as {ras}",
+            f" neighbor {peer} timers 3 9",
+            f" neighbor {peer} timers connect 1",
+            *(f" neighbor {peer} {x}" for x in more.get(peer, ())),
+        ]
+    activate = [] if interface else [f"  neighbor {peer} activate" for peer, _ in peers]
+    lines += [" address-family ipv4 unicast", *activate, *(f"  network {n}" for n in networks)]
+    lines += [*(["  maximum-paths 64"] if multipath else []), " exit-address-family"]
+    if ipv6:
+        lines += [" address-family ipv6 unicast", *activate, " exit-address-family"]
+    return "\n".join([*lines, "exit", ""])
+
+
+def frr_paths(frr: FrrInstance, prefix: str) -> list[dict[str, Any]]:
+    """FRR's BGP paths for the IPv4 ``prefix`` (none when it has no route)."""
+    r = frr.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
+    paths = r.get("paths", []) if isinstance(r, dict) else []
+    return paths if isinstance(paths, list) else []
+
+
+def frr_nnhns(frr: FrrInstance, prefix: str) -> list[tuple[str, ...]]:
+    """The NNHN of each of FRR's paths for ``prefix`` (the sender's own id is not listed),
+    sorted."""
+    return sorted(tuple(p.get("nextNextHopNodes", [])) for p in frr_paths(frr, prefix))
+
+
+# ---------------------------------------------------------------------------------- kernel
+
+
+def kernel_routes(ns: Netns, prefix: str) -> list[dict[str, Any]]:
+    """The kernel's routes to ``prefix`` in ``ns`` (``ip -j route show``)."""
+    routes = json.loads(ns.ip("-j", "route", "show", prefix).stdout or "[]")
+    return routes if isinstance(routes, list) else []
+
+
+def kernel_has(ns: Netns, prefix: str) -> bool:
+    return bool(kernel_routes(ns, prefix))
+
+
+def kernel_gateways(ns: Netns, prefix: str) -> set[str]:
+    out: set[str] = set()
+    for r in kernel_routes(ns, prefix):
+        if "gateway" in r:
+            out.add(r["gateway"])
+        out |= {nh["gateway"] for nh in r.get("nexthops", []) if "gateway" in nh}
+    return out
+
+
+def kernel_weights(ns: Netns, prefix: str) -> dict[str, int]:
+    """{gateway: weight} of the kernel's multipath route to ``prefix`` (an IPv6 gateway of an
+    IPv4 route shows as "via inet6 fe80::...")."""
+    got: dict[str, int] = {}
+    for r in kernel_routes(ns, prefix):
+        for nh in r.get("nexthops", []):
+            gw = nh.get("gateway") or (nh.get("via") or {}).get("host")
+            got[str(gw)] = int(nh.get("weight", 1))
+    return got
