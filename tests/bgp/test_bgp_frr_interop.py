@@ -4,86 +4,41 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import json
 import os
 import signal
 import time
-from collections.abc import Iterable
 
 import pytest
-from bgp_helpers import Node, make_node, wait_for
+from bgp_helpers import (
+    NHC,
+    V4,
+    A,
+    N,
+    frr_bgp_conf,
+    frr_nnhns,
+    frr_paths,
+    glbd_leaf,
+    glbd_spine,
+    kernel_weights,
+    link,
+    stop_all,
+    wait_for,
+)
 from glbdlab.frr import FrrInstance
-from glbdlab.netns import Lab, Netns
+from glbdlab.netns import Lab
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
-from glbd.core.rib import PeerDown, Role
+from glbd.core.rib import PeerDown
 from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
 from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
-V4 = ipaddress.IPv4Address
-
-
-@pytest.fixture(autouse=True)
-def _need_chroot() -> None:
-    from glbdlab.provision import provisioned
-
-    if provisioned() is None:
-        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
-
-
-def frr_conf(
-    asn: int,
-    rid: str,
-    neighbors: Iterable[tuple[str, int]],
-    *,
-    networks: Iterable[str] = (),
-    nhc_to: Iterable[str] = (),
-    extra: Iterable[str] = (),
-    legacy: bool = False,
-) -> str:
-    lines = [
-        "frr defaults datacenter",
-        f"router bgp {asn}",
-        f" bgp router-id {rid}",
-        " no bgp ebgp-requires-policy",
-        " no bgp network import-check",
-        " bgp bestpath as-path multipath-relax",
-        *extra,
-    ]
-    af = [" address-family ipv4 unicast"]
-    for addr, ras in neighbors:
-        lines += [
-            f" neighbor {addr} remote-as {ras}",
-            f" neighbor {addr} timers 3 9",
-            f" neighbor {addr} timers connect 1",
-        ]
-        if addr in set(nhc_to) and not legacy:
-            lines.append(f" neighbor {addr} send-nexthop-characteristics")
-        af.append(f"  neighbor {addr} activate")
-    af += [f"  network {n}" for n in networks]
-    af += ["  maximum-paths 64", " exit-address-family"]
-    return "\n".join([*lines, *af, "exit", ""])
-
-
-def link(lab: Lab, a: Netns, a_if: str, b: Netns, b_if: str, net: str) -> tuple[str, str]:
-    """/24 ``net`` (e.g. '172.16.11'): a gets .1, b gets .2."""
-    lab.veth(a, a_if, b, b_if, a_addr=f"{net}.1/24", b_addr=f"{net}.2/24")
-    return f"{net}.1", f"{net}.2"
-
 
 def frr_prefixes(frr: FrrInstance) -> dict[str, dict[str, object]]:
     data = frr.vtysh_json("show bgp ipv4 unicast json")
     return data.get("routes", {}) if isinstance(data, dict) else {}
-
-
-async def stop_all(nodes: Iterable[Node]) -> None:
-    await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
 
 
 # -----------------------------------------------------------------------------------------------
@@ -101,51 +56,27 @@ async def test_frr10_spine_nnhn_packing_and_burst(netns_lab: Lab) -> None:
     l2a, s2a = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
     l3a, s3a = link(lab, l3, "l3-s1", s1, "s1-l3", "172.16.13")
     spine = FrrInstance(s1, hostname="spine1").start(
-        frr_conf(
+        frr_bgp_conf(
             65100,
             "10.0.0.11",
             [(l1a, 65001), (l2a, 65002), (l3a, 65003)],
-            nhc_to=[l1a, l2a, l3a],
+            neighbor_extra=dict.fromkeys([l1a, l2a, l3a], NHC),
         )
     )
-    leaf2 = make_node(
-        l2.name,
-        "10.0.0.2",
-        65002,
-        Role.LOAD_BALANCER,
-        [(s2a, 65100, l2a, "l2-s1")],
-        ("10.200.0.0/24", "10.202.0.0/24"),
-        passive=False,
-    )
-    leaf3 = make_node(
-        l3.name,
-        "10.0.0.3",
-        65003,
-        Role.LOAD_BALANCER,
-        [(s3a, 65100, l3a, "l3-s1")],
-        ("10.200.0.0/24", "10.203.0.0/24"),
-        passive=False,
-    )
-    leaf1 = make_node(
-        l1.name,
-        "10.0.0.1",
-        65001,
-        Role.LOAD_BALANCER,
-        [(s1a, 65100, l1a, "l1-s1")],
-        ("10.201.0.0/24",),
-        passive=False,
-    )
+    leaf2 = glbd_leaf(l2, 2, [(s2a, l2a, "l2-s1")], ("10.200.0.0/24", "10.202.0.0/24"))
+    leaf3 = glbd_leaf(l3, 3, [(s3a, l3a, "l3-s1")], ("10.200.0.0/24", "10.203.0.0/24"))
+    leaf1 = glbd_leaf(l1, 1, [(s1a, l1a, "l1-s1")], ("10.201.0.0/24",))
     nodes = (leaf1, leaf2, leaf3)
     try:
         # downstream leaves first, so FRR has both paths before leaf1 connects (FRR does not
         # refresh NNHN when only its multipath set changes)
         await asyncio.gather(leaf2.speaker.start(), leaf3.speaker.start())
 
-        def spine_multipath() -> bool:
-            r = spine.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
-            return isinstance(r, dict) and len(r.get("paths", [])) == 2
-
-        await wait_for(spine_multipath, 60, "FRR spine multipath for 10.200/24")
+        await wait_for(
+            lambda: len(frr_paths(spine, "10.200.0.0/24")) == 2,
+            60,
+            "FRR spine multipath for 10.200/24",
+        )
         await leaf1.speaker.start()
         await wait_for(lambda: leaf1.nh("10.200.0.0/24") and leaf1.nh("10.202.0.0/24"), 60)
         await wait_for(lambda: leaf1.nh("10.203.0.0/24"), 30)
@@ -199,32 +130,22 @@ async def test_glbd_spine_drives_frr10_weighted_ecmp(netns_lab: Lab) -> None:
     a31, s31 = link(lab, l3, "l3-s1", s1, "s1-l3", "172.16.13")
     a12, s12 = link(lab, l1, "l1-s2", s2, "s2-l1", "172.16.21")
     a22, s22 = link(lab, l2, "l2-s2", s2, "s2-l2", "172.16.22")
-    spine1 = make_node(
-        s1.name,
-        "10.0.0.11",
-        65100,
-        Role.HELPER,
-        [(a11, 65001, s11, "s1-l1"), (a21, 65002, s21, "s1-l2"), (a31, 65003, s31, "s1-l3")],
-        passive=False,
+    spine1 = glbd_spine(
+        s1, 1, [(a11, 65001, s11, "s1-l1"), (a21, 65002, s21, "s1-l2"), (a31, 65003, s31, "s1-l3")]
     )
-    spine2 = make_node(
-        s2.name,
-        "10.0.0.12",
-        65100,
-        Role.HELPER,
-        [(a12, 65001, s12, "s2-l1"), (a22, 65002, s22, "s2-l2")],
-        passive=False,
-    )
+    spine2 = glbd_spine(s2, 2, [(a12, 65001, s12, "s2-l1"), (a22, 65002, s22, "s2-l2")])
     nodes = (spine1, spine2)
     try:
         FrrInstance(l2, hostname="leaf2").start(
-            frr_conf(65002, "10.0.0.2", [(s21, 65100), (s22, 65100)], networks=["10.200.0.0/24"])
+            frr_bgp_conf(
+                65002, "10.0.0.2", [(s21, 65100), (s22, 65100)], networks=["10.200.0.0/24"]
+            )
         )
         FrrInstance(l3, hostname="leaf3").start(
-            frr_conf(65003, "10.0.0.3", [(s31, 65100)], networks=["10.200.0.0/24"])
+            frr_bgp_conf(65003, "10.0.0.3", [(s31, 65100)], networks=["10.200.0.0/24"])
         )
         leaf1 = FrrInstance(l1, hostname="leaf1").start(
-            frr_conf(
+            frr_bgp_conf(
                 65001,
                 "10.0.0.1",
                 [(s11, 65100), (s12, 65100)],
@@ -234,16 +155,7 @@ async def test_glbd_spine_drives_frr10_weighted_ecmp(netns_lab: Lab) -> None:
         await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
         await wait_for(lambda: len(spine1.nh("10.200.0.0/24")) == 2, 60, "spine1 multipath")
         await wait_for(lambda: len(spine2.nh("10.200.0.0/24")) == 1, 60, "spine2 path")
-
-        def weights() -> dict[str, int]:
-            out = l1.run(["ip", "-j", "route", "show", "10.200.0.0/24"]).stdout
-            routes = json.loads(out or "[]")
-            got: dict[str, int] = {}
-            for r in routes:
-                for nh in r.get("nexthops", []):
-                    got[nh["gateway"]] = int(nh.get("weight", 1))
-            return got
-
+        weights = lambda: kernel_weights(l1, "10.200.0.0/24")  # noqa: E731
         await wait_for(
             lambda: len(weights()) == 2 and len(set(weights().values())) == 2,
             60,
@@ -254,8 +166,7 @@ async def test_glbd_spine_drives_frr10_weighted_ecmp(netns_lab: Lab) -> None:
         assert round(w[s11] / w[s12]) == 2, w
         print(f"\nFRR 10 leaf1 kernel weights from glbd NNHN: {w}")
         # FRR shows our NNHN (entry 0, our router id, is not listed)
-        r = leaf1.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
-        nnhs = sorted(tuple(p.get("nextNextHopNodes", [])) for p in r["paths"])
+        nnhs = frr_nnhns(leaf1, "10.200.0.0/24")
         assert nnhs == [("10.0.0.2",), ("10.0.0.2", "10.0.0.3")], nnhs
         # the multipath set shrinks at spine1: glbd refreshes its NNHN (FRR would not)
         await asyncio.to_thread(l3.run, ["ip", "link", "set", "l3-s1", "down"])
@@ -273,11 +184,9 @@ async def test_frr84_legacy_spine_stale_nhc_ignored(netns_lab: Lab) -> None:
     l1a, s1a = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
     l2a, s2a = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
     FrrInstance(s1, build="host", hostname="spine1").start(
-        frr_conf(65100, "10.0.0.11", [(l1a, 65001), (l2a, 65002)], legacy=True)
+        frr_bgp_conf(65100, "10.0.0.11", [(l1a, 65001), (l2a, 65002)])
     )
-    leaf1 = make_node(
-        l1.name, "10.0.0.1", 65001, Role.LOAD_BALANCER, [(s1a, 65100, l1a, "l1-s1")], passive=False
-    )
+    leaf1 = glbd_leaf(l1, 1, [(s1a, l1a, "l1-s1")])
     # leaf2: a bare ExaBGP that announces NHCs as a glbd helper below it would
     injector = ExabgpSupervisor(
         ExabgpParams("10.0.0.2", 65002, (ExabgpNeighbor(s2a, l2a, 65100, 9),)),
@@ -315,27 +224,10 @@ async def test_exabgp_crash_with_frr_peer_keeps_forwarding(netns_lab: Lab) -> No
     l1a, s1a = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
     l2a, s2a = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
     FrrInstance(s1, hostname="spine1").start(
-        frr_conf(65100, "10.0.0.11", [(l1a, 65001), (l2a, 65002)], nhc_to=[l1a])
+        frr_bgp_conf(65100, "10.0.0.11", [(l1a, 65001), (l2a, 65002)], neighbor_extra={l1a: NHC})
     )
-    leaf2 = make_node(
-        l2.name,
-        "10.0.0.2",
-        65002,
-        Role.LOAD_BALANCER,
-        [(s2a, 65100, l2a, "l2-s1")],
-        ("10.202.0.0/24", "10.204.0.0/24"),
-        passive=False,
-    )
-    leaf1 = make_node(
-        l1.name,
-        "10.0.0.1",
-        65001,
-        Role.LOAD_BALANCER,
-        [(s1a, 65100, l1a, "l1-s1")],
-        ("10.201.0.0/24",),
-        passive=False,
-        stale_timer_s=12.0,
-    )
+    leaf2 = glbd_leaf(l2, 2, [(s2a, l2a, "l2-s1")], ("10.202.0.0/24", "10.204.0.0/24"))
+    leaf1 = glbd_leaf(l1, 1, [(s1a, l1a, "l1-s1")], ("10.201.0.0/24",), stale_timer_s=12.0)
     nodes = (leaf1, leaf2)
     try:
         await asyncio.gather(*(n.speaker.start() for n in nodes))
@@ -390,38 +282,21 @@ async def test_frr10_spine_between_two_glbd_leaves(netns_lab: Lab) -> None:
     l2b, s2b = link(lab, l2, "l2-s1b", s1, "s1-l2b", "172.16.22")
     leaves = [l1a, l1b, l2a, l2b]
     spine = FrrInstance(s1, hostname="spine1").start(
-        frr_conf(
+        frr_bgp_conf(
             65100,
             "10.0.0.11",
             [(l1a, 65001), (l1b, 65001), (l2a, 65002), (l2b, 65002)],
-            nhc_to=leaves,
+            neighbor_extra=dict.fromkeys(leaves, NHC),
         )
     )
-    leaf1 = make_node(
-        l1.name,
-        "10.0.0.1",
-        65001,
-        Role.LOAD_BALANCER,
-        [(s1a, 65100, l1a, "l1-s1a"), (s1b, 65100, l1b, "l1-s1b")],
-        ("10.201.0.0/24",),
-        passive=False,
-    )
-    leaf2 = make_node(
-        l2.name,
-        "10.0.0.2",
-        65002,
-        Role.LOAD_BALANCER,
-        [(s2a, 65100, l2a, "l2-s1a"), (s2b, 65100, l2b, "l2-s1b")],
-        ("10.202.0.0/24",),
-        passive=False,
-    )
+    leaf1 = glbd_leaf(l1, 1, [(s1a, l1a, "l1-s1a"), (s1b, l1b, "l1-s1b")], ("10.201.0.0/24",))
+    leaf2 = glbd_leaf(l2, 2, [(s2a, l2a, "l2-s1a"), (s2b, l2b, "l2-s1b")], ("10.202.0.0/24",))
     nodes = (leaf1, leaf2)
     try:
         await asyncio.gather(*(n.speaker.start() for n in nodes))
 
         def two_paths(prefix: str) -> bool:
-            r = spine.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
-            return isinstance(r, dict) and len(r.get("paths", [])) == 2
+            return len(frr_paths(spine, prefix)) == 2
 
         await wait_for(lambda: two_paths("10.201.0.0/24") and two_paths("10.202.0.0/24"), 60)
         # FRR does not re-advertise when only its multipath set changes
