@@ -15,79 +15,29 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from bgp_helpers import Node, make_node, wait_for
+from bgp_helpers import (
+    frr_bgp_conf,
+    frr_paths,
+    glbd_spine,
+    kernel_gateways,
+    link,
+    stop_all,
+    wait_for,
+)
 from glbdlab.frr import FrrInstance
-from glbdlab.netns import Lab, Netns
-
-from glbd.core.rib import Role
+from glbdlab.netns import Lab
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
 PREFIX = "10.99.0.0/24"
 
 
-@pytest.fixture(autouse=True)
-def _need_chroot() -> None:
-    from glbdlab.provision import provisioned
-
-    if provisioned() is None:
-        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
-
-
-def frr_conf(
-    asn: int, rid: str, neighbors: Iterable[tuple[str, int]], networks: Iterable[str] = ()
-) -> str:
-    lines = [
-        "frr defaults datacenter",
-        f"router bgp {asn}",
-        f" bgp router-id {rid}",
-        " no bgp ebgp-requires-policy",
-        " no bgp network import-check",
-        " bgp bestpath as-path multipath-relax",
-    ]
-    af = [" address-family ipv4 unicast"]
-    for addr, ras in neighbors:
-        lines += [
-            f" neighbor {addr} remote-as {ras}",
-            f" neighbor {addr} timers 3 9",
-            f" neighbor {addr} timers connect 1",
-        ]
-        af.append(f"  neighbor {addr} activate")
-    af += [f"  network {n}" for n in networks]
-    af += ["  maximum-paths 64", " exit-address-family"]
-    return "\n".join([*lines, *af, "exit", ""])
-
-
-def link(lab: Lab, a: Netns, a_if: str, b: Netns, b_if: str, net: str) -> tuple[str, str]:
-    """/24 ``net``: a gets .1, b gets .2."""
-    lab.veth(a, a_if, b, b_if, a_addr=f"{net}.1/24", b_addr=f"{net}.2/24")
-    return f"{net}.1", f"{net}.2"
-
-
-async def stop_all(nodes: Iterable[Node]) -> None:
-    await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
-
-
-def kernel_gateways(ns: Netns, prefix: str) -> set[str]:
-    routes = json.loads(ns.run(["ip", "-j", "route", "show", prefix]).stdout or "[]")
-    out: set[str] = set()
-    for r in routes:
-        if "gateway" in r:
-            out.add(r["gateway"])
-        out |= {nh["gateway"] for nh in r.get("nexthops", []) if "gateway" in nh}
-    return out
-
-
 def paths(frr: FrrInstance, prefix: str) -> dict[str, dict[str, Any]]:
     """FRR's paths for ``prefix`` by the peer they came from."""
-    r = frr.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
-    if not isinstance(r, dict):
-        return {}
-    return {p.get("peer", {}).get("peerId", "?"): p for p in r.get("paths", [])}
+    return {p.get("peer", {}).get("peerId", "?"): p for p in frr_paths(frr, prefix)}
 
 
 def is_best(p: dict[str, Any]) -> bool:
@@ -111,16 +61,12 @@ async def test_drain_moves_frr_leaf_to_the_other_spine_and_undrain_restores(
     s1, s2, l1 = (lab.netns(n) for n in ("spine1", "spine2", "leaf1"))
     a11, s11 = link(lab, l1, "l1-s1", s1, "s1-l1", "172.16.11")
     a12, s12 = link(lab, l1, "l1-s2", s2, "s2-l1", "172.16.21")
-    spine1 = make_node(
-        s1.name, "10.0.0.11", 65100, Role.HELPER, [(a11, 65001, s11, "s1-l1")], (PREFIX,), False
-    )
-    spine2 = make_node(
-        s2.name, "10.0.0.12", 65100, Role.HELPER, [(a12, 65001, s12, "s2-l1")], (PREFIX,), False
-    )
+    spine1 = glbd_spine(s1, 1, [(a11, 65001, s11, "s1-l1")], (PREFIX,))
+    spine2 = glbd_spine(s2, 2, [(a12, 65001, s12, "s2-l1")], (PREFIX,))
     nodes = (spine1, spine2)
     try:
         leaf1 = FrrInstance(l1, hostname="leaf1").start(
-            frr_conf(65001, "10.0.0.1", [(s11, 65100), (s12, 65100)])
+            frr_bgp_conf(65001, "10.0.0.1", [(s11, 65100), (s12, 65100)])
         )
         await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
         await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s11, s12}, 60, "ECMP via both")
@@ -152,20 +98,13 @@ async def test_glbd_takes_a_draining_frr_peer_out_of_multipath(netns_lab: Lab) -
     s1, l2, l3 = (lab.netns(n) for n in ("spine1", "leaf2", "leaf3"))
     a21, s21 = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
     a31, s31 = link(lab, l3, "l3-s1", s1, "s1-l3", "172.16.13")
-    spine1 = make_node(
-        s1.name,
-        "10.0.0.11",
-        65100,
-        Role.HELPER,
-        [(a21, 65002, s21, "s1-l2"), (a31, 65003, s31, "s1-l3")],
-        passive=False,
-    )
+    spine1 = glbd_spine(s1, 1, [(a21, 65002, s21, "s1-l2"), (a31, 65003, s31, "s1-l3")])
     try:
         FrrInstance(l2, hostname="leaf2").start(
-            frr_conf(65002, "10.0.0.2", [(s21, 65100)], networks=[PREFIX])
+            frr_bgp_conf(65002, "10.0.0.2", [(s21, 65100)], networks=[PREFIX])
         )
         leaf3 = FrrInstance(l3, hostname="leaf3").start(
-            frr_conf(65003, "10.0.0.3", [(s31, 65100)], networks=[PREFIX])
+            frr_bgp_conf(65003, "10.0.0.3", [(s31, 65100)], networks=[PREFIX])
         )
         await spine1.speaker.start()
         peers = lambda: sorted(p for p, _nnh, _st in spine1.nh(PREFIX))  # noqa: E731
@@ -192,12 +131,8 @@ async def test_no_loss_across_drain_and_undrain(netns_lab: Lab) -> None:
     a12, s12 = link(lab, l1, "l1-s2", s2, "s2-l1", "172.16.21")
     for ns in (s1, s2):
         ns.addr_add("lo", "10.99.0.1/32")
-    spine1 = make_node(
-        s1.name, "10.0.0.11", 65100, Role.HELPER, [(a11, 65001, s11, "s1-l1")], (PREFIX,), False
-    )
-    spine2 = make_node(
-        s2.name, "10.0.0.12", 65100, Role.HELPER, [(a12, 65001, s12, "s2-l1")], (PREFIX,), False
-    )
+    spine1 = glbd_spine(s1, 1, [(a11, 65001, s11, "s1-l1")], (PREFIX,))
+    spine2 = glbd_spine(s2, 2, [(a12, 65001, s12, "s2-l1")], (PREFIX,))
     nodes = (spine1, spine2)
     got: set[int] = set()
     sent = 0
@@ -232,7 +167,7 @@ async def test_no_loss_across_drain_and_undrain(netns_lab: Lab) -> None:
     threads = [threading.Thread(target=recv, args=(rx,), daemon=True) for rx in rxs]
     try:
         FrrInstance(l1, hostname="leaf1").start(
-            frr_conf(65001, "10.0.0.1", [(s11, 65100), (s12, 65100)])
+            frr_bgp_conf(65001, "10.0.0.1", [(s11, 65100), (s12, 65100)])
         )
         await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
         await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s11, s12}, 60, "ECMP via both")
