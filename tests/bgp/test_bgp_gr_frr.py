@@ -12,7 +12,6 @@ fail without the feature):
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import signal
@@ -25,59 +24,32 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from bgp_helpers import Node, make_node, wait_for
+from bgp_helpers import N, Node, frr_bgp_conf, frr_paths, glbd_leaf, kernel_has, link, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
 from glbd.cli import glbctl as ctl
-from glbd.core.rib import Role
 from glbd.io.bgp import NextHopsChanged, SpeakerReady
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
 
 GLBD_PREFIX = "10.201.0.0/24"
 FRR_PREFIX = "10.99.0.0/24"
-
-
-@pytest.fixture(autouse=True)
-def _need_chroot() -> None:
-    from glbdlab.provision import provisioned
-
-    if provisioned() is None:
-        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
 
 
 def frr_conf(peer: str, *, gr: bool) -> str:
     """FRR spine: GR mode "restart" (it preserves forwarding across a bgpd restart) when
     ``gr``, else GR disabled; FRR's default would be helper only."""
     mode = [" bgp graceful-restart", " bgp graceful-restart preserve-fw-state"]
-    return "\n".join(
-        [
-            "frr defaults datacenter",
-            "router bgp 65100",
-            " bgp router-id 10.0.0.11",
-            " no bgp ebgp-requires-policy",
-            " no bgp network import-check",
-            *(mode if gr else [" bgp graceful-restart-disable"]),
-            f" neighbor {peer} remote-as 65001",
-            f" neighbor {peer} timers 3 9",
-            f" neighbor {peer} timers connect 1",
-            " address-family ipv4 unicast",
-            f"  network {FRR_PREFIX}",
-            f"  neighbor {peer} activate",
-            " exit-address-family",
-            "exit",
-            "",
-        ]
+    return frr_bgp_conf(
+        65100,
+        "10.0.0.11",
+        [(peer, 65001)],
+        networks=[FRR_PREFIX],
+        extra=mode if gr else [" bgp graceful-restart-disable"],
+        multipath=False,
     )
-
-
-def kernel_has(ns: Netns, prefix: str) -> bool:
-    out = ns.ip("-j", "route", "show", prefix).stdout
-    return bool(json.loads(out or "[]"))
 
 
 @contextmanager
@@ -102,8 +74,7 @@ def poll_kernel(ns: Netns, prefix: str) -> Iterator[dict[str, int]]:
 
 
 def frr_path(frr: FrrInstance, prefix: str) -> dict[str, object]:
-    data = frr.vtysh_json(f"show bgp ipv4 unicast {prefix} json")
-    paths = data.get("paths", []) if isinstance(data, dict) else []
+    paths = frr_paths(frr, prefix)
     return paths[0] if paths else {}
 
 
@@ -113,15 +84,22 @@ def frr_gr_info(frr: FrrInstance, peer: str) -> dict[str, object]:
     return info if isinstance(info, dict) else {}
 
 
-def leaf(lab: Lab, ns: Netns, spine_addr: str, local: str, *, gr: bool) -> Node:
-    return make_node(
-        ns.name,
-        "10.0.0.1",
-        65001,
-        Role.LOAD_BALANCER,
-        [(spine_addr, 65100, local, "l1-s1")],
+def spine_and_leaf(lab: Lab, net: str, *, gr: bool) -> tuple[FrrInstance, Netns, Netns]:
+    """FRR spine1 (``net``.1 of a /24) started with GR on or off, linked to leaf1 (``net``.2):
+    the FRR and both namespaces."""
+    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
+    link(lab, spine_ns, "s1-l1", leaf_ns, "l1-s1", net)
+    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf(f"{net}.2", gr=gr))
+    return spine, spine_ns, leaf_ns
+
+
+def leaf(ns: Netns, net: str, *, gr: bool) -> Node:
+    """glbd leaf1 (``net``.2) toward spine1 (``net``.1), GR on or off."""
+    return glbd_leaf(
+        ns,
+        1,
+        [(f"{net}.1", f"{net}.2", "l1-s1")],
         (GLBD_PREFIX,),
-        passive=False,
         graceful_restart=gr,
         restart_capability=gr,
         restart_time_s=30,
@@ -131,11 +109,8 @@ def leaf(lab: Lab, ns: Netns, spine_addr: str, local: str, *, gr: bool) -> Node:
 
 @pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
 async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
-    lab = netns_lab
-    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
-    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.41.2/24", b_addr="172.16.41.1/24")
-    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.41.2", gr=gr))
-    node = leaf(lab, leaf_ns, "172.16.41.1", "172.16.41.2", gr=gr)
+    spine, spine_ns, leaf_ns = spine_and_leaf(netns_lab, "172.16.41", gr=gr)
+    node = leaf(leaf_ns, "172.16.41", gr=gr)
     try:
         await node.speaker.start()
         await spine.await_bgp_established(["172.16.41.2"], timeout=60)
@@ -180,11 +155,8 @@ async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
 
 @pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
 async def test_frr_restart_glbd_keeps_routes(netns_lab: Lab, gr: bool) -> None:
-    lab = netns_lab
-    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
-    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.42.2/24", b_addr="172.16.42.1/24")
-    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.42.2", gr=gr))
-    node = leaf(lab, leaf_ns, "172.16.42.1", "172.16.42.2", gr=gr)
+    spine, _spine_ns, leaf_ns = spine_and_leaf(netns_lab, "172.16.42", gr=gr)
+    node = leaf(leaf_ns, "172.16.42", gr=gr)
     try:
         await node.speaker.start()
         await spine.await_bgp_established(["172.16.42.2"], timeout=60)
@@ -269,10 +241,7 @@ async def test_frr_restart_glbd_daemon_keeps_kernel_route(
 ) -> None:
     """The whole daemon: FRR's prefix stays in the glbd leaf's kernel at every poll while
     FRR's bgpd is killed and restarted (GR), or leaves it (no GR)."""
-    lab = netns_lab
-    spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
-    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.43.2/24", b_addr="172.16.43.1/24")
-    spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.43.2", gr=gr))
+    spine, _spine_ns, leaf_ns = spine_and_leaf(netns_lab, "172.16.43", gr=gr)
     run_dir = tmp_path / "leaf1"
     run_dir.mkdir(mode=0o700)
     conf = run_dir / "glbd.toml"
