@@ -6,52 +6,29 @@ key never shows in ExaBGP's log (at DEBUG), its stdout, or glbd's log."""
 from __future__ import annotations
 
 import base64
-import ipaddress
 
 import pytest
-from bgp_helpers import wait_for
+from bgp_helpers import V4, A, N, frr_bgp_conf, link, speaker_node, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 from structlog.testing import capture_logs
 
 from glbd.core.rib import NeighborParams, RibParams, Role
-from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions, tcp_md5_counters
+from glbd.io.bgp import tcp_md5_counters
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
-V4 = ipaddress.IPv4Address
 KEY = "Gl6d/md5+key=1;x"
 
 
-@pytest.fixture(autouse=True)
-def _need_chroot() -> None:
-    from glbdlab.provision import provisioned
-
-    if provisioned() is None:
-        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
-
-
-def frr_conf(peer: str, password: str | None) -> str:
-    return "\n".join(
-        [
-            "frr defaults datacenter",
-            "router bgp 65100",
-            " bgp router-id 10.0.0.11",
-            " no bgp ebgp-requires-policy",
-            " no bgp network import-check",
-            f" neighbor {peer} remote-as 65001",
-            f" neighbor {peer} timers 3 9",
-            f" neighbor {peer} timers connect 1",
-            *([f" neighbor {peer} password {password}"] if password else []),
-            " address-family ipv4 unicast",
-            "  network 10.99.0.0/24",
-            f"  neighbor {peer} activate",
-            " exit-address-family",
-            "exit",
-            "",
-        ]
+def frr_conf(peer: str, password: str) -> str:
+    return frr_bgp_conf(
+        65100,
+        "10.0.0.11",
+        [(peer, 65001)],
+        networks=["10.99.0.0/24"],
+        neighbor_extra={peer: [f"password {password}"]},
+        multipath=False,
     )
 
 
@@ -63,7 +40,7 @@ def md5_drops(ns: Netns) -> int:
 async def test_md5_right_key_establishes_wrong_key_never(netns_lab: Lab) -> None:
     lab = netns_lab
     spine_ns, leaf_ns = lab.netns("spine1"), lab.netns("leaf1")
-    lab.veth(leaf_ns, "l1-s1", spine_ns, "s1-l1", a_addr="172.16.31.2/24", b_addr="172.16.31.1/24")
+    link(lab, spine_ns, "s1-l1", leaf_ns, "l1-s1", "172.16.31")
     spine = FrrInstance(spine_ns, hostname="spine1").start(frr_conf("172.16.31.2", KEY))
     neighbor = NeighborParams(
         A("172.16.31.1"),
@@ -75,19 +52,12 @@ async def test_md5_right_key_establishes_wrong_key_never(netns_lab: Lab) -> None
         tcp_md5=KEY.encode(),
     )
     params = RibParams(V4("10.0.0.1"), 65001, Role.LOAD_BALANCER, (neighbor,), (N("10.1.0.0/24"),))
-    events: list[BgpEvent] = []
-    speaker = BgpSpeaker(
+    speaker = speaker_node(
         params,
-        netns=leaf_ns.name,
-        on_event=events.append,
-        process=ProcessOptions(
-            backoff_initial_s=0.2,
-            stop_grace_s=3.0,
-            drain_timeout_s=3.0,
-            exabgp_log_level="DEBUG",  # the most ExaBGP ever writes: still no key
-            md5_hint_after_s=3.0,
-        ),
-    )
+        leaf_ns.name,
+        exabgp_log_level="DEBUG",  # the most ExaBGP ever writes: still no key
+        md5_hint_after_s=3.0,
+    ).speaker
     with capture_logs() as logs:
         try:
             await speaker.start()
