@@ -6,14 +6,12 @@ once) until the restart time has passed."""
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import json
 from collections.abc import Iterable
 from dataclasses import replace
 
 import pytest
-from bgp_helpers import make_node, wait_for
+from bgp_helpers import frr_bgp_conf, link, make_node, stop_all, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab
 
@@ -22,46 +20,18 @@ from glbd.core.rib import Role
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
-A = ipaddress.ip_address
-
-
-@pytest.fixture(autouse=True)
-def _need_chroot() -> None:
-    from glbdlab.provision import provisioned
-
-    if provisioned() is None:
-        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
-
 
 def frr_conf(peer: str, networks: Iterable[str]) -> str:
-    return "\n".join(
-        [
-            "frr defaults datacenter",
-            "router bgp 65002",
-            " bgp router-id 10.0.0.2",
-            " no bgp ebgp-requires-policy",
-            " no bgp network import-check",
-            f" neighbor {peer} remote-as 65100",
-            f" neighbor {peer} timers 3 9",
-            f" neighbor {peer} timers connect 1",
-            " address-family ipv4 unicast",
-            f"  neighbor {peer} activate",
-            *(f"  network {n}" for n in networks),
-            " exit-address-family",
-            " address-family ipv6 unicast",
-            f"  neighbor {peer} activate",
-            " exit-address-family",
-            "exit",
-            "",
-        ]
+    """FRR leaf2 with ``peer`` activated for IPv4 and IPv6 unicast."""
+    return frr_bgp_conf(
+        65002, "10.0.0.2", [(peer, 65100)], networks=networks, multipath=False, ipv6=True
     )
 
 
 async def test_import_filter_families_and_max_prefixes_teardown(netns_lab: Lab) -> None:
     lab = netns_lab
     s1, l2 = lab.netns("spine1"), lab.netns("leaf2")
-    lab.veth(l2, "l2-s1", s1, "s1-l2", a_addr="172.16.12.1/24", b_addr="172.16.12.2/24")
-    leaf, spine = "172.16.12.1", "172.16.12.2"
+    leaf, spine = link(lab, l2, "l2-s1", s1, "s1-l2", "172.16.12")
     node = make_node(s1.name, "10.0.0.11", 65100, Role.HELPER, [(leaf, 65002, spine, "s1-l2")])
     n = node.speaker.params.neighbors[0]
     node.speaker.reconfigure(
@@ -138,4 +108,4 @@ async def test_import_filter_families_and_max_prefixes_teardown(netns_lab: Lab) 
         # one session after the hold, not a reconnect-and-close loop during it
         assert counters()["established"] - established <= 2, counters()
     finally:
-        await asyncio.gather(node.speaker.stop(), return_exceptions=True)
+        await stop_all((node,))
