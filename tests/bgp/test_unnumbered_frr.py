@@ -12,7 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from bgp_helpers import Node, wait_for
+from bgp_helpers import (
+    NHC,
+    N,
+    Node,
+    frr_bgp_conf,
+    frr_nnhns,
+    frr_paths,
+    kernel_weights,
+    speaker_node,
+    wait_for,
+)
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
@@ -20,40 +30,21 @@ from glbd.app.params import IPAddress, local_address_for
 from glbd.cli import glbctl as ctl
 from glbd.core.ndpeers import NdpEvent, PeerChange
 from glbd.core.rib import NeighborParams, RibParams, Role
-from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 from glbd.io.ndp import NdpSpeaker
 from glbd.io.netns import in_netns
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 
-N = ipaddress.ip_network
 
-
-@pytest.fixture(autouse=True)
-def _need_chroot() -> None:
-    from glbdlab.provision import provisioned
-
-    if provisioned() is None:
-        pytest.skip("no FRR 10.x chroot (glbd-lab provision)")
-
-
-def spine_conf(port: str) -> str:
-    return "\n".join(
-        [
-            "frr defaults datacenter",
-            "router bgp 65100",
-            " bgp router-id 10.0.0.100",
-            " no bgp ebgp-requires-policy",
-            " no bgp network import-check",
-            f" neighbor {port} interface remote-as external",
-            f" neighbor {port} timers 3 9",
-            f" neighbor {port} timers connect 1",
-            " address-family ipv4 unicast",
-            "  network 10.100.0.0/24",
-            " exit-address-family",
-            "exit",
-            "",
-        ]
+def spine_conf(port: str, rid: str = "10.0.0.100") -> str:
+    """FRR spine announcing 10.100/24 to an unnumbered peer on ``port``."""
+    return frr_bgp_conf(
+        65100,
+        rid,
+        [(port, "external")],
+        networks=["10.100.0.0/24"],
+        multipath=False,
+        interface=True,
     )
 
 
@@ -100,14 +91,8 @@ async def test_unnumbered_leaf_to_frr_spine(netns_lab: Lab) -> None:
             ),
             (N("10.201.0.0/24"),),
         )
-        bgp_events: list[BgpEvent] = []
-        sp = BgpSpeaker(
-            params,
-            netns=leaf.name,
-            on_event=bgp_events.append,
-            process=ProcessOptions(backoff_initial_s=0.2, stop_grace_s=3.0, drain_timeout_s=3.0),
-        )
-        node = Node(sp, bgp_events)
+        node = speaker_node(params, leaf.name)
+        sp = node.speaker
         await sp.start()
         await frr.await_bgp_established(["s-l"], timeout=60)
 
@@ -118,13 +103,8 @@ async def test_unnumbered_leaf_to_frr_spine(netns_lab: Lab) -> None:
         assert nh.interface == "l-s"
 
         # glbd -> FRR: our IPv4 prefix with our link-local next hop
-        def frr_route() -> object:
-            r = frr.vtysh_json("show bgp ipv4 unicast 10.201.0.0/24 json")
-            return r.get("paths") if isinstance(r, dict) else None
-
-        await wait_for(frr_route, 30, "10.201/24 at FRR")
-        r = frr.vtysh_json("show bgp ipv4 unicast 10.201.0.0/24 json")
-        hops = [h for p in r["paths"] for h in p.get("nexthops", [])]
+        await wait_for(lambda: frr_paths(frr, "10.201.0.0/24"), 30, "10.201/24 at FRR")
+        hops = [h for p in frr_paths(frr, "10.201.0.0/24") for h in p.get("nexthops", [])]
         assert any(h.get("ip") == str(ours) or h.get("linkLocal") == str(ours) for h in hops), hops
         frr.wait_route("10.201.0.0/24")
         assert ndp.dropped == {}, ndp.dropped
@@ -185,9 +165,7 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
         await wait_for(lambda sp=sp: link_local(sp, "down1"), 10)
     late = spines.pop()
     frrs = [
-        FrrInstance(sp, hostname=sp.node).start(
-            spine_conf("down1").replace("10.0.0.100", f"10.0.0.10{i}")
-        )
+        FrrInstance(sp, hostname=sp.node).start(spine_conf("down1", f"10.0.0.10{i}"))
         for i, sp in enumerate(spines, 1)
     ]
     cfg = tmp_path / "glbd.toml"
@@ -227,11 +205,7 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
             frr.wait_route("10.201.0.0/24")
 
         # a router starts behind the waiting port: it is learned and set up like a reload
-        frrs.append(
-            FrrInstance(late, hostname=late.node).start(
-                spine_conf("down1").replace("10.0.0.100", "10.0.0.103")
-            )
-        )
+        frrs.append(FrrInstance(late, hostname=late.node).start(spine_conf("down1", "10.0.0.103")))
         await wait_for(lambda: up("swp1", "swp2", "swp3"), 60, "swp3 up")
         assert rows()["swp3"]["peer"] == str(link_local(late, "down1"))
         spines.append(late)
@@ -280,36 +254,21 @@ async def unnumbered_speaker(
         ),
         tuple(N(p) for p in originated),
     )
-    events: list[BgpEvent] = []
-    sp = BgpSpeaker(
-        params,
-        netns=ns.name,
-        on_event=events.append,
-        process=ProcessOptions(backoff_initial_s=0.2, stop_grace_s=3.0, drain_timeout_s=3.0),
-    )
-    await sp.start()
-    return ndp, Node(sp, events)
+    node = speaker_node(params, ns.name)
+    await node.speaker.start()
+    return ndp, node
 
 
 def frr_unnumbered_conf(asn: int, rid: str, ports: list[str], networks: tuple[str, ...]) -> str:
-    lines = [
-        "frr defaults datacenter",
-        f"router bgp {asn}",
-        f" bgp router-id {rid}",
-        " no bgp ebgp-requires-policy",
-        " no bgp network import-check",
-        " bgp bestpath as-path multipath-relax",
-        " bgp bestpath bandwidth ignore",
-    ]
-    for p in ports:
-        lines += [
-            f" neighbor {p} interface remote-as external",
-            f" neighbor {p} timers 3 9",
-            f" neighbor {p} timers connect 1",
-        ]
-    lines += [" address-family ipv4 unicast", *(f"  network {n}" for n in networks)]
-    lines += ["  maximum-paths 64", " exit-address-family", ""]
-    return "\n".join(lines)
+    """FRR leaf with unnumbered peers on ``ports`` and ``bgp bestpath bandwidth ignore``."""
+    return frr_bgp_conf(
+        asn,
+        rid,
+        [(p, "external") for p in ports],
+        networks=networks,
+        extra=[" bgp bestpath bandwidth ignore"],
+        interface=True,
+    )
 
 
 async def test_glbd_spines_drive_frr_leaf_weights_over_unnumbered_links(netns_lab: Lab) -> None:
@@ -342,17 +301,7 @@ async def test_glbd_spines_drive_frr_leaf_weights_over_unnumbered_links(netns_la
         await wait_for(lambda: len(spine1.nh("10.200.0.0/24")) == 2, 60, "spine1 multipath")
         await wait_for(lambda: len(spine2.nh("10.200.0.0/24")) == 1, 60, "spine2 path")
         gw1, gw2 = str(link_local(s1, "to-leaf1")), str(link_local(s2, "to-leaf1"))
-
-        def weights() -> dict[str, int]:
-            out = l1.run(["ip", "-j", "route", "show", "10.200.0.0/24"]).stdout
-            got: dict[str, int] = {}
-            for r in json.loads(out or "[]"):
-                for nh in r.get("nexthops", []):
-                    # an IPv6 gateway of an IPv4 route: "via inet6 fe80::..."
-                    gw = nh.get("gateway") or (nh.get("via") or {}).get("host")
-                    got[str(gw)] = int(nh.get("weight", 1))
-            return got
-
+        weights = lambda: kernel_weights(l1, "10.200.0.0/24")  # noqa: E731
         await wait_for(
             lambda: set(weights()) == {gw1, gw2} and len(set(weights().values())) == 2,
             60,
@@ -360,8 +309,7 @@ async def test_glbd_spines_drive_frr_leaf_weights_over_unnumbered_links(netns_la
         )
         w = weights()
         assert round(w[gw1] / w[gw2]) == 2, w
-        r = leaf1.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
-        nnhs = sorted(tuple(p.get("nextNextHopNodes", [])) for p in r["paths"])
+        nnhs = frr_nnhns(leaf1, "10.200.0.0/24")
         assert nnhs == [("10.0.0.2",), ("10.0.0.2", "10.0.0.3")], nnhs
     finally:
         for ndp, node in started:
@@ -379,22 +327,16 @@ async def test_frr_spine_nnhn_over_unnumbered_links(netns_lab: Lab) -> None:
     for i, lf in enumerate(leaves, 1):
         lab.veth(lf, "up1", spine, f"down{i}")
     await wait_for(lambda: all(link_local(lf, "up1") for lf in leaves), 10)
-    lines = [
-        "frr defaults datacenter",
-        "router bgp 65100",
-        " bgp router-id 10.0.0.100",
-        " no bgp ebgp-requires-policy",
-        " bgp bestpath as-path multipath-relax",
-    ]
-    for i in (1, 2, 3):
-        lines += [
-            f" neighbor down{i} interface remote-as external",
-            f" neighbor down{i} timers 3 9",
-            f" neighbor down{i} timers connect 1",
-            f" neighbor down{i} send-nexthop-characteristics",
-        ]
-    lines += [" address-family ipv4 unicast", "  maximum-paths 64", " exit-address-family", ""]
-    frr = FrrInstance(spine, hostname="spine").start("\n".join(lines))
+    ports = ["down1", "down2", "down3"]
+    frr = FrrInstance(spine, hostname="spine").start(
+        frr_bgp_conf(
+            65100,
+            "10.0.0.100",
+            [(p, "external") for p in ports],
+            neighbor_extra=dict.fromkeys(ports, NHC),
+            interface=True,
+        )
+    )
     started: list[tuple[NdpSpeaker, Node]] = []
     try:
         for i in (2, 3):
@@ -405,11 +347,9 @@ async def test_frr_spine_nnhn_over_unnumbered_links(netns_lab: Lab) -> None:
                 )
             )  # fmt: skip
 
-        def spine_multipath() -> bool:
-            r = frr.vtysh_json("show bgp ipv4 unicast 10.200.0.0/24 json")
-            return isinstance(r, dict) and len(r.get("paths", [])) == 2
-
-        await wait_for(spine_multipath, 60, "FRR multipath for 10.200/24")
+        await wait_for(
+            lambda: len(frr_paths(frr, "10.200.0.0/24")) == 2, 60, "FRR multipath for 10.200/24"
+        )
         ndp1, leaf1 = await unnumbered_speaker(
             leaves[0], "up1", "10.0.0.1", 65001, Role.LOAD_BALANCER, ()
         )  # originates nothing: FRR would pack 10.200/24 with it under one NHC
