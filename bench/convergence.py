@@ -350,6 +350,10 @@ class Run:
             self.polls += 1
             self.dump_s_max = max(self.dump_s_max, st.dump_s)
             self.sample_rss()
+            # how the routes reach the state: (s since t_from, routes, routes at width)
+            self.res.setdefault("timeline", {}).setdefault(what, []).append(
+                (round(now - t_from, 3), st.routes, st.at(width))
+            )
             if st.routes == n_pfx and st.at(width) == n_pfx:
                 return now
             if now > deadline:
@@ -518,6 +522,45 @@ class Run:
 
 
 # ===================================================================================== report
+GENERIC = frozenset({
+    "<module>", "main", "run", "_run_module_as_main", "_run_code", "Runner.run",
+    "BaseEventLoop.run_until_complete", "BaseEventLoop.run_forever", "BaseEventLoop._run_once",
+    "Handle._run", "Thread._bootstrap", "Thread._bootstrap_inner", "Thread.run", "cmdline",
+})  # fmt: skip
+
+
+def profile_summary(path: str, top: int = 30) -> str:
+    """A py-spy raw file (``--py-spy``) as text: samples per process, then the functions with
+    the largest inclusive share of each process's samples (idle waits included: read them as
+    wall time, not CPU)."""
+    procs: dict[str, int] = {}
+    incl: dict[tuple[str, str], int] = {}
+    for line in Path(path).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        # --subprocesses: each stack starts with its process chain; the innermost names it
+        chain = [f for f in frames if f.startswith("process ")]
+        pid, _, cmd = chain[-1].partition(":") if chain else ("?", "", "")
+        proc = cmd.strip('"')[:70] or f"glbd ({pid})"  # glbd's own cmdline shows empty
+        n = int(count)
+        procs[proc] = procs.get(proc, 0) + n
+        seen: set[str] = set()
+        for f in frames:
+            name = f.split(" (")[0]
+            if name.startswith("process ") or name in GENERIC or name in seen:
+                continue
+            seen.add(name)
+            incl[(proc, name)] = incl.get((proc, name), 0) + n
+    lines = [f"{path}: {sum(procs.values())} samples"]
+    for proc, n in sorted(procs.items(), key=lambda kv: -kv[1]):
+        lines.append(f"\n{n:7d} samples  {proc}")
+        rows = sorted(((v, k[1]) for k, v in incl.items() if k[0] == proc), reverse=True)
+        lines += [f"  {100 * v / n:5.1f} %  {name}" for v, name in rows[:top]]
+    return "\n".join(lines)
+
+
 KEYS = (
     ("converged_s", "full convergence from start, s"),
     ("converged_from_established_s", "full convergence from 1st Established, s"),
@@ -622,7 +665,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py-spy", metavar="DIR", help="profile glbd (and children) into DIR")
     ap.add_argument("--out", metavar="FILE", help="JSON results")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
+    ap.add_argument("--profile-summary", metavar="FILE", help="print a --py-spy file and exit")
     args = ap.parse_args(argv)
+    if args.profile_summary:
+        print(profile_summary(args.profile_summary))
+        return 0
     speakers = [s.strip() for s in args.speakers.split(",") if s.strip()]
     if not speakers or any(s not in ("glbd", "frr") for s in speakers):
         ap.error("--speakers: a comma list of glbd, frr")
@@ -633,11 +680,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = commit()
+    bfd = f"{args.bfd_ms} ms x 3" if args.bfd_ms else "off"
     print(
         f"convergence: {started}, commit {head}, {os.cpu_count()} CPUs, load {gm.load()}; "
         f"speakers {','.join(speakers)} x {args.runs}; {args.neighbors} neighbours x "
         f"{args.prefixes} prefixes (/{gm.prefix_len(args.prefixes)}, {args.remote_leaves} "
-        f"originating leaves, packed UPDATEs); BFD {args.bfd_ms} ms x 3, heartbeats "
+        f"originating leaves, packed UPDATEs); BFD {bfd}, heartbeats "
         f"{args.hb_ms} ms, hold {args.hold} s; restart: {args.restart}",
         flush=True,
     )
