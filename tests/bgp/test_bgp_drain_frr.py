@@ -48,12 +48,6 @@ def gshut(p: dict[str, Any]) -> bool:
     return "gracefulShutdown" in (p.get("community") or {}).get("list", [])
 
 
-def established(frr: FrrInstance, peer: str) -> bool:
-    s = frr.vtysh_json("show bgp ipv4 unicast summary json")
-    peers = s.get("peers", {}) if isinstance(s, dict) else {}
-    return peers.get(peer, {}).get("state") == "Established"
-
-
 async def test_drain_moves_frr_leaf_to_the_other_spine_and_undrain_restores(
     netns_lab: Lab,
 ) -> None:
@@ -81,7 +75,7 @@ async def test_drain_moves_frr_leaf_to_the_other_spine_and_undrain_restores(
         assert p[s11]["locPrf"] == 0  # FRR honours graceful shutdown on receipt
         assert is_best(p[s12]) and not is_best(p[s11]) and not p[s11].get("multipath")
         await wait_for(lambda: kernel_gateways(l1, PREFIX) == {s12}, 30, "only spine2")
-        assert established(leaf1, s11)  # drain is not shutdown
+        assert leaf1.bgp_peers().get(s11) == "Established"  # drain is not shutdown
         assert spine1.speaker.drained
 
         spine1.speaker.set_drain(False)
@@ -107,7 +101,10 @@ async def test_glbd_takes_a_draining_frr_peer_out_of_multipath(netns_lab: Lab) -
             frr_bgp_conf(65003, "10.0.0.3", [(s31, 65100)], networks=[PREFIX])
         )
         await spine1.speaker.start()
-        peers = lambda: sorted(p for p, _nnh, _st in spine1.nh(PREFIX))  # noqa: E731
+
+        def peers() -> list[str]:
+            return sorted(p for p, _nnh, _st in spine1.nh(PREFIX))
+
         await wait_for(lambda: peers() == [a21, a31], 60, "multipath of both leaves")
         leaf3.vtysh("configure terminal", "router bgp 65003", "bgp graceful-shutdown")
         await wait_for(lambda: peers() == [a21], 30, "the draining leaf3 out of multipath")

@@ -155,7 +155,10 @@ async def test_glbd_spine_drives_frr10_weighted_ecmp(netns_lab: Lab) -> None:
         await asyncio.gather(spine1.speaker.start(), spine2.speaker.start())
         await wait_for(lambda: len(spine1.nh("10.200.0.0/24")) == 2, 60, "spine1 multipath")
         await wait_for(lambda: len(spine2.nh("10.200.0.0/24")) == 1, 60, "spine2 path")
-        weights = lambda: kernel_weights(l1, "10.200.0.0/24")  # noqa: E731
+
+        def weights() -> dict[str, int]:
+            return kernel_weights(l1, "10.200.0.0/24")
+
         await wait_for(
             lambda: len(weights()) == 2 and len(set(weights().values())) == 2,
             60,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from bgp_helpers import frr_bgp_conf, link, make_node, stop_all, wait_for
@@ -56,13 +57,15 @@ async def test_import_filter_families_and_max_prefixes_teardown(netns_lab: Lab) 
         def exabgp_config() -> str:
             return node.speaker.supervisor.config_path.read_text()
 
-        def row() -> dict[str, object]:
+        def row() -> dict[str, Any]:
             return node.speaker.neighbors_snapshot()[0]
 
         def counters() -> dict[str, int]:
-            return dict(row()["counters"])  # type: ignore[call-overload]
+            return dict(row()["counters"])
 
-        fwd = lambda: sorted(str(p) for p in node.speaker.rib.forwarding())  # noqa: E731
+        def fwd() -> list[str]:
+            return sorted(str(p) for p in node.speaker.rib.forwarding())
+
         await wait_for(lambda: fwd() == ["10.1.0.0/24", "10.2.0.0/24"], 60, "permitted routes")
         assert counters()["rejected_import_denied"] == 1
         nb = frr.vtysh_json(f"show bgp neighbors {spine} json")[spine]

@@ -6,6 +6,7 @@ IPv6 link-local next hops both ways (RFC 8950)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import sys
@@ -162,7 +163,7 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
     spines = [lab.netns(f"s{i}") for i in (1, 2, 3)]
     for i, sp in enumerate(spines, 1):
         lab.veth(leaf, f"swp{i}", sp, "down1")
-        await wait_for(lambda sp=sp: link_local(sp, "down1"), 10)
+        await wait_for(functools.partial(link_local, sp, "down1"), 10)
     late = spines.pop()
     frrs = [
         FrrInstance(sp, hostname=sp.node).start(spine_conf("down1", f"10.0.0.10{i}"))
@@ -301,7 +302,10 @@ async def test_glbd_spines_drive_frr_leaf_weights_over_unnumbered_links(netns_la
         await wait_for(lambda: len(spine1.nh("10.200.0.0/24")) == 2, 60, "spine1 multipath")
         await wait_for(lambda: len(spine2.nh("10.200.0.0/24")) == 1, 60, "spine2 path")
         gw1, gw2 = str(link_local(s1, "to-leaf1")), str(link_local(s2, "to-leaf1"))
-        weights = lambda: kernel_weights(l1, "10.200.0.0/24")  # noqa: E731
+
+        def weights() -> dict[str, int]:
+            return kernel_weights(l1, "10.200.0.0/24")
+
         await wait_for(
             lambda: set(weights()) == {gw1, gw2} and len(set(weights().values())) == 2,
             60,
