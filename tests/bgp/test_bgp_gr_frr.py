@@ -19,8 +19,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -107,13 +107,26 @@ def leaf(ns: Netns, net: str, *, gr: bool) -> Node:
     )
 
 
-@pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
-async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
-    spine, spine_ns, leaf_ns = spine_and_leaf(netns_lab, "172.16.41", gr=gr)
-    node = leaf(leaf_ns, "172.16.41", gr=gr)
+@asynccontextmanager
+async def session(
+    lab: Lab, net: str, *, gr: bool
+) -> AsyncIterator[tuple[FrrInstance, Netns, Node]]:
+    """FRR spine1 and glbd leaf1 on ``net``, GR on or off, their session up: the FRR, the
+    spine's namespace and the leaf; both stopped after."""
+    spine, spine_ns, leaf_ns = spine_and_leaf(lab, net, gr=gr)
+    node = leaf(leaf_ns, net, gr=gr)
     try:
         await node.speaker.start()
-        await spine.await_bgp_established(["172.16.41.2"], timeout=60)
+        await spine.await_bgp_established([f"{net}.2"], timeout=60)
+        yield spine, spine_ns, node
+    finally:
+        await node.speaker.stop()
+        spine.stop()
+
+
+@pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
+async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
+    async with session(netns_lab, "172.16.41", gr=gr) as (spine, spine_ns, node):
         await wait_for(lambda: kernel_has(spine_ns, GLBD_PREFIX), 30, "glbd's prefix in FRR")
         info = frr_gr_info(spine, "172.16.41.2")
         print(f"\nFRR's view of glbd's GR: {json.dumps(info)[:600]}")
@@ -148,18 +161,11 @@ async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
             assert seen["missing"] == 0, seen
         else:
             assert seen["missing"] > 0, seen
-    finally:
-        await node.speaker.stop()
-        spine.stop()
 
 
 @pytest.mark.parametrize("gr", [True, False], ids=["gr", "no-gr"])
 async def test_frr_restart_glbd_keeps_routes(netns_lab: Lab, gr: bool) -> None:
-    spine, _spine_ns, leaf_ns = spine_and_leaf(netns_lab, "172.16.42", gr=gr)
-    node = leaf(leaf_ns, "172.16.42", gr=gr)
-    try:
-        await node.speaker.start()
-        await spine.await_bgp_established(["172.16.42.2"], timeout=60)
+    async with session(netns_lab, "172.16.42", gr=gr) as (spine, _spine_ns, node):
         await wait_for(lambda: node.speaker.rib.next_hops(N(FRR_PREFIX)), 30, "FRR's prefix")
         mark = len(node.events)
 
@@ -192,9 +198,6 @@ async def test_frr_restart_glbd_keeps_routes(netns_lab: Lab, gr: bool) -> None:
         assert node.speaker.rib.next_hops(N(FRR_PREFIX))
         assert not lost()
         assert not [e for e in node.events[mark:] if isinstance(e, NextHopsChanged)]
-    finally:
-        await node.speaker.stop()
-        spine.stop()
 
 
 def glbd_conf(run_dir: Path, gr: bool) -> str:
