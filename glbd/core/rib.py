@@ -488,7 +488,7 @@ class Rib:
         self._selections: dict[tuple[int, ...], _Selection] = {}
         #: initial-exchange deferral: on from the start (if configured), its clock starts at
         #: the first timed input; the neighbors that sent End-of-RIB since it began
-        self._delaying = params.update_delay_s > 0
+        self._delaying = params.update_delay_s > 0 and bool(params.neighbors)
         self._delay_until: float | None = None
         self._delay_wait_until: float | None = None
         self._delay_waited = False  # the establish-wait is over
@@ -758,7 +758,7 @@ class Rib:
         """ExaBGP died: every session is gone, but forwarding is kept. Paths become stale and
         stay in use until each peer's End-of-RIB or until the stale timer. The initial-exchange
         deferral starts again: the new sessions' tables are selected once, as at a start."""
-        if self.params.update_delay_s > 0:
+        if self.params.update_delay_s > 0 and self.peers:
             self._delaying = True
             self._delay_until = self._delay_wait_until = None
             self._delay_waited = False
