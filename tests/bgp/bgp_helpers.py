@@ -6,14 +6,19 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
+from glbd.cli import glbctl as ctl
 from glbd.core.rib import NeighborParams, RibParams, Role
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 
@@ -110,6 +115,39 @@ def glbd_spine(
     return make_node(
         ns.name, f"10.0.0.{10 + n}", 65100, Role.HELPER, list(downlinks), originated, False
     )
+
+
+@contextmanager
+def glbd_daemon(ns: Netns, run_dir: Path, config: str) -> Iterator[str]:
+    """``glbd run`` in ``ns`` with ``config`` (written to run_dir/glbd.toml; its control socket
+    must be run_dir/glbd.sock), its output in run_dir/glbd.log: yields the socket's path.
+    Stopped with SIGTERM after (killed if that takes 20 s), the log's tail printed."""
+    conf = run_dir / "glbd.toml"
+    conf.write_text(config)
+    with open(run_dir / "glbd.log", "ab") as out:
+        proc = ns.popen(
+            [sys.executable, "-m", "glbd", "run", "-c", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield str(run_dir / "glbd.sock")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        print((run_dir / "glbd.log").read_text(errors="replace")[-3000:])
+
+
+def glbd_neighbors(sock: str) -> list[dict[str, Any]]:
+    """``glbctl neighbors`` of the daemon at ``sock``: none while it does not answer."""
+    try:
+        return list(ctl.request(sock, "neighbors", timeout=2.0))
+    except ctl.DaemonError:
+        return []
 
 
 async def stop_all(nodes: Iterable[Node]) -> None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -24,11 +22,21 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import pytest
-from bgp_helpers import N, Node, frr_bgp_conf, frr_paths, glbd_leaf, kernel_has, link, wait_for
+from bgp_helpers import (
+    N,
+    Node,
+    frr_bgp_conf,
+    frr_paths,
+    glbd_daemon,
+    glbd_leaf,
+    glbd_neighbors,
+    kernel_has,
+    link,
+    wait_for,
+)
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
-from glbd.cli import glbctl as ctl
 from glbd.io.bgp import NextHopsChanged, SpeakerReady
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
@@ -247,48 +255,33 @@ async def test_frr_restart_glbd_daemon_keeps_kernel_route(
     spine, _spine_ns, leaf_ns = spine_and_leaf(netns_lab, "172.16.43", gr=gr)
     run_dir = tmp_path / "leaf1"
     run_dir.mkdir(mode=0o700)
-    conf = run_dir / "glbd.toml"
-    conf.write_text(glbd_conf(run_dir, gr))
-    sock = str(run_dir / "glbd.sock")
-    with open(run_dir / "glbd.log", "ab") as out:
-        proc = leaf_ns.popen(
-            [sys.executable, "-m", "glbd", "run", "-c", str(conf)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-    def row() -> dict[str, object]:
-        try:
-            rows = ctl.request(sock, "neighbors", timeout=2.0)
-        except ctl.DaemonError:
-            return {}
-        return rows[0] if rows else {}
-
     try:
-        await wait_for(lambda: row().get("state") == "up", 60, "glbd's session")
-        await wait_for(lambda: kernel_has(leaf_ns, FRR_PREFIX), 30, "FRR's prefix in glbd's FIB")
-        with poll_kernel(leaf_ns, FRR_PREFIX) as seen:
-            spine.kill_daemon("bgpd")
-            await wait_for(lambda: row().get("state") not in ("up", None), 30, "session gone")
+        with glbd_daemon(leaf_ns, run_dir, glbd_conf(run_dir, gr)) as sock:
+
+            def row() -> dict[str, object]:
+                rows = glbd_neighbors(sock)
+                return rows[0] if rows else {}
+
+            await wait_for(lambda: row().get("state") == "up", 60, "glbd's session")
+            await wait_for(
+                lambda: kernel_has(leaf_ns, FRR_PREFIX), 30, "FRR's prefix in glbd's FIB"
+            )
+            with poll_kernel(leaf_ns, FRR_PREFIX) as seen:
+                spine.kill_daemon("bgpd")
+                await wait_for(lambda: row().get("state") not in ("up", None), 30, "session gone")
+                if gr:
+                    assert row()["gr_helping"] is True
+                    spine.restart_daemon("bgpd")
+                    await wait_for(
+                        lambda: row().get("state") == "up" and row().get("gr_helping") is False,
+                        60,
+                        "FRR back and its End-of-RIB",
+                    )
+                else:
+                    await wait_for(lambda: seen["missing"] > 0, 10, "the prefix leaving the kernel")
+            print(f"\nGR {'on' if gr else 'off'}: {seen} polls of glbd's kernel")
             if gr:
-                assert row()["gr_helping"] is True
-                spine.restart_daemon("bgpd")
-                await wait_for(
-                    lambda: row().get("state") == "up" and row().get("gr_helping") is False,
-                    60,
-                    "FRR back and its End-of-RIB",
-                )
-            else:
-                await wait_for(lambda: seen["missing"] > 0, 10, "the prefix leaving the kernel")
-        print(f"\nGR {'on' if gr else 'off'}: {seen} polls of glbd's kernel")
-        if gr:
-            assert seen["missing"] == 0, seen
-            assert kernel_has(leaf_ns, FRR_PREFIX)
+                assert seen["missing"] == 0, seen
+                assert kernel_has(leaf_ns, FRR_PREFIX)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
         spine.stop()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import ipaddress
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,8 @@ from bgp_helpers import (
     frr_bgp_conf,
     frr_nnhns,
     frr_paths,
+    glbd_daemon,
+    glbd_neighbors,
     kernel_weights,
     speaker_node,
     wait_for,
@@ -28,7 +29,6 @@ from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
 from glbd.app.params import IPAddress, local_address_for
-from glbd.cli import glbctl as ctl
 from glbd.core.ndpeers import NdpEvent, PeerChange
 from glbd.core.rib import NeighborParams, RibParams, Role
 from glbd.io.ndp import NdpSpeaker
@@ -169,20 +169,11 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
         FrrInstance(sp, hostname=sp.node).start(spine_conf("down1", f"10.0.0.10{i}"))
         for i, sp in enumerate(spines, 1)
     ]
-    cfg = tmp_path / "glbd.toml"
-    cfg.write_text(leaf_conf(tmp_path, '"swp1-3"'))
-    log = open(tmp_path / "glbd.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = leaf.popen([sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log, stderr=log)
-    log.close()
-    sock = str(tmp_path / "glbd.sock")
+    with glbd_daemon(leaf, tmp_path, leaf_conf(tmp_path, '"swp1-3"')) as sock:
 
-    def rows() -> dict[str, dict[str, object]]:
-        try:
-            return {r["interface"]: r for r in ctl.request(sock, "neighbors", timeout=2.0)}
-        except Exception:
-            return {}
+        def rows() -> dict[str, dict[str, object]]:
+            return {r["interface"]: r for r in glbd_neighbors(sock)}
 
-    try:
         for frr in frrs:
             await frr.await_bgp_established(["down1"], timeout=60)
 
@@ -212,13 +203,6 @@ async def test_unnumbered_glbd_daemon_two_frr_spines(netns_lab: Lab, tmp_path: P
         spines.append(late)
         want = {str(link_local(sp, "down1")): f"swp{i}" for i, sp in enumerate(spines, 1)}
         await wait_for(lambda: kernel_route(leaf, "10.100.0.0/24") == want, 30, "3-way group")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except Exception:
-            proc.kill()
-        print((tmp_path / "glbd.log").read_text(errors="replace")[-3000:])
 
 
 def source_toward(ns: Netns, port: str, peer: ipaddress.IPv6Address) -> IPAddress:
