@@ -406,6 +406,7 @@ class Run:
         args, res = self.args, self.res
         run_dir = Path(tempfile.mkdtemp(prefix=f"convergence-{self.kind}-"))
         self.feeder: gm.FeederProc | None = None  # type: ignore[assignment]
+        self.probe: FibProbe | None = None  # type: ignore[assignment]
         try:
             with Lab() as lab:
                 leaf, fab = gm.build(lab, args.neighbors)
@@ -441,10 +442,11 @@ class Run:
                 res["probe_cpu_s"] = self.probe_cpu_s
                 res["dump_s_max"] = self.dump_s_max
                 feeder.quiet = True
-                self.probe.close()
                 self.speaker.stop(run_dir if args.keep else None)
         finally:
             self.profile_stop()
+            if self.probe is not None:
+                self.probe.close()
             if self.feeder is not None:
                 self.feeder.stop()
             if args.keep:
