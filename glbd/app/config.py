@@ -539,19 +539,25 @@ class HeartbeatSection(_Model):
 class LinkQualitySection(_Model):
     """DLB-style quality bands. Load in percent of capacity, queue in bytes of qdisc backlog."""
 
-    sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 10
+    sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
     #: EWMA weight of a new sample, 0 < alpha <= 1
-    ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.25
+    ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.134
     load_min_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
     load_max_pct: Annotated[float, Field(ge=0, le=100)] = 90.0
     queue_min_bytes: Annotated[int, Field(ge=0)] = 3_000
     queue_max_bytes: Annotated[int, Field(ge=1)] = 300_000
     #: share of the load band in the combined quality; (1 - rate_weight) goes to the queue band
     rate_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
-    #: a one-band change is reported once the score is this far (in bands) past the boundary,
-    #: or after this many samples in the new band; two bands, down and up go out at once
+    #: a one-band drop is reported once the score is this far (in bands) past the boundary,
+    #: or after this many samples in the new band; two bands down, down and up go out at once
     hysteresis_margin: Annotated[float, Field(ge=0, lt=1)] = 0.25
-    hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 3
+    hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 6
+    #: congestion onset: a sample with the link at or above load_max_pct and its backlog at
+    #: least this many bytes and growing is taken as measured, past the EWMA (0: off)
+    onset_queue_bytes: Annotated[int, Field(ge=0)] = 1_000
+    #: a better band is reported only after hysteresis_samples better samples in a row, as
+    #: the worst of them (false: also by hysteresis_margin, or at once two bands up)
+    confirm_improvements: bool = True
     #: interface name -> capacity in Mbit/s (veth and shaped links report no true speed)
     capacity_mbps: dict[str, Annotated[float, Field(gt=0)]] = {}
     default_capacity_mbps: Annotated[float, Field(gt=0)] = 10_000.0

@@ -163,6 +163,8 @@ def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
         rate_weight=q.rate_weight,
         hysteresis_margin=q.hysteresis_margin,
         hysteresis_samples=q.hysteresis_samples,
+        onset_queue_bytes=q.onset_queue_bytes,
+        confirm_improvements=q.confirm_improvements,
         default_capacity_mbps=q.default_capacity_mbps,
         capacity_mbps=dict(q.capacity_mbps),
         foreign_classes=frozenset(parse_tc_handle(h) for h in q.foreign_classes),

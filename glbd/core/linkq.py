@@ -11,11 +11,16 @@ counter and qdisc backlog of every monitored interface (:class:`LinkSample`, or
   (Broadcom TH5 DLB: "8 equally spaced bands between Min and Max");
 * the combined score ``rate_weight * load_score + (1 - rate_weight) * queue_score`` and its band
   ``clamp(ceil(score) - 1, 0, 7)``;
-* hysteresis on the *reported* band: a change of two or more bands, a link going down (quality 0
-  with the down flag) or coming back goes out at once; a one-band change goes out only when the
+* a congestion onset -- a sample that finds the link saturated (load over the interval at or
+  above the max threshold) with its queue building (backlog at least ``onset_queue_bytes`` and
+  above the previous sample's) -- is taken as measured instead of through the EWMA, so the band
+  falls on that very sample;
+* hysteresis on the *reported* band: a drop of two or more bands, a link going down (quality 0
+  with the down flag) or coming back goes out at once; a one-band drop goes out only when the
   score is ``hysteresis_margin`` of a band past the boundary, or has stayed on the other side for
-  ``hysteresis_samples`` consecutive samples. A value wobbling around a boundary therefore never
-  flaps the band every sample;
+  ``hysteresis_samples`` consecutive samples; a better band (``confirm_improvements``) only once
+  ``hysteresis_samples`` samples in a row were better, as the worst of them. A value wobbling
+  around a boundary, or a link loaded in bursts, therefore never flaps the band every sample;
 * the residual capacity (:meth:`LinkMonitor.on_foreign`): the capacity minus the rate of the tc
   classes no load balancer can steer, which heartbeats report as the link's capacity.
 
@@ -58,15 +63,23 @@ MAX_BAND = 7
 class LinkMonParams:
     """Monitor parameters (``[link_quality]`` in the config; same names and defaults)."""
 
-    sample_interval_s: float = 0.010
-    ewma_alpha: float = 0.25
+    sample_interval_s: float = 0.005
+    ewma_alpha: float = 0.134
     load_min_pct: float = 10.0
     load_max_pct: float = 90.0
     queue_min_bytes: int = 3_000
     queue_max_bytes: int = 300_000
     rate_weight: float = 0.5
     hysteresis_margin: float = 0.25
-    hysteresis_samples: int = 3
+    hysteresis_samples: int = 6
+    #: congestion onset: a sample that finds the link at or above ``load_max_pct`` over the
+    #: interval with its queue building (backlog at least this many bytes and above the
+    #: previous sample's) is taken as measured, past the EWMA (0: off)
+    onset_queue_bytes: int = 1_000
+    #: a better band goes out only after ``hysteresis_samples`` samples in a row better than
+    #: the reported one, as the worst of them (False: also by ``hysteresis_margin``, or at once
+    #: two bands up)
+    confirm_improvements: bool = True
     default_capacity_mbps: float = 10_000.0
     capacity_mbps: Mapping[str, float] = field(default_factory=dict)
     #: tc handles (``(major << 16) | minor``) of the egress classes whose traffic the load
@@ -90,6 +103,8 @@ class LinkMonParams:
             raise ValueError("hysteresis_margin in [0, 1), hysteresis_samples >= 1")
         if self.default_capacity_mbps <= 0 or any(v <= 0 for v in self.capacity_mbps.values()):
             raise ValueError("capacities must be > 0")
+        if self.onset_queue_bytes < 0:
+            raise ValueError("onset_queue_bytes must be >= 0")
         if self.foreign_every < 1:
             raise ValueError("foreign_every must be >= 1")
 
@@ -258,6 +273,7 @@ class _Link:
         "foreign_t",
         "ifindex",
         "kcap",
+        "last_backlog",
         "last_t",
         "last_tx",
         "load",
@@ -266,6 +282,7 @@ class _Link:
         "res_pending",
         "residual",
         "score",
+        "up_min",
     )
 
     def __init__(self, capacity: float) -> None:
@@ -280,6 +297,8 @@ class _Link:
         self.band: int | None = None  # reported; None = not measured yet
         self.down = False
         self.pending = 0  # consecutive samples one band away, same direction (sign)
+        self.last_backlog = 0
+        self.up_min = 0  # worst band of the better samples pending (confirm_improvements)
         self.changes = 0
         self.foreign_bytes: int | None = None  # last foreign-class byte count
         self.foreign_t = 0.0
@@ -426,6 +445,8 @@ class LinkMonitor:
         qk = 8.0 / (qmax - qmin)
         margin = p.hysteresis_margin
         persist = p.hysteresis_samples
+        onset_q = p.onset_queue_bytes
+        confirm = p.confirm_improvements
         for ln, name, up, tx, backlog in zip(
             self._order_links, names, ups, txs, backlogs, strict=True
         ):
@@ -441,8 +462,10 @@ class LinkMonitor:
                 continue
             last_tx = ln.last_tx
             dt = now - ln.last_t
+            last_backlog = ln.last_backlog
             ln.last_tx = tx
             ln.last_t = now
+            ln.last_backlog = backlog
             if last_tx is None or tx < last_tx or dt <= 0:
                 continue  # first sample after start/up, or counters reset: re-baseline
             load = (tx - last_tx) * ln.kcap / dt
@@ -452,6 +475,13 @@ class LinkMonitor:
             else:
                 lv = ln.load = ln.load + alpha * (load - ln.load)
                 qv = ln.queue = ln.queue + alpha * (backlog - ln.queue)
+                if onset_q and load >= lmax and backlog >= onset_q and backlog > last_backlog:
+                    # congestion onset: saturated with a queue building. Taken as measured
+                    # (the EWMA would need several samples to cross a band boundary)
+                    if load > lv:
+                        lv = ln.load = load
+                    if backlog > qv:
+                        qv = ln.queue = float(backlog)
             ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else (lmax - lv) * lk
             qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else (qmax - qv) * qk
             sc = ln.score = rw * ls + rq * qs
@@ -466,6 +496,20 @@ class LinkMonitor:
                 ln.pending = 0
                 continue
             diff = raw - cur
+            if diff > 0 and confirm:
+                # better samples (a margin past the boundary) must persist: a link loaded in
+                # bursts keeps the band of its bursts instead of flapping with them
+                if sc < cur + 1 + margin:
+                    ln.pending = 0
+                    continue
+                if ln.pending <= 0:
+                    ln.pending, ln.up_min = 1, raw
+                else:
+                    ln.pending += 1
+                    ln.up_min = raw if raw < ln.up_min else ln.up_min
+                if ln.pending >= persist:
+                    out.append(self._set(name, ln, ln.up_min, False, "persisted"))
+                continue
             if diff >= 2 or diff <= -2:
                 out.append(self._set(name, ln, raw, False, "jump"))
             elif (diff > 0 and sc >= cur + 1 + margin) or (diff < 0 and sc <= cur - margin):
@@ -568,6 +612,8 @@ class LinkMonitor:
                 "rate_weight": p.rate_weight,
                 "hysteresis_margin": p.hysteresis_margin,
                 "hysteresis_samples": p.hysteresis_samples,
+                "onset_queue_bytes": p.onset_queue_bytes,
+                "confirm_improvements": p.confirm_improvements,
             },
             "links": [
                 {

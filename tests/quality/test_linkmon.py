@@ -114,7 +114,7 @@ def test_one_band_wobble_does_not_flap() -> None:
 
 
 def test_one_band_change_by_margin_or_persistence() -> None:
-    m = mon()
+    m = mon(hysteresis_samples=3, confirm_improvements=False)
     f = Feed(m, ["e1"])
     f.step({"e1": 45})
     assert f.step({"e1": 50.5}) == []  # just past the boundary

@@ -1,0 +1,162 @@
+"""Link monitor core in virtual time: a congestion onset (saturated, queue building) moves the
+band on its first sample; a link loaded in bursts does not flap; a better band is confirmed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from glbd.app import config
+from glbd.app.params import linkmon_params
+from glbd.core.linkq import LinkMonitor, LinkMonParams, LinkSample
+
+CAP = 1000.0  # Mbit/s
+P = LinkMonParams(default_capacity_mbps=CAP)
+DT = P.sample_interval_s
+FULL = CAP * 1e6 / 8 * DT  # bytes per sample at 100 %
+
+
+class Link:
+    """One monitored interface driven sample by sample: load in % of capacity, backlog bytes."""
+
+    def __init__(self, params: LinkMonParams = P) -> None:
+        self.mon = LinkMonitor(params)
+        self.mon.set_interfaces(["e1"])
+        self.now = 0.0
+        self.tx = 0
+        self.mon.on_samples([LinkSample("e1", True, 0, 0, 1)], 0.0)
+
+    def step(self, load: float, backlog: int = 0) -> list[tuple[int, str]]:
+        self.now += DT
+        self.tx += round(FULL * load / 100)
+        ch = self.mon.on_samples([LinkSample("e1", True, self.tx, backlog, 1)], self.now)
+        return [(c.quality.band, c.reason) for c in ch]
+
+    @property
+    def band(self) -> int:
+        q = self.mon.quality("e1")
+        assert q is not None
+        return q.band
+
+
+def idle(link: Link, n: int = 20) -> None:
+    for _ in range(n):
+        link.step(0)
+    assert link.band == 7
+
+
+def test_onset_moves_the_band_on_its_first_sample() -> None:
+    link = Link()
+    idle(link)
+    # the first sample that finds the link saturated with a queue building
+    ch = link.step(100, backlog=5_000)
+    assert ch and ch[0][0] <= 5 and ch[0][1] == "jump"
+    q = link.mon.quality("e1")
+    assert q is not None and q.load_pct == pytest.approx(100)
+
+
+def test_onset_off_the_ewma_needs_several_samples() -> None:
+    link = Link(replace(P, onset_queue_bytes=0))
+    idle(link)
+    assert link.step(100, backlog=5_000) == []
+    steps = 1
+    while link.band == 7:
+        link.step(100, backlog=5_000 + 5_000 * steps)
+        steps += 1
+    assert steps >= 3
+
+
+def test_saturated_without_a_queue_is_not_an_onset() -> None:
+    link = Link()
+    idle(link)
+    assert link.step(100, backlog=0) == []  # full, but keeping up: the EWMA decides
+    assert link.step(100, backlog=500) == []  # below onset_queue_bytes
+
+
+def test_a_draining_queue_is_not_an_onset() -> None:
+    link = Link()
+    idle(link)
+    link.step(0, backlog=20_000)  # a queue left from before, now draining
+    assert link.step(100, backlog=12_000) == []
+
+
+def test_below_saturation_a_queue_is_not_an_onset() -> None:
+    link = Link()
+    idle(link)
+    assert link.step(60, backlog=5_000) == []
+
+
+def bursts(link: Link, samples: int, every: int) -> list[tuple[int, str]]:
+    """A link loaded in bursts: one saturated sample with a queue building every ``every``
+    samples, idle in between."""
+    out: list[tuple[int, str]] = []
+    for i in range(samples):
+        out += link.step(100, backlog=4_000) if i % every == 0 else link.step(0)
+    return out
+
+
+def test_a_link_loaded_in_bursts_keeps_one_band() -> None:
+    link = Link()
+    idle(link)
+    assert bursts(link, 40, every=4)  # the first burst moves it
+    assert bursts(link, 400, every=4) == []  # then 2 s without one band change
+
+
+def test_bursts_flap_the_band_when_improvements_are_not_confirmed() -> None:
+    link = Link(replace(P, confirm_improvements=False))
+    idle(link)
+    bursts(link, 40, every=4)
+    assert len(bursts(link, 400, every=4)) >= 100
+
+
+def test_a_better_band_is_confirmed_and_is_the_worst_of_the_confirming_samples() -> None:
+    link = Link()
+    idle(link)
+    assert link.step(100, backlog=5_000)  # onset
+    low = link.band
+    # the load falls away: the score climbs, but only a run of hysteresis_samples samples a
+    # margin above the band reports a better one, at the worst band of that run
+    run: list[float] = []
+    ch: list[tuple[int, str]] = []
+    while not ch:
+        ch = link.step(0)
+        q = link.mon.quality("e1")
+        assert q is not None
+        if q.score >= low + 1 + P.hysteresis_margin:
+            run.append(q.score)
+        else:
+            assert not ch and not run
+    assert len(run) == P.hysteresis_samples
+    band, reason = ch[0]
+    assert reason == "persisted"
+    assert band == math.ceil(run[0]) - 1 and low < band < math.ceil(run[-1]) - 1
+
+
+def test_one_sample_of_headroom_does_not_lift_the_band() -> None:
+    link = Link()
+    idle(link)
+    link.step(100, backlog=5_000)
+    low = link.band
+    for _ in range(10):  # saturated, then one idle sample, again and again
+        assert link.step(100, backlog=3_000) == []
+        assert link.step(0) == []
+    assert link.band == low
+
+
+def test_config_keys_reach_the_core() -> None:
+    base = {"router_id": "10.0.0.1", "local_as": 65001, "role": "both"}
+    c = config.parse(dict(base), "t.toml")
+    p = linkmon_params(c)
+    assert (p.sample_interval_s, p.onset_queue_bytes, p.confirm_improvements) == (
+        P.sample_interval_s,
+        P.onset_queue_bytes,
+        P.confirm_improvements,
+    )
+    c = config.parse(
+        {**base, "link_quality": {"onset_queue_bytes": 0, "confirm_improvements": False}},
+        "t.toml",
+    )
+    p = linkmon_params(c)
+    assert p.onset_queue_bytes == 0 and p.confirm_improvements is False
