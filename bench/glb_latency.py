@@ -44,6 +44,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import struct
@@ -62,47 +63,126 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glbdlab.demo import NexthopWatcher
 from glbdlab.netns import LabError
-from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
+from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, stop_all, wait_until
 from glbdlab.topology import Fabric, leaf_spine
+
+from glbd.app.config import LinkQualitySection
 
 Entries = tuple[tuple[int, int], ...]
 
-# A paced UDP source: stdin "on"/"off"/"quit"; sends 1200-byte datagrams at RATE Mbit/s in 2 ms
-# bursts while on. Its own process so that the measuring process is not slowed down.
+# A paced UDP source: stdin "on [RATE [BURST_MS]]" / "off" / "quit"; sends 1200-byte datagrams
+# at RATE Mbit/s (default argv[2]) in BURST_MS bursts (default 2 ms) while on, never more than
+# one burst's worth at once (no catch-up after a stall). After the first
+# datagram of an "on" period it prints "first <time.time() before that sendto>" (the congestion's
+# first packet, on the bench's clock). Its own process so that the measuring process is not
+# slowed down.
 GENERATOR = r"""
 import socket, sys, threading, time
-dst, rate = sys.argv[1], float(sys.argv[2])
+dst, rate0 = sys.argv[1], float(sys.argv[2])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
 payload = b"\x00" * 1200
-pps = rate * 1e6 / 8 / (1200 + 28)
-state = {"on": False, "quit": False}
+state = {"on": False, "quit": False, "gen": 0, "rate": rate0, "burst": 0.002}
 def ctl():
     for line in sys.stdin:
-        cmd = line.strip()
-        if cmd == "quit":
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
             break
-        state["on"] = cmd == "on"
+        if cmd[0] == "on":
+            state["rate"] = float(cmd[1]) if len(cmd) > 1 else rate0
+            state["burst"] = float(cmd[2]) / 1e3 if len(cmd) > 2 else 0.002
+            state["gen"] += 1
+        state["on"] = cmd[0] == "on"
     state["quit"] = True
 threading.Thread(target=ctl, daemon=True).start()
-sent, t0 = 0, None
+sent, t0, gen = 0, None, 0
 while not state["quit"]:
     if not state["on"]:
         t0 = None
-        time.sleep(0.001)
+        time.sleep(0.0005)
         continue
+    if gen != state["gen"]:
+        gen, t0 = state["gen"], None
+    pps = state["rate"] * 1e6 / 8 / (1200 + 28)
     now = time.monotonic()
     if t0 is None:
         t0, sent = now, 0
+        t_first = time.time()
+        try:
+            s.sendto(payload, (dst, 9))
+        except OSError:
+            pass
+        sent = 1
+        print(f"first {t_first:.6f}", flush=True)
     due = int((now - t0) * pps) + 1
+    # no catch-up after a stall (a busy machine): the lost time is skipped, so a stall never
+    # turns into a burst larger than one period's
+    sent = max(sent, due - int(pps * state["burst"]) - 1)
     while sent < due:
         try:
             s.sendto(payload, (dst, 9))
         except OSError:
             pass
         sent += 1
-    time.sleep(0.002)
+    time.sleep(state["burst"])
 """
+
+
+class Generator:
+    """The paced UDP source (:data:`GENERATOR`) in one namespace, driven over stdin; keeps the
+    "first packet" times it reports."""
+
+    def __init__(self, fab: Fabric, node: str, dst: str, rate_mbps: float) -> None:
+        self.proc = fab.ns(node).popen(
+            [sys.executable, "-c", GENERATOR, dst, str(rate_mbps)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self.firsts: list[float] = []
+        self._cv = threading.Condition()
+        threading.Thread(target=self._read, name="gen-out", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == b"first":
+                with self._cv:
+                    self.firsts.append(float(parts[1]))
+                    self._cv.notify_all()
+
+    def send(self, cmd: str) -> float:
+        t = time.time()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd.encode() + b"\n")
+        self.proc.stdin.flush()
+        return t
+
+    def on(self, rate_mbps: float | None = None, burst_ms: float | None = None) -> float:
+        """Switch on; returns the time of the period's first datagram (the generator's own
+        timestamp, taken just before its first ``sendto``)."""
+        with self._cv:
+            n = len(self.firsts)
+        cmd = "on" if rate_mbps is None else f"on {rate_mbps:g} {burst_ms or 2:g}"
+        self.send(cmd)
+        with self._cv:
+            if not self._cv.wait_for(lambda: len(self.firsts) > n, 2.0):
+                raise LabError("the generator did not report its first packet")
+            return self.firsts[n]
+
+    def off(self) -> float:
+        return self.send("off")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.send("quit")
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
 
 
 class NftShell:
@@ -451,19 +531,10 @@ class Bench:
         out = [s, wire_s, log_s]
         for x in out:
             x.load_start = load()
-        dst = self.fab.addr("leaf2", "spine1")
-        gen = self.fab.ns("spine1").popen(
-            [sys.executable, "-c", GENERATOR, dst, str(2 * self.args.rate)],
-            stdin=subprocess.PIPE,
-        )
-        assert gen.stdin is not None
+        gen = Generator(self.fab, "spine1", self.fab.addr("leaf2", "spine1"), 2 * self.args.rate)
 
         def switch(on: bool) -> float:
-            t = time.time()
-            assert gen.stdin is not None
-            gen.stdin.write(b"on\n" if on else b"off\n")
-            gen.stdin.flush()
-            return t
+            return gen.send("on" if on else "off")
 
         try:
             on = True
@@ -507,14 +578,152 @@ class Bench:
                 if len(s.values) % 20 == 0 and s.values and not self.verbose:
                     print(f"  band: {len(s.values)} events, load {load()}", flush=True)
         finally:
-            with contextlib.suppress(OSError):
-                gen.stdin.write(b"quit\n")
-                gen.stdin.close()
-            with contextlib.suppress(Exception):
-                gen.wait(5)
+            gen.close()
         for x in out:
             x.load_end = load()
         return out
+
+    # --- from the congestion itself -----------------------------------------------------------
+    def calm(self, timeout: float = 15.0) -> bool:
+        """Equal weights at leaf1 and spine1 advertising band 7 (up) for leaf2 again."""
+        with contextlib.suppress(LabError):
+            wait_until(
+                lambda: (
+                    self.hb.state == (7, False)
+                    and len(set(kernel_group_for(self.fab, "leaf1", self.prefix).values())) == 1
+                    and len(kernel_group_for(self.fab, "leaf1", self.prefix)) == 2
+                ),
+                timeout,
+                interval=0.02,
+                what="spine1 at band 7 and equal weights at leaf1",
+            )
+            return True
+        return False
+
+    def band_change_at(self, t0: float, t_nh: float) -> tuple[float | None, float | None]:
+        """(time of the spine1 band change leaf1 acted on at ``t_nh``, time of spine1's first
+        band change after ``t0``): each the earlier of its first heartbeat on the wire and its
+        ``link_band`` record."""
+        ch = self.hb.last_change(t0, t_nh, False)
+        recs = self.bands(t0, t_nh + 1.0, down=False)
+        mine = recs
+        if ch is not None:
+            mine = [r for r in recs if r.get("band") == ch[1]]
+        before = [r for r in mine if r["_t"] <= t_nh]
+        rec = before[-1] if before else (mine[0] if mine else None)
+        cands = [x for x in (ch[0] if ch else None, rec["_t"] if rec else None) if x is not None]
+        acted = min(cands) if cands else None
+        firsts = [c[0] for c in list(self.hb.changes) if c[0] >= t0][:1]
+        firsts += [r["_t"] for r in recs[:1]]
+        return acted, (min(firsts) if firsts else None)
+
+    def run_congestion(self, n_events: int) -> tuple[list[Series], dict[str, Any]]:
+        """Congestion onsets: spine1's generator at 2x the shaped rate from idle. Each event runs
+        from the generator's first datagram to leaf1's first RTM_NEWNEXTHOP with unequal
+        weights, split at the spine1 band change that write carried."""
+        what = "leaf1 RTM_NEWNEXTHOP, weights moved"
+        tot = Series("congestion (first packet -> leaf)", f"first congesting packet -> {what}")
+        det = Series("congestion -> band change", "first packet -> spine1 band change (that one)")
+        prop = Series("band change -> leaf", f"that spine1 band change -> {what}")
+        first = Series("congestion -> first band change", "first packet -> spine1's first change")
+        out = [tot, det, prop, first]
+        for x in out:
+            x.load_start = load()
+        gen = Generator(self.fab, "spine1", self.fab.addr("leaf2", "spine1"), 2 * self.args.rate)
+        rng = random.Random(21)
+        t_start = time.time()
+        n_band = self._band_records()
+        not_calm = 0
+        try:
+            while len(tot.values) + tot.missed < n_events:
+                if not self.calm():
+                    not_calm += 1
+                # a random phase against the spine's 10 ms sampling
+                time.sleep(self.args.hold + rng.uniform(0, 0.02))
+                t0 = gen.on()
+                t_nh = self.nh_after(t0, _unequal, self.args.timeout)
+                if t_nh is None:
+                    tot.missed += 1
+                    tot.notes.append(f"no weight change in {self.args.timeout:g} s")
+                    if tot.missed > 5 and not tot.values:
+                        raise LabError("congestion does not move leaf1's weights")
+                else:
+                    time.sleep(0.1)  # the log catches up
+                    acted, t_first = self.band_change_at(t0, t_nh)
+                    tot.values.append((t_nh - t0) * 1e3)
+                    if acted is None:
+                        det.missed += 1
+                    else:
+                        det.values.append((acted - t0) * 1e3)
+                        prop.values.append((t_nh - acted) * 1e3)
+                    if t_first is not None:
+                        first.values.append((t_first - t0) * 1e3)
+                    if self.verbose:
+                        d = f"{(acted - t0) * 1e3:.1f}" if acted else "-"
+                        print(f"  onset -> band {d} ms -> leaf {(t_nh - t0) * 1e3:.1f} ms")
+                gen.off()
+                done = len(tot.values)
+                if done % 20 == 0 and done and not self.verbose:
+                    print(f"  congestion: {done} events, load {load()}", flush=True)
+        finally:
+            gen.close()
+            self.calm()
+        for x in out:
+            x.load_end = load()
+        cycles = len(tot.values) + tot.missed
+        info = {
+            "duration_s": round(time.time() - t_start, 1),
+            "cycles": cycles,
+            "band_changes": self._band_records() - n_band,
+            "band_changes_per_cycle": round((self._band_records() - n_band) / max(cycles, 1), 2),
+            "not_calm_before_onset": not_calm,
+        }
+        return out, info
+
+    def _band_records(self) -> int:
+        return len(self.bands(0.0, float("inf")))
+
+    def run_quiet(self, duration: float, load_frac: float, burst_ms: float) -> dict[str, Any]:
+        """No congestion: ``load_frac`` x the shaped rate from spine1 to leaf2 (0: no traffic)
+        in ``burst_ms`` bursts, for ``duration`` s after a settle time. Every spine1 band change
+        for leaf2 in that window is a false one, and so is every weight move at leaf1."""
+        gen = Generator(self.fab, "spine1", self.fab.addr("leaf2", "spine1"), self.args.rate)
+        try:
+            if load_frac > 0:
+                gen.on(load_frac * self.args.rate, burst_ms)
+            time.sleep(self.args.settle)
+            t0 = time.time()
+            state0 = self.hb.state
+            time.sleep(duration)
+            t1 = time.time()
+        finally:
+            gen.close()
+        recs = self.bands(t0, t1)
+        wire_changes = [c for c in list(self.hb.changes) if t0 <= c[0] <= t1]
+        moves = 0
+        last: dict[int, Entries] = {}
+        for at, nid, es in list(self.watch.events):
+            if len(es) != 2 or at > t1:
+                continue
+            if at >= t0 and nid in last and es != last[nid]:
+                moves += 1
+            last[nid] = es
+        self.calm()
+        return {
+            "traffic": (
+                f"{load_frac * self.args.rate:g} Mbit/s ({load_frac:.0%} of the shaped "
+                f"{self.args.rate} Mbit/s) in {burst_ms:g} ms bursts"
+                if load_frac > 0
+                else "none"
+            ),
+            "duration_s": round(t1 - t0, 1),
+            "band_at_start": state0,
+            "band_changes_log": len(recs),
+            "band_changes_wire": len(wire_changes),
+            "bands_seen": sorted({int(r.get("band", -1)) for r in recs}),
+            "reasons": sorted({str(r.get("reason")) for r in recs}),
+            "leaf1_weight_moves": moves,
+        }
 
     def pair(
         self,
@@ -713,6 +922,236 @@ class Bench:
             )
 
 
+EMU_PREFIX_BASE = "100.64.0.0"  # the emulated spines' prefixes: outside the lab's 198.18/15
+
+
+class LoadRig:
+    """The load ``--load`` applies, all inside this run's lab (and one local process):
+
+    * one core busy: a busy-loop process pinned (sched_setaffinity) to the last CPU;
+    * leaf1 receiving 64 spines' heartbeats: ``--emu-spines`` emulated spines (default 62, plus
+      the 2 real ones) in one extra namespace, one veth each to leaf1, served by one feeder
+      process (bench/glb_memory.py's :class:`Feeder`: a minimal BGP speaker, one heartbeat
+      sender per spine every 20 ms, a BFD engine); leaf1 has a BGP session to each, so their
+      heartbeats are accepted and land in its path table;
+    * BGP churn: the feeder withdraws or re-announces one random (spine, prefix) every
+      1 / ``--bgp-churn`` s, and toggles ``--hb-churn`` heartbeat bands per second.
+    """
+
+    def __init__(self, fab: Fabric, args: argparse.Namespace, run_dir: Path) -> None:
+        self.fab = fab
+        self.args = args
+        self.n = args.emu_spines
+        self.cpu = (os.cpu_count() or 1) - 1
+        self.busy = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import os\nos.sched_setaffinity(0, {{{self.cpu}}})\nwhile True:\n    pass\n",
+            ]
+        )
+        self.feeder: subprocess.Popen[bytes] | None = None
+        self.status: dict[str, Any] = {}
+        self.ready = threading.Event()
+        if self.n <= 0:
+            return
+        from bench import glb_memory as gm
+
+        self.gm = gm
+        leaf = fab.ns("leaf1")
+        emu = fab.lab.netns("emu")
+        from glbdlab.netns import _run
+
+        cmds = [
+            f"link add s{i} netns {leaf.name} type veth peer name l{i} netns {emu.name}"
+            for i in range(1, self.n + 1)
+        ]
+        _run(["ip", "-batch", "-"], input="\n".join(cmds) + "\n")
+        lcmds, ecmds = [], []
+        for i in range(1, self.n + 1):
+            sp, lf = gm.link_addrs(i)
+            lcmds += [f"addr add {lf}/31 dev s{i}", f"link set s{i} up"]
+            ecmds += [f"addr add {sp}/31 dev l{i}", f"link set l{i} up"]
+        leaf.ip_batch(lcmds)
+        emu.ip_batch(ecmds)
+        cfg = {
+            "neighbors": self.n,
+            "prefixes": args.emu_prefixes,
+            "remote_leaves": 8,
+            "packed": False,
+            "hold": 9,
+            "hb_ms": 20,
+            "churn": args.hb_churn,
+            "bfd_ms": 300,
+            "bgp_churn": args.bgp_churn,
+        }
+        cfg_path = run_dir / "feeder.json"
+        cfg_path.write_text(json.dumps(cfg))
+        self.feeder = emu.popen(
+            [sys.executable, str(Path(__file__).resolve()), "--feeder", str(cfg_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        threading.Thread(target=self._read, name="feeder-out", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.feeder is not None and self.feeder.stdout is not None
+        for line in self.feeder.stdout:
+            with contextlib.suppress(ValueError):
+                ev = json.loads(line)
+                if ev.get("ev") == "status":
+                    self.status = ev
+                    if ev.get("established") == self.n:
+                        self.ready.set()
+
+    def leaf_neighbors(self) -> str:
+        """leaf1's extra ``[[neighbors]]`` (appended to its generated config)."""
+        lines = []
+        for i in range(1, self.n + 1):
+            sp, lf = self.gm.link_addrs(i)
+            lines += [
+                "",
+                "[[neighbors]]",
+                f'address = "{sp}"',
+                f"remote_as = {self.gm.SPINE_AS}",
+                f'interface = "s{i}"',
+                f'local_address = "{lf}"',
+                f'description = "emu-spine{i}"',
+                "passive = false",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def describe(self) -> str:
+        a = self.args
+        spines = (
+            f"leaf1 receives the heartbeats of {self.n + 2} spines ({self.n} emulated in one "
+            f"feeder process + 2 real): every 20 ms each, 9 entries, {a.hb_churn:g} band "
+            f"toggles/s; BGP: {self.n} more sessions to leaf1, {a.emu_prefixes} prefixes each "
+            f"(8 remote leaves, NNHN), churn {a.bgp_churn:g} UPDATEs/s (one random spine's "
+            "prefix withdrawn or re-announced each); BFD to each emulated spine at 300 ms x 3"
+            if self.n > 0
+            else "no emulated spines"
+        )
+        return f"one busy-loop process pinned to CPU {self.cpu}; {spines}"
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        if self.n > 0 and not self.ready.wait(timeout):
+            raise LabError(f"emulated spines not established in {timeout:g} s: {self.status}")
+
+    def close(self) -> None:
+        if self.feeder is not None:
+            with contextlib.suppress(OSError, ValueError):
+                assert self.feeder.stdin is not None
+                self.feeder.stdin.write(b"quit\n")
+                self.feeder.stdin.close()
+            try:
+                self.feeder.wait(10)
+            except subprocess.TimeoutExpired:
+                self.feeder.kill()
+                self.feeder.wait(5)
+        self.busy.kill()
+        self.busy.wait(5)
+
+
+def feeder_main(cfg_path: str) -> int:
+    """The emulated spines of ``--load`` (runs in the lab's ``emu`` namespace)."""
+    import asyncio
+    import ipaddress
+
+    from bench import glb_memory as gm
+
+    gm.PREFIX_BASE = int(ipaddress.IPv4Address(EMU_PREFIX_BASE))
+    cfg = json.loads(Path(cfg_path).read_text())
+
+    class ChurnFeeder(gm.Feeder):
+        """glb_memory's feeder plus BGP churn on the established sessions."""
+
+        def __init__(self, cfg: dict[str, Any]) -> None:
+            super().__init__(cfg)
+            self.writers: dict[int, Any] = {}
+            self.withdrawn: set[tuple[int, int]] = set()
+            self.churn_sent = 0
+
+        def say(self, **kw: Any) -> None:
+            if kw.get("ev") == "status":
+                kw["churn_sent"] = self.churn_sent
+            super().say(**kw)
+
+        async def session(self, reader: Any, writer: Any) -> None:
+            spine = self.by_addr.get(writer.get_extra_info("sockname")[0])
+            if spine is not None:
+                self.writers[spine] = writer
+            try:
+                await super().session(reader, writer)
+            finally:
+                self.writers.pop(spine or 0, None)
+
+        async def heartbeats(self) -> None:
+            asyncio.get_running_loop().create_task(self.churn())
+            await super().heartbeats()
+
+        async def churn(self) -> None:
+            rate = float(self.cfg["bgp_churn"])
+            if rate <= 0:
+                return
+            remotes = self.cfg["remote_leaves"]
+            loop = asyncio.get_running_loop()
+            t = loop.time()
+            while True:
+                t += 1 / rate
+                await asyncio.sleep(max(0.0, t - loop.time()))
+                up = sorted(self.established & set(self.writers))
+                if not up:
+                    continue
+                spine = self.rng.choice(up)
+                i = self.rng.randrange(self.cfg["prefixes"])
+                nl = gm.nlri(i, self.plen)
+                if (spine, i) in self.withdrawn:
+                    self.withdrawn.discard((spine, i))
+                    a = gm.path_attrs(spine, gm.remote_of(i, remotes), gm.link_addrs(spine)[0])
+                    msg = gm.bgp_msg(2, b"\x00\x00" + struct.pack("!H", len(a)) + a + nl)
+                else:
+                    self.withdrawn.add((spine, i))
+                    msg = gm.bgp_msg(2, struct.pack("!H", len(nl)) + nl + b"\x00\x00")
+                with contextlib.suppress(Exception):
+                    self.writers[spine].write(msg)
+                    self.churn_sent += 1
+
+    asyncio.run(ChurnFeeder(cfg).main())
+    return 0
+
+
+def commit() -> str:
+    r = subprocess.run(
+        ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return r.stdout.strip() or "?"
+
+
+def start_nodes(
+    fab: Fabric, run_dir: Path, opts: GlbdOptions, rig: LoadRig | None, linkq: dict[str, str]
+) -> dict[str, GlbdNode]:
+    """:func:`start_glbd`, with ``[link_quality]`` keys added (``linkq``) and leaf1's config
+    extended by the load's emulated spines."""
+    topo = fab.topo
+    nodes = {n: GlbdNode(fab, n, run_dir, opts) for n in topo.names("leaf") + topo.names("spine")}
+    for node in nodes.values():
+        text = node.config.read_text()
+        keys = "".join(f"{k} = {v}\n" for k, v in linkq.items())
+        text = text.replace("[link_quality]\n", "[link_quality]\n" + keys, 1)
+        if rig is not None and rig.n > 0 and node.name == "leaf1":
+            text += rig.leaf_neighbors()
+        node.config.write_text(text)
+    for node in nodes.values():
+        node.start()
+    for node in nodes.values():
+        node.wait_ready()
+    return nodes
+
+
 def main() -> int:
     # the watcher thread must get the GIL from the polling main thread without a 5 ms wait
     sys.setswitchinterval(0.0005)
@@ -724,7 +1163,42 @@ def main() -> int:
         help="events per heartbeat kind (band; cut+restore), default 200",
     )
     ap.add_argument("--bfd", type=int, default=20, help="BFD failovers (default 20)")
-    ap.add_argument("--kinds", default="band,cut,bfd", help="comma list of band,cut,bfd")
+    ap.add_argument(
+        "--kinds",
+        default="band,cut,bfd",
+        help="comma list of congestion,quiet,band,cut,bfd (default band,cut,bfd)",
+    )
+    ap.add_argument(
+        "--quiet-s",
+        type=float,
+        default=60.0,
+        help="no-congestion run length, s, when no congestion run sets it (default 60)",
+    )
+    ap.add_argument(
+        "--quiet",
+        default="0.6@2,0.6@20",
+        metavar="FRAC@MS,...",
+        help="no-congestion runs: traffic at FRAC x --rate sent in bursts every MS ms, one run "
+        "each (0@0: no traffic; default 0.6@2,0.6@20)",
+    )
+    ap.add_argument("--settle", type=float, default=2.0, help="before counting false changes, s")
+    ap.add_argument(
+        "--load",
+        action="store_true",
+        help="apply the load: one core busy, 64 spines' heartbeats at leaf1, BGP churn",
+    )
+    ap.add_argument("--emu-spines", type=int, default=62, help="emulated spines (--load)")
+    ap.add_argument("--emu-prefixes", type=int, default=64, help="prefixes per emulated spine")
+    ap.add_argument("--bgp-churn", type=float, default=20.0, help="BGP UPDATEs/s (--load)")
+    ap.add_argument("--hb-churn", type=float, default=5.0, help="heartbeat band toggles/s")
+    ap.add_argument(
+        "--linkq",
+        default="",
+        metavar="KEY=VALUE,...",
+        help="[link_quality] keys for every glbd (default: glbd's own defaults), e.g. the "
+        "previous detection: sample_interval_ms=10,hysteresis_samples=3,onset_queue_bytes=0,"
+        "confirm_improvements=false",
+    )
     ap.add_argument("--rate", type=int, default=10, help="tbf rate of spine1->leaf2, Mbit/s")
     ap.add_argument("--hold", type=float, default=0.3, help="settle time between events, s")
     ap.add_argument("--timeout", type=float, default=5.0, help="per-event wait, s")
@@ -734,21 +1208,30 @@ def main() -> int:
     ap.add_argument("--plot", metavar="DIR", help="also draw the latency CDF into DIR (PNG)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per event")
+    if len(sys.argv) == 3 and sys.argv[1] == "--feeder":
+        return feeder_main(sys.argv[2])
     args = ap.parse_args()
     kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)
         return 2
     detect_ms = args.bfd_interval_ms * args.detect_mult
+    linkq = dict(kv.split("=", 1) for kv in args.linkq.split(",") if kv.strip())
+    sample_ms = int(linkq.pop("sample_interval_ms", LinkQualitySection().sample_interval_ms))
     opts = GlbdOptions(
-        capacity_mbps=args.rate, bfd_interval_ms=args.bfd_interval_ms, detect_mult=args.detect_mult
+        capacity_mbps=args.rate,
+        bfd_interval_ms=args.bfd_interval_ms,
+        detect_mult=args.detect_mult,
+        sample_interval_ms=sample_ms,
     )
+    args.linkq_keys = linkq
     started = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     print(
         f"glb_latency: {started}, {os.cpu_count()} CPUs, load {load()}; "
         f"events={args.events} bfd={args.bfd} kinds={','.join(sorted(kinds))} "
         f"rate={args.rate} Mbit/s, heartbeat {opts.hb_interval_ms} ms, sampling "
-        f"{opts.sample_interval_ms} ms, BFD {args.bfd_interval_ms} ms x {args.detect_mult}",
+        f"{opts.sample_interval_ms} ms, BFD {args.bfd_interval_ms} ms x {args.detect_mult}; "
+        f"link_quality {linkq or 'defaults'}; commit {commit()}",
         flush=True,
     )
     topo = leaf_spine(2, 2)
@@ -757,12 +1240,18 @@ def main() -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="glb-latency-"))
     results: list[tuple[Series, str]] = []
     nodes: dict[str, GlbdNode] = {}
+    rig: LoadRig | None = None
+    info: dict[str, Any] = {}
     try:
         with Fabric(topo) as fab:
             fab.shape("spine1", "leaf2", rate=f"{args.rate}mbit", burst="64kbit", latency="100ms")
             try:
                 t = time.monotonic()
-                nodes = start_glbd(fab, run_dir, opts)
+                if args.load:
+                    rig = LoadRig(fab, args, run_dir)
+                    info["load"] = rig.describe()
+                    print(f"load: {info['load']}", flush=True)
+                nodes = start_nodes(fab, run_dir, opts, rig, linkq)
                 wait_until(
                     lambda: len(kernel_group_for(fab, "leaf1", prefix)) == 2,
                     90,
@@ -778,12 +1267,27 @@ def main() -> int:
                     f"{time.monotonic() - t:.1f} s, load {load()}",
                     flush=True,
                 )
+                if rig is not None:
+                    rig.wait_ready()
+                    print(f"load ready: feeder {rig.status}, load {load()}", flush=True)
                 time.sleep(1.0)
                 # the watcher's thread at real-time priority: netlink has no kernel timestamps,
                 # so a starved watcher would add its own wait to every figure
                 with NexthopWatcher(fab.ns("leaf1").name, rt_priority=20) as watch:
                     b = Bench(fab, nodes, watch, prefix, args)
                     hb = "p50 <= 20, p99 <= 30"
+                    if "congestion" in kinds and args.events > 0:
+                        cong, info["congestion"] = b.run_congestion(args.events)
+                        results += [(cong[0], "p99 <= 20"), (cong[1], "(info)")]
+                        results += [(cong[2], "(info)"), (cong[3], "(info)")]
+                        print(f"congestion run: {info['congestion']}", flush=True)
+                    if "quiet" in kinds:
+                        dur = info.get("congestion", {}).get("duration_s", args.quiet_s)
+                        for spec in args.quiet.split(","):
+                            frac, _, burst = spec.partition("@")
+                            q = b.run_quiet(dur, float(frac), float(burst or 2))
+                            info.setdefault("quiet", []).append(q)
+                            print(f"no-congestion run: {q}", flush=True)
                     if "band" in kinds and args.events > 0:
                         band = b.run_band(args.events)
                         results += [(band[0], hb)] + [(x, "(info)") for x in band[1:]]
@@ -800,8 +1304,12 @@ def main() -> int:
                             (react, "(info)"),
                             (engine, f"~ {detect_ms}"),
                         ]
+                    if rig is not None:
+                        info["load_end"] = rig.status
             finally:
                 stop_all(nodes)
+                if rig is not None:
+                    rig.close()
     finally:
         if args.keep:
             print(f"run dir kept: {run_dir}")
@@ -817,10 +1325,18 @@ def main() -> int:
         print(f"  {s.name}: {s.load_start} -> {s.load_end}")
         for n in sorted(set(s.notes)):
             print(f"    note: {n} (x{s.notes.count(n)})")
+    for k, v in info.items():
+        print(f"{k}: {v}")
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                {"date": started, "args": vars(args), "series": [s.to_dict() for s, _ in results]},
+                {
+                    "date": started,
+                    "commit": commit(),
+                    "args": vars(args),
+                    "info": info,
+                    "series": [s.to_dict() for s, _ in results],
+                },
                 indent=1,
             )
         )
