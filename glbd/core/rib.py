@@ -230,6 +230,9 @@ class RibStats:
 
     #: best-path selections run (one per prefix and recompute)
     selections: int = 0
+    #: of which computed (sorted over the candidates); the others shared the result of a
+    #: prefix with the very same paths in the same recompute
+    computed: int = 0
     #: selections whose outcome (best path's attributes, multipath set, NNHN) was new, so
     #: every peer's Adj-RIB-Out was compared with what it should hold
     adj_out_walks: int = 0
@@ -1413,6 +1416,7 @@ class Rib:
         return sel
 
     def _select_paths(self, paths: tuple[Path | None, ...]) -> _Selection:
+        self.stats.computed += 1
         cands = [
             (st, p)
             for st, p in zip(self._slots, paths, strict=False)

@@ -11,6 +11,7 @@ import ipaddress
 from collections.abc import Sequence
 
 from glbd.codec import exabgp_api as api
+from glbd.codec import nhc
 from glbd.core.reasons import UpdateDelayEnd
 from glbd.core.rib import (
     Advertise,
@@ -99,8 +100,10 @@ def test_arrivals_wait_for_every_end_of_rib_then_each_prefix_is_selected_once() 
     eff = drain(r, 3.0)
     three = ["172.16.11.1", "172.16.12.1", "172.16.13.1"]
     assert fwd(eff) == {p: three for p in PREFIXES}
-    # one selection per prefix for three paths each, not one per arriving path
+    # one selection per prefix for three paths each, not one per arriving path; and the
+    # prefixes share their paths (one per leaf and UPDATE), so one of them is computed
     assert r.stats.selections == len(PREFIXES)
+    assert r.stats.computed == 1
     assert r.converged()
 
 
@@ -235,3 +238,17 @@ def test_no_deferral_when_off() -> None:
     assert fwd(r.on_update(upd(1, PREFIXES[0]), 1.0)) == {PREFIXES[0]: ["172.16.11.1"]}
     assert r.neighbors_snapshot(1.0)[0]["update_delay"] is None
     assert ipaddress.ip_network(PREFIXES[0]) in r.forwarding()
+
+
+def test_the_nhc_of_an_update_is_checked_once_but_counted_per_prefix() -> None:
+    """An all-zero NHC next hop (FRR on eBGP IPv4) is accepted and counted per route."""
+    value = nhc.Nhc.for_next_hop(
+        ipaddress.IPv4Address("0.0.0.0"),
+        nnhn=nhc.Nnhn(V4("10.0.0.1"), (V4("10.0.0.7"),)),
+    ).encode_value()
+    r = drib(role=Role.LOAD_BALANCER, update_delay_s=0.0)
+    r.on_update(upd(1, *PREFIXES[:3], nhc_value=value), 1.0)
+    assert r.counters["nhc_nh_unspecified"] == 3
+    assert r.peers[LEAVES[1].address].counters["nhc_nh_unspecified"] == 3
+    (nh,) = r.next_hops(N(PREFIXES[0]))
+    assert nh.nnhn_status == "valid" and nh.nnh == (V4("10.0.0.7"),)
