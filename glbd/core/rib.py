@@ -649,9 +649,10 @@ class Rib:
                         status,
                     )
                 )
-            if self._get_path(st, a.prefix) is not path:
-                changed.add(self._set_path(st, a.prefix, path))
-            st.counters["announced_in"] += 1
+            stored = self._store_path(st, a.prefix, path)
+            if stored is not None:
+                changed.add(stored)
+        st.counters["announced_in"] += len(announced)
         if nb.max_prefixes is not None and (st.n_paths > nb.max_prefixes or st.over_max):
             out = self._max_prefixes(st, changed, now)
             if out is not None:
@@ -1359,6 +1360,24 @@ class Rib:
         if len(entry) <= i:
             entry.extend([None] * (i + 1 - len(entry)))
         if entry[i] is None:
+            st.n_paths += 1
+        entry[i] = path
+        p: Prefix = entry[0]
+        return p
+
+    def _store_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix | None:
+        """``_set_path`` in one index lookup, for UPDATEs: the interned prefix if ``path``
+        is new for it, else None (the same path again changes nothing)."""
+        entry = self._index.get(prefix)
+        if entry is None:
+            entry = self._index[prefix] = [prefix]
+        i = st.slot + 1
+        if len(entry) <= i:
+            entry.extend([None] * (i + 1 - len(entry)))
+        have = entry[i]
+        if have is path:
+            return None
+        if have is None:
             st.n_paths += 1
         entry[i] = path
         p: Prefix = entry[0]
