@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import replace
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
@@ -18,6 +19,7 @@ from glbd.core.rib import (
     Effect,
     NextHopsChanged,
     PeerDown,
+    ResetPeer,
     Retract,
     Rib,
     RibParams,
@@ -252,3 +254,30 @@ def test_the_nhc_of_an_update_is_checked_once_but_counted_per_prefix() -> None:
     assert r.peers[LEAVES[1].address].counters["nhc_nh_unspecified"] == 3
     (nh,) = r.next_hops(N(PREFIXES[0]))
     assert nh.nnhn_status == "valid" and nh.nnh == (V4("10.0.0.7"),)
+
+
+def test_a_neighbor_held_down_by_max_prefixes_is_not_waited_for() -> None:
+    leaves = dict(LEAVES)
+    leaves[3] = replace(LEAVES[3], max_prefixes=5, max_prefixes_restart_s=60.0)
+    params = RibParams(
+        V4("10.0.0.11"),
+        65100,
+        Role.HELPER,
+        tuple(leaves.values()),
+        update_coalesce_s=0.0,
+        update_delay_s=DELAY,
+        update_delay_establish_wait_s=WAIT,
+    )
+    r = Rib(params)
+    for i, n in leaves.items():
+        r.on_open(n.address, V4(f"10.0.0.{i}"))
+        r.on_state(n.address, "up", 0.0)
+    tables(r, (1, 2), 1.0)
+    eff = r.on_update(upd(3, *PREFIXES), 1.0)
+    assert [type(e) for e in eff] == [ResetPeer]  # over the limit: closed, its paths gone
+    r.on_state(LEAVES[3].address, "down", 1.1)
+    r.on_update(eor(1), 2.0)
+    assert r.update_delay_active
+    r.on_update(eor(2), 2.0)
+    assert not r.update_delay_active  # leaf3 is held down: nothing to wait for
+    assert fwd(drain(r, 2.0)) == {p: ["172.16.11.1", "172.16.12.1"] for p in PREFIXES}
