@@ -11,6 +11,9 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
 from glbd.core.reasons import UpdateDelayEnd
@@ -281,3 +284,53 @@ def test_a_neighbor_held_down_by_max_prefixes_is_not_waited_for() -> None:
     r.on_update(eor(2), 2.0)
     assert not r.update_delay_active  # leaf3 is held down: nothing to wait for
     assert fwd(drain(r, 2.0)) == {p: ["172.16.11.1", "172.16.12.1"] for p in PREFIXES}
+
+
+# ---- the same state whatever the arrival pattern ------------------------------------------
+
+_op = hs.tuples(
+    hs.integers(1, 3),  # leaf
+    hs.sampled_from(["announce", "withdraw", "bfd_down", "bfd_up", "down_up", "eor"]),
+    hs.lists(hs.sampled_from(PREFIXES[:6]), min_size=1, max_size=4, unique=True),
+    hs.integers(1, 3),  # AS-path length
+    hs.floats(0.0, 0.08),  # gap to the previous event
+)
+
+
+def _drive(r: Rib, ops: list[tuple[int, str, list[str], int, float]]) -> None:
+    now = 100.0  # inside the deferral (its establish-wait is over)
+    for leaf, kind, prefixes, plen, gap in ops:
+        now += gap
+        while (d := r.next_deadline()) is not None and d <= now:
+            r.on_timer(d)
+        n = LEAVES[leaf]
+        if kind == "announce":
+            r.on_update(upd(leaf, *prefixes, as_path=(n.remote_as,) * plen), now)
+        elif kind == "withdraw":
+            r.on_update(upd(leaf, withdraw=tuple(prefixes)), now)
+        elif kind == "eor":
+            r.on_update(eor(leaf), now)
+        elif kind == "bfd_down":
+            r.peer_bfd_down(n.address, now)
+        elif kind == "bfd_up":
+            r.peer_bfd_up(n.address, now)
+        else:
+            r.on_state(n.address, "down", now, "test")
+            r.on_open(n.address, V4(f"10.0.0.{leaf}"))
+            r.on_state(n.address, "up", now)
+    while (d := r.next_deadline()) is not None:
+        r.on_timer(d)
+
+
+@settings(max_examples=150, deadline=None)
+@given(hs.lists(_op, max_size=25), hs.sampled_from([Role.HELPER, Role.BOTH]))
+def test_the_deferral_ends_in_the_state_eager_selection_reaches(
+    ops: list[tuple[int, str, list[str], int, float]], role: Role
+) -> None:
+    eager = drib(role=role, update_delay_s=0.0)
+    deferred = drib(role=role, update_coalesce_s=0.05, flush_batch=2)
+    _drive(eager, ops)
+    _drive(deferred, ops)
+    assert not deferred.update_delay_active and deferred.pending == 0
+    assert deferred.forwarding() == eager.forwarding()
+    assert sorted(map(repr, deferred.adj_rib_out())) == sorted(map(repr, eager.adj_rib_out()))
