@@ -304,8 +304,9 @@ def _drive(r: Rib, ops: list[tuple[int, str, list[str], int, float]]) -> None:
         while (d := r.next_deadline()) is not None and d <= now:
             r.on_timer(d)
         n = LEAVES[leaf]
+        asn = 65000 + leaf  # leaf N's AS
         if kind == "announce":
-            r.on_update(upd(leaf, *prefixes, as_path=(n.remote_as,) * plen), now)
+            r.on_update(upd(leaf, *prefixes, as_path=(asn,) * plen), now)
         elif kind == "withdraw":
             r.on_update(upd(leaf, withdraw=tuple(prefixes)), now)
         elif kind == "eor":
