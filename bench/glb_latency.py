@@ -46,6 +46,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -551,6 +552,8 @@ class Bench:
                         f"{'on' if on else 'off'} switch: no nexthop change in "
                         f"{self.args.timeout:g} s"
                     )
+                    if timeouts == 1:
+                        self.diag("band-timeout")
                     if timeouts > 5 and not s.values:
                         raise LabError("congestion does not move leaf1's weights")
                 else:
@@ -582,6 +585,30 @@ class Bench:
         for x in out:
             x.load_end = load()
         return out
+
+    def diag(self, tag: str) -> None:
+        """leaf1's view when an event timed out: its kernel group for the prefix, and its
+        quality, heartbeat, counter and status answers, into the run directory."""
+        out: dict[str, Any] = {"kernel_group": kernel_group_for(self.fab, "leaf1", self.prefix)}
+        evs = list(self.watch.events)
+        two = [e for e in evs if len(e[2]) == 2]
+        out["watcher"] = {
+            "events": len(evs),
+            "last_age_s": time.time() - evs[-1][0] if evs else None,
+            "two_member": [(round(time.time() - t, 3), nid, es) for t, nid, es in two[-5:]],
+        }
+        for cmd in ("status", "quality", "heartbeats", "counters"):
+            try:
+                out[cmd] = self.nodes["leaf1"].request(cmd, timeout=10)
+            except Exception as e:  # a stuck daemon is itself the finding
+                out[cmd] = repr(e)
+        path = self.args.run_dir / f"diag-{tag}-{time.time():.0f}.json"
+        path.write_text(json.dumps(out, indent=1, default=str))
+        print(
+            f"  {tag}: leaf1 group {out['kernel_group']}, watcher {out['watcher']}; "
+            f"details in {path}",
+            flush=True,
+        )
 
     # --- from the congestion itself -----------------------------------------------------------
     def calm(self, timeout: float = 15.0) -> bool:
@@ -1121,6 +1148,116 @@ def feeder_main(cfg_path: str) -> int:
     return 0
 
 
+def _ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError):
+                    todo += [
+                        int(x) for x in Path(f"/proc/{p}/task/{task}/children").read_text().split()
+                    ]
+    return out
+
+
+def _pname(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    text = " ".join(a.decode(errors="replace") for a in argv if a)
+    for key, name in (("exabgp", "exabgp"), ("bfd", "bfd engine"), ("--feeder", "feeder")):
+        if key in text:
+            return name
+    return "glbd" if "glbd" in text else Path(argv[0].decode(errors="replace")).name
+
+
+class PySpy:
+    """``py-spy record`` of one glbd (its main thread) in raw (collapsed stacks) format."""
+
+    def __init__(self, path: str, node: GlbdNode) -> None:
+        assert node.proc is not None
+        self.path = Path(path).resolve()
+        exe = Path(sys.executable).parent / "py-spy"
+        self.proc = subprocess.Popen(
+            [
+                *(str(exe), "record", "--pid", str(node.proc.pid), "--rate", "250"),
+                *("--format", "raw", "--nonblocking", "-o", str(self.path)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return f"{self.path}: {top_frames(self.path)}"
+
+
+def top_frames(path: Path, n: int = 12) -> str:
+    """The functions with the most samples anywhere on the stack (inclusive), from py-spy's
+    collapsed stacks: ``frame;frame;... count`` per line."""
+    total = 0
+    incl: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            stack, _, cnt = line.rpartition(" ")
+            if not cnt.isdigit():
+                continue
+            c = int(cnt)
+            total += c
+            for fr in set(stack.split(";")):
+                name = fr.split(" (")[0]
+                incl[name] = incl.get(name, 0) + c
+    top = sorted(incl.items(), key=lambda kv: -kv[1])[:n]
+    return f"{total} samples; " + "; ".join(f"{k} {v * 100 / max(total, 1):.0f}%" for k, v in top)
+
+
+class CpuMeter:
+    """CPU time (% of one core) of each glbd (and its ExaBGP and BFD children) and of the
+    load's feeder between :meth:`start` and :meth:`report`."""
+
+    def __init__(self, roots: dict[str, int]) -> None:
+        self.roots = roots
+        self.t0 = 0.0
+        self.c0: dict[tuple[str, int], int] = {}
+
+    def _snap(self) -> dict[tuple[str, int], int]:
+        out = {}
+        for node, root in self.roots.items():
+            for pid in _tree(root):
+                out[(f"{node} {_pname(pid)}", pid)] = _ticks(pid)
+        return out
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        self.c0 = self._snap()
+
+    def report(self) -> str:
+        dt = time.monotonic() - self.t0
+        hz = os.sysconf("SC_CLK_TCK")
+        now = self._snap()
+        parts = []
+        for key, ticks in sorted(now.items()):
+            pct = (ticks - self.c0.get(key, ticks)) / hz / dt * 100 if dt > 0 else 0.0
+            if pct >= 0.5:
+                parts.append(f"{key[0]} {pct:.0f}%")
+        return ", ".join(parts)
+
+
 def commit() -> str:
     r = subprocess.run(
         ["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"],
@@ -1192,6 +1329,12 @@ def main() -> int:
     ap.add_argument("--bgp-churn", type=float, default=20.0, help="BGP UPDATEs/s (--load)")
     ap.add_argument("--hb-churn", type=float, default=5.0, help="heartbeat band toggles/s")
     ap.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="record leaf1's glbd with py-spy (.venv/bin/py-spy) over the whole run into FILE "
+        "(collapsed stacks) and print its top frames",
+    )
+    ap.add_argument(
         "--linkq",
         default="",
         metavar="KEY=VALUE,...",
@@ -1238,6 +1381,7 @@ def main() -> int:
     prefix = topo.node("leaf2").prefix4
     assert prefix
     run_dir = Path(tempfile.mkdtemp(prefix="glb-latency-"))
+    args.run_dir = run_dir
     results: list[tuple[Series, str]] = []
     nodes: dict[str, GlbdNode] = {}
     rig: LoadRig | None = None
@@ -1276,6 +1420,12 @@ def main() -> int:
                 with NexthopWatcher(fab.ns("leaf1").name, rt_priority=20) as watch:
                     b = Bench(fab, nodes, watch, prefix, args)
                     hb = "p50 <= 20, p99 <= 30"
+                    roots = {n: g.proc.pid for n, g in nodes.items() if g.proc is not None}
+                    if rig is not None and rig.feeder is not None:
+                        roots["emu"] = rig.feeder.pid
+                    meter = CpuMeter(roots)
+                    spy = PySpy(args.py_spy, nodes["leaf1"]) if args.py_spy else None
+                    meter.start()
                     if "congestion" in kinds and args.events > 0:
                         cong, info["congestion"] = b.run_congestion(args.events)
                         results += [(cong[0], "p99 <= 20"), (cong[1], "(info)")]
@@ -1304,6 +1454,9 @@ def main() -> int:
                             (react, "(info)"),
                             (engine, f"~ {detect_ms}"),
                         ]
+                    info["cpu"] = meter.report()
+                    if spy is not None:
+                        info["py_spy"] = spy.stop()
                     if rig is not None:
                         info["load_end"] = rig.status
             finally:
