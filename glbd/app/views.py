@@ -522,6 +522,8 @@ class FlowletView(TypedDict, total=False):
     events: dict[str, int]
     timeout_source: str
     skew: dict[str, Any] | None
+    table_entries: int
+    evictions: int
 
 
 #: per-interface flowlet counters exported as their own metric (the skip_* ones are a reason)
@@ -561,6 +563,17 @@ def flowlet_samples(snap: FlowletView) -> Iterable[Sample]:
             "glbd_flowlet_table_size",
             float(snap.get("table_size", 0)),
             help="flows the flowlet table tracks at most",
+        )
+        yield Sample(
+            "glbd_flowlet_table_entries",
+            float(snap.get("table_entries", 0)),
+            help="flows in the flowlet table (inserted, up to its size: nothing else deletes)",
+        )
+        yield Sample(
+            "glbd_flowlet_evictions_total",
+            float(snap.get("evictions", 0)),
+            help="flows the full flowlet table pushed out (least recently seen first)",
+            kind="counter",
         )
     for c in snap.get("interfaces") or []:
         lab = {"interface": str(c.get("interface"))}

@@ -500,9 +500,14 @@ class FlowletAttachment:
         for c in st.counters.values():
             for k, v in c.items():
                 total[k] += v
+        # no entry is ever deleted but by the LRU when the table is full, so the flows inserted
+        # give both (to within the LRU's per-CPU free lists, which evict a little early)
+        entries = min(total["new_flows"], st.table_size)
         return {
             "prog_id": st.prog_id,
             "pin_dir": str(self.dir),
+            "table_entries": entries,
+            "evictions": total["new_flows"] - entries,
             "timeout_us": self.params.timeout_ns / 1e3 if self.params else None,
             "aging_s": self.params.aging_ns / 1e9 if self.params else None,
             "table_size": st.table_size,

@@ -101,6 +101,8 @@ def test_samples_per_interface_and_skip_reason() -> None:
         "error": None,
         "timeout_us": 500.0,
         "table_size": 1024,
+        "table_entries": 1024,
+        "evictions": 7,
         "interfaces": [{"interface": "eth0", "attached": True, **counters}],
         "events": {"loaded": 1, "errors": 0},
     }
@@ -110,6 +112,8 @@ def test_samples_per_interface_and_skip_reason() -> None:
     }
     eth0 = (("interface", "eth0"),)
     assert got[("glbd_flowlet_timeout_seconds", ())] == 0.0005
+    assert got[("glbd_flowlet_table_entries", ())] == 1024.0
+    assert got[("glbd_flowlet_evictions_total", ())] == 7.0
     assert got[("glbd_flowlet_attached", eth0)] == 1.0
     assert got[("glbd_flowlet_moved_total", eth0)] == 4.0
     assert got[("glbd_flowlet_skipped_total", (*eth0, ("reason", "not_ip")))] == 3.0
@@ -143,3 +147,16 @@ def test_fabric_bench_flowlet_contenders_configs_load(tmp_path: Path, key: str) 
     assert only == [key] and q.flowlet_timeout_s == 0.02
     assert fib_extra(key, q)["resilient_idle_timer_s"] == "0.02"
     assert "timeout_us = 20000" in leaf_extra(key, q)["leaf"]
+
+
+def test_occupancy_and_evictions_follow_the_flows_inserted() -> None:
+    """Nothing but the full table's LRU deletes an entry: the flows inserted give both."""
+    att = flowlet.FlowletAttachment(netns=None)
+    att.state.table_size = 4
+    zero = dict.fromkeys(flowlet.COUNTERS, 0)
+    att.state.counters = {"eth0": {**zero, "new_flows": 2}, "eth1": {**zero, "new_flows": 1}}
+    snap = att.snapshot()
+    assert (snap["table_entries"], snap["evictions"]) == (3, 0)
+    att.state.counters["eth1"]["new_flows"] = 5
+    snap = att.snapshot()
+    assert (snap["table_entries"], snap["evictions"]) == (4, 3)
