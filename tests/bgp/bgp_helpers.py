@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glbdlab.frr import FrrInstance
-from glbdlab.netns import Lab, Netns
+from glbdlab.netns import Lab, Netns, stop_pids
 
 from glbd.cli import glbctl as ctl
 from glbd.core.rib import NeighborParams, RibParams, Role
@@ -133,12 +133,7 @@ def glbd_daemon(ns: Netns, run_dir: Path, config: str) -> Iterator[str]:
     try:
         yield str(run_dir / "glbd.sock")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_pids([proc], grace=20.0)
         print((run_dir / "glbd.log").read_text(errors="replace")[-3000:])
 
 
