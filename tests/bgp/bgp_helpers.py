@@ -138,11 +138,13 @@ def glbd_daemon(ns: Netns, run_dir: Path, config: str) -> Iterator[str]:
 
 
 def glbd_neighbors(sock: str) -> list[dict[str, Any]]:
-    """``glbctl neighbors`` of the daemon at ``sock``: none while it does not answer."""
+    """``glbctl neighbors`` of the daemon at ``sock``: none while it does not answer or has
+    no rows to give yet (a daemon still starting can answer null)."""
     try:
-        return list(ctl.request(sock, "neighbors", timeout=2.0))
+        rows = ctl.request(sock, "neighbors", timeout=2.0)
     except ctl.DaemonError:
         return []
+    return rows if isinstance(rows, list) else []
 
 
 async def stop_all(nodes: Iterable[Node]) -> None:
