@@ -1491,6 +1491,7 @@ def main() -> int:
                     "series": [s.to_dict() for s, _ in results],
                 },
                 indent=1,
+                default=str,
             )
         )
     if args.plot:
