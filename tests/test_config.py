@@ -42,7 +42,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert str(c.heartbeat.group6) == "ff12::149" == config.HEARTBEAT_GROUP_V6
     assert c.heartbeat.interval_ms == 20 and c.heartbeat.min_spacing_ms == 5
     assert c.heartbeat.hold_multiplier == 3
-    assert c.link_quality.sample_interval_ms == 5
+    assert c.link_quality.sample_interval_ms == 10
     assert (c.bfd.min_tx_ms, c.bfd.min_rx_ms, c.bfd.detect_mult) == (50, 50, 3)
     assert c.fib.protocol == config.RTPROT_GLBD and c.fib.on_stop == "keep"
     assert c.is_helper and c.is_load_balancer

@@ -539,9 +539,9 @@ class HeartbeatSection(_Model):
 class LinkQualitySection(_Model):
     """DLB-style quality bands. Load in percent of capacity, queue in bytes of qdisc backlog."""
 
-    sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
+    sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 10
     #: EWMA weight of a new sample, 0 < alpha <= 1
-    ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.134
+    ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.25
     load_min_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
     load_max_pct: Annotated[float, Field(ge=0, le=100)] = 90.0
     queue_min_bytes: Annotated[int, Field(ge=0)] = 3_000
@@ -551,7 +551,7 @@ class LinkQualitySection(_Model):
     #: a one-band drop is reported once the score is this far (in bands) past the boundary,
     #: or after this many samples in the new band; two bands down, down and up go out at once
     hysteresis_margin: Annotated[float, Field(ge=0, lt=1)] = 0.25
-    hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 6
+    hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 3
     #: congestion onset: a sample with the link at or above load_max_pct and its backlog at
     #: least this many bytes and growing is taken as measured, past the EWMA (0: off)
     onset_queue_bytes: Annotated[int, Field(ge=0)] = 1_000

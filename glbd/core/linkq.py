@@ -63,15 +63,15 @@ MAX_BAND = 7
 class LinkMonParams:
     """Monitor parameters (``[link_quality]`` in the config; same names and defaults)."""
 
-    sample_interval_s: float = 0.005
-    ewma_alpha: float = 0.134
+    sample_interval_s: float = 0.010
+    ewma_alpha: float = 0.25
     load_min_pct: float = 10.0
     load_max_pct: float = 90.0
     queue_min_bytes: int = 3_000
     queue_max_bytes: int = 300_000
     rate_weight: float = 0.5
     hysteresis_margin: float = 0.25
-    hysteresis_samples: int = 6
+    hysteresis_samples: int = 3
     #: congestion onset: a sample that finds the link at or above ``load_max_pct`` over the
     #: interval with its queue building (backlog at least this many bytes and above the
     #: previous sample's) is taken as measured, past the EWMA (0: off)

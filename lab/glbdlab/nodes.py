@@ -42,7 +42,7 @@ class GlbdOptions:
     detect_mult: int = 3
     #: capacity of every fabric link, Mbit/s (the tbf rate when links are shaped)
     capacity_mbps: float | None = None
-    sample_interval_ms: int = 5
+    sample_interval_ms: int = 10
     hold_time: int = 9
     log_level: str = "info"
     #: extra TOML appended per role ("spine"/"leaf"): new tables only
