@@ -192,7 +192,7 @@ Column = str | tuple[str, Callable[[dict[str, Any]], Any]]
 COLUMNS: dict[str, tuple[Column, ...]] = {
     "neighbors": (
         "peer", "interface", "remote_as", "bgp_id", "state", "uptime_s", "prefixes_in",
-        "prefixes_out", "bfd_down", "last_down_reason",
+        "prefixes_out", "bfd_down", "update_delay", "last_down_reason",
     ),
     "bfd": (
         "peer", "interface", "state", "remote_state", "diag_name", "detect_time_ms",
