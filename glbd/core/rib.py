@@ -64,7 +64,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -110,6 +110,8 @@ _ORIGIN_RANK = {"igp": 0, "egp": 1, "incomplete": 2}
 #: the GRACEFUL_SHUTDOWN well-known community (RFC 8326): the sender is draining; a path that
 #: carries it is least preferred and stays out of multipath while any other path exists
 GRACEFUL_SHUTDOWN = (65535, 0)
+
+_V = TypeVar("_V")
 
 
 class Role(enum.Enum):
@@ -1535,27 +1537,14 @@ class Rib:
     def _intern_outcome(self, outcome: tuple[Any, ...]) -> tuple[Any, ...]:
         """One tuple per distinct selection outcome (a fabric has few): ~8 bytes per prefix,
         and an unchanged outcome is the same object."""
-        have = self._outcomes.get(outcome)
-        if have is not None:
-            return have
-        if len(self._outcomes) >= 4096:
-            self._outcomes.clear()
-        self._outcomes[outcome] = outcome
-        return outcome
+        return _bounded_intern(self._outcomes, outcome, outcome)
 
     def _intern_fwd(self, fwd: tuple[NextHop, ...]) -> tuple[NextHop, ...]:
         """One tuple object per next-hop set: prefixes with the same next hops share it, and
         a consumer may cache what it derives from one by identity. Keyed by the identities of
         the (memoised) views; the table holds the tuple, so those views stay alive and their
         ids cannot be reused while the entry exists."""
-        key = tuple(map(id, fwd))
-        have = self._fwd_sets.get(key)
-        if have is not None:
-            return have
-        if len(self._fwd_sets) >= 4096:
-            self._fwd_sets.clear()
-        self._fwd_sets[key] = fwd
-        return fwd
+        return _bounded_intern(self._fwd_sets, tuple(map(id, fwd)), fwd)
 
     @staticmethod
     def _next_hop_view(st: PeerState, p: Path) -> NextHop:
@@ -1707,3 +1696,15 @@ def _events_first(effects: list[Effect]) -> list[Effect]:
     events = [e for e in effects if not isinstance(e, Advertise | Retract | ResetPeer)]
     decisions = [e for e in effects if isinstance(e, Advertise | Retract | ResetPeer)]
     return events + decisions
+
+
+def _bounded_intern(table: dict[Any, _V], key: Any, value: _V) -> _V:
+    """``table[key]`` if there, else ``value`` stored under ``key``; a table that reached 4096
+    entries starts over (few distinct values in a fabric: a full one means churn)."""
+    have = table.get(key)
+    if have is not None:
+        return have
+    if len(table) >= 4096:
+        table.clear()
+    table[key] = value
+    return value

@@ -124,19 +124,28 @@ _op = hs.tuples(
 )
 
 
-def _drive(r: Rib, ops: list[tuple[int, str, list[str], int, float]]) -> None:
+def eor(leaf: int) -> api.UpdateEvent:
+    n = LEAVES[leaf]
+    return api.UpdateEvent(
+        n.address, n.local_address, n.remote_as, 65100, "receive", eor="ipv4 unicast"
+    )
+
+
+def drive(r: Rib, ops: list[tuple[int, str, list[str], int, float]]) -> None:
+    """Replay (leaf, kind, prefixes, AS-path length, gap) events in virtual time, timers
+    included, then run the timers out."""
     now = 100.0
     for leaf, kind, prefixes, plen, gap in ops:
         now += gap
-        d = r.next_deadline()
-        while d is not None and d <= now:
+        while (d := r.next_deadline()) is not None and d <= now:
             r.on_timer(d)
-            d = r.next_deadline()
         n = LEAVES[leaf]
         if kind == "announce":
             r.on_update(upd(leaf, *prefixes, as_path=(n.remote_as,) * plen), now)
         elif kind == "withdraw":
             r.on_update(upd(leaf, withdraw=tuple(prefixes)), now)
+        elif kind == "eor":
+            r.on_update(eor(leaf), now)
         elif kind == "bfd_down":
             r.peer_bfd_down(n.address, now)
         elif kind == "bfd_up":
@@ -155,8 +164,8 @@ def test_coalescing_ends_in_the_same_state_as_selecting_every_update(
     ops: list[tuple[int, str, list[str], int, float]], role: Role
 ) -> None:
     eager, lazy = rib(role), rib(role, update_coalesce_s=W, flush_batch=2)
-    _drive(eager, ops)
-    _drive(lazy, ops)
+    drive(eager, ops)
+    drive(lazy, ops)
     assert lazy.pending == 0
     assert lazy.forwarding() == eager.forwarding()
     assert sorted(map(repr, lazy.adj_rib_out())) == sorted(map(repr, eager.adj_rib_out()))

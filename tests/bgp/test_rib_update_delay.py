@@ -29,6 +29,7 @@ from glbd.core.rib import (
     Role,
 )
 from tests.bgp.test_rib import LEAVES, V4, N, upd
+from tests.bgp.test_rib_coalesce import drive, eor
 from tests.bgp.test_rib_gr import cap
 
 DELAY = 120.0
@@ -52,13 +53,6 @@ def drib(
         r.on_open(LEAVES[i].address, V4(f"10.0.0.{i}"), gr)
         r.on_state(LEAVES[i].address, "up", 0.0)
     return r
-
-
-def eor(leaf: int) -> api.UpdateEvent:
-    n = LEAVES[leaf]
-    return api.UpdateEvent(
-        n.address, n.local_address, n.remote_as, 65100, "receive", eor="ipv4 unicast"
-    )
 
 
 def fwd(effects: Sequence[object]) -> dict[str, list[str]]:
@@ -297,32 +291,6 @@ _op = hs.tuples(
 )
 
 
-def _drive(r: Rib, ops: list[tuple[int, str, list[str], int, float]]) -> None:
-    now = 100.0  # inside the deferral (its establish-wait is over)
-    for leaf, kind, prefixes, plen, gap in ops:
-        now += gap
-        while (d := r.next_deadline()) is not None and d <= now:
-            r.on_timer(d)
-        n = LEAVES[leaf]
-        asn = 65000 + leaf  # leaf N's AS
-        if kind == "announce":
-            r.on_update(upd(leaf, *prefixes, as_path=(asn,) * plen), now)
-        elif kind == "withdraw":
-            r.on_update(upd(leaf, withdraw=tuple(prefixes)), now)
-        elif kind == "eor":
-            r.on_update(eor(leaf), now)
-        elif kind == "bfd_down":
-            r.peer_bfd_down(n.address, now)
-        elif kind == "bfd_up":
-            r.peer_bfd_up(n.address, now)
-        else:
-            r.on_state(n.address, "down", now, "test")
-            r.on_open(n.address, V4(f"10.0.0.{leaf}"))
-            r.on_state(n.address, "up", now)
-    while (d := r.next_deadline()) is not None:
-        r.on_timer(d)
-
-
 @settings(max_examples=150, deadline=None)
 @given(hs.lists(_op, max_size=25), hs.sampled_from([Role.HELPER, Role.BOTH]))
 def test_the_deferral_ends_in_the_state_eager_selection_reaches(
@@ -330,8 +298,8 @@ def test_the_deferral_ends_in_the_state_eager_selection_reaches(
 ) -> None:
     eager = drib(role=role, update_delay_s=0.0)
     deferred = drib(role=role, update_coalesce_s=0.05, flush_batch=2)
-    _drive(eager, ops)
-    _drive(deferred, ops)
+    drive(eager, ops)
+    drive(deferred, ops)
     assert not deferred.update_delay_active and deferred.pending == 0
     assert deferred.forwarding() == eager.forwarding()
     assert sorted(map(repr, deferred.adj_rib_out())) == sorted(map(repr, eager.adj_rib_out()))
