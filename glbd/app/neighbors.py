@@ -227,6 +227,7 @@ def _row(
         "graceful_restart": None,
         "gr_helping": False,
         "stale_for_s": None,
+        "update_delay": None,  # no session: nothing the RIB's deferral waits for
         "counters": {},
     }
 
