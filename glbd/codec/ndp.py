@@ -46,6 +46,11 @@ class NdpDrop(enum.StrEnum):
     OWN = "own"
     #: over the per-port budget of messages per second (a flood from the link)
     RATE_LIMITED = "rate_limited"
+    #: arrived on another port than the socket's, or came with no arrival port (the kernel
+    #: queued it in the instant between opening the socket and binding it to its port)
+    OTHER_PORT = "other_port"
+    #: neither a router solicitation nor an advertisement (queued before the type filter)
+    OTHER_TYPE = "other_type"
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ _SIOCGIFHWADDR = 0x8927
 _SIOCGIFINDEX = 0x8933
 _ALL_NODES = "ff02::1"
 _ALL_ROUTERS = "ff02::2"
+#: ancillary data: hop limit (int) and packet info (in6_pktinfo: address, ifindex)
+_ANC_SPACE = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(20)
 
 
 def _filter(*passed: int) -> bytes:
@@ -156,6 +158,9 @@ class NdpSpeaker:
             p.lladdr = hw[18:24] if any(hw[18:24]) else None
             s.setsockopt(socket.IPPROTO_ICMPV6, _ICMP6_FILTER, _filter(ndp.RS, ndp.RA))
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
+            # the arrival port of each message: what the kernel queued between socket() and
+            # SO_BINDTODEVICE came from every port, and must not teach this one a peer
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, ndp.HOP_LIMIT)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, ndp.HOP_LIMIT)
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_LOOP, 0)
@@ -204,7 +209,7 @@ class NdpSpeaker:
             if p.sock is None:
                 return
             try:
-                data, anc, _, addr = p.sock.recvmsg(1500, socket.CMSG_SPACE(4))
+                data, anc, _, addr = p.sock.recvmsg(1500, _ANC_SPACE)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -215,25 +220,32 @@ class NdpSpeaker:
 
     def _handle(self, p: _Port, data: bytes, anc: list[tuple[int, int, bytes]], addr: Any) -> None:
         now = time.monotonic()
+        hops: int | None = None
+        arrived: int | None = None
+        for lvl, typ, d in anc:
+            if lvl != socket.IPPROTO_IPV6:
+                continue
+            if typ == socket.IPV6_HOPLIMIT and len(d) >= 4:
+                hops = struct.unpack("@i", d[:4])[0]
+            elif typ == socket.IPV6_PKTINFO and len(d) >= 20:
+                arrived = struct.unpack_from("@I", d, 16)[0]
+        if arrived != p.ifindex:  # not this port's: it spends none of this port's budget
+            self.dropped[ndp.NdpDrop.OTHER_PORT] += 1
+            return
         p.tokens = min(RATE_PER_S, p.tokens + (now - p.refilled) * RATE_PER_S)
         p.refilled = now
         if p.tokens < 1.0:
             self.dropped[ndp.NdpDrop.RATE_LIMITED] += 1
             return
         p.tokens -= 1.0
-        hops = next(
-            (
-                struct.unpack("@i", d[:4])[0]
-                for lvl, typ, d in anc
-                if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_HOPLIMIT
-            ),
-            None,
-        )
         if hops != ndp.HOP_LIMIT:
             self.dropped[ndp.NdpDrop.HOP_LIMIT] += 1
             return
         if not data:
             self.dropped[ndp.NdpDrop.MALFORMED] += 1
+            return
+        if data[0] not in (ndp.RS, ndp.RA):
+            self.dropped[ndp.NdpDrop.OTHER_TYPE] += 1
             return
         if data[0] == ndp.RS:
             if now - p.last_answer >= MIN_ANSWER_S:

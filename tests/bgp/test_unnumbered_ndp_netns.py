@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
+import threading
 
 import pytest
 from bgp_helpers import wait_for
 from glbdlab.netns import Lab, Netns
 
 from glbd.codec import ndp as codec
+from glbd.core.ndpeers import NdpEvent
 from glbd.io.ndp import NdpSpeaker
 
 pytestmark = [pytest.mark.netns]
@@ -52,3 +55,53 @@ async def test_learns_advertises_and_drops(netns_lab: Lab) -> None:
     finally:
         await sa.stop()
         await sb.stop()
+
+
+def settled_link_local(ns: Netns, ifname: str) -> ipaddress.IPv6Address | None:
+    """The port's link-local address once duplicate address detection has passed."""
+    out = json.loads(ns.ip("-6", "-j", "addr", "show", "dev", ifname).stdout)
+    for a in out[0].get("addr_info", []):
+        addr = ipaddress.IPv6Address(a["local"])
+        if addr.is_link_local and not a.get("tentative"):
+            return addr
+    return None
+
+
+async def test_a_router_on_another_port_is_never_learned(netns_lab: Lab) -> None:
+    """A raw socket hears every port until it is bound to its own: what a busy neighbour
+    sent on another port in that instant must not become this port's peer."""
+    a, busy, quiet = netns_lab.netns("a"), netns_lab.netns("busy"), netns_lab.netns("quiet")
+    netns_lab.veth(a, "pa", busy, "pb")
+    netns_lab.veth(a, "pc", quiet, "pd")
+    await wait_for(lambda: settled_link_local(busy, "pb") and settled_link_local(quiet, "pd"), 10)
+    genuine = settled_link_local(quiet, "pd")
+    stop = threading.Event()
+
+    def flood() -> None:
+        s, idx = raw(busy, "pb", 255)
+        with s:
+            while not stop.is_set():
+                s.sendto(codec.encode_advert(None), ("ff02::1", 0, 0, idx))
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    s, idx = raw(quiet, "pd", 255)
+    other_port = 0
+    try:
+        for _ in range(100):
+            seen: list[NdpEvent] = []
+            sp = NdpSpeaker(["pc"], seen.append, netns=a.name, interval_s=60)
+            await sp.start()
+            try:
+                s.sendto(codec.encode_advert(None), ("ff02::1", 0, 0, idx))
+                await wait_for(lambda sp=sp: "pc" in sp.peers(), 10, "the genuine router")  # type: ignore[misc]
+                assert [ev.address for ev in seen] == [genuine]
+                other_port += sp.dropped.get(codec.NdpDrop.OTHER_PORT, 0)
+            finally:
+                await sp.stop()
+    finally:
+        stop.set()
+        flooder.join()
+        s.close()
+    # the race was really run: some opens caught the other port's flood (and dropped it)
+    assert other_port > 0
