@@ -76,6 +76,24 @@ def test_updates() -> None:
     assert wd.withdrawn == (("ipv4 unicast", N("10.201.0.0/24")),)
 
 
+def _announced(line: str) -> list[api.Prefix]:
+    ev = api.decode(line)
+    assert isinstance(ev, api.UpdateEvent)
+    return [a.prefix for a in ev.announced]
+
+
+def test_a_prefix_announced_again_is_the_same_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every spine announces the same prefixes: each text is parsed once and the tables share
+    the object; the cache is bounded and starts over when full."""
+    line = next(ln for ln in LINES if '"10.200.0.0/24"' in ln)
+    first, again = _announced(line), _announced(line)
+    assert first == again and all(a is b for a, b in zip(first, again, strict=True))
+    monkeypatch.setattr(api, "PREFIX_CACHE_SIZE", 1)
+    assert [str(p) for p in _announced(line.replace("10.200.0.", "10.250.0."))] == ["10.250.0.0/24"]
+    assert all(a is not b for a, b in zip(first, _announced(line), strict=True))
+    assert _announced(line) == first
+
+
 def test_notification_and_shutdown_and_acks() -> None:
     evs = _events()
     (note,) = [e for e in evs if isinstance(e, api.NotificationEvent)]
