@@ -1355,21 +1355,14 @@ class Rib:
     def _set_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix:
         """Store ``path`` as ``st``'s path to ``prefix``; returns the interned prefix (one
         network object per prefix across all peers)."""
-        entry = self._index.get(prefix)
-        if entry is None:
-            entry = self._index[prefix] = [prefix]
-        i = st.slot + 1
-        if len(entry) <= i:
-            entry.extend([None] * (i + 1 - len(entry)))
-        if entry[i] is None:
-            st.n_paths += 1
-        entry[i] = path
-        p: Prefix = entry[0]
+        p = self._store_path(st, prefix, path)
+        if p is None:  # that very path was there already
+            p = self._index[prefix][0]
         return p
 
     def _store_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix | None:
-        """``_set_path`` in one index lookup, for UPDATEs: the interned prefix if ``path``
-        is new for it, else None (the same path again changes nothing)."""
+        """Store ``path`` as ``st``'s path to ``prefix`` in one index lookup: the interned
+        prefix if ``path`` is new for it, else None (the same path again changes nothing)."""
         entry = self._index.get(prefix)
         if entry is None:
             entry = self._index[prefix] = [prefix]
