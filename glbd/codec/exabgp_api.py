@@ -13,7 +13,8 @@ Facts (ExaBGP 5.0's API with ``encoder json``, observed on 5.0.15 peering in nam
   consumer keeps the latest one and binds it when ``state: up`` follows;
 * ``state`` is ``connected`` / ``up`` / ``down`` (with ``reason``);
 * announcements are ``update.announce["ipv4 unicast"][<next hop>] = [{"nlri": ...}]``,
-  withdrawals ``update.withdraw["ipv4 unicast"] = [{"nlri": ...}]``, End-of-RIB is
+  withdrawals ``update.withdraw["ipv4 unicast"] = [{"nlri": ...}]`` (with
+  ``exabgp.api.compact``, as glbd runs it, a bare ``"10.0.0.0/24"`` for each), End-of-RIB is
   ``message.eor = {"afi": ..., "safi": ...}``;
 * unknown attributes are ``"attribute-0x27-0xE0": "0x<hex>"``: match on the code, because
   ExaBGP ORs Partial into the flags of every unknown transitive attribute it parses;
@@ -32,7 +33,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from glbd.codec.prefix import network
 
@@ -254,8 +255,10 @@ class PathAttributes:
         }
 
 
-@dataclass(frozen=True)
-class RouteAnnounced:
+class RouteAnnounced(NamedTuple):
+    """One announced prefix (a tuple: there is one per received path, and a frozen
+    dataclass costs three ``object.__setattr__`` calls to build)."""
+
     family: str  # "ipv4 unicast"
     next_hop: IPAddress | None  # None when ExaBGP reports "null"
     prefix: Prefix
@@ -375,6 +378,11 @@ _PREFIXES: dict[str, Prefix] = {}
 PREFIX_CACHE_SIZE = 1 << 18
 
 
+def _nlri(item: Any) -> Any:
+    """A prefix as ``exabgp.api.compact`` writes it (a string), or as an object."""
+    return item if isinstance(item, str) else _get(item, "nlri")
+
+
 def _prefix(v: Any) -> Prefix:
     text = str(v)
     have = _PREFIXES.get(text)
@@ -478,12 +486,12 @@ def _update(n: Any, peer: dict[str, Any]) -> UpdateEvent:
         for nh, nlris in by_nh.items():
             next_hop = None if nh == "null" else _addr(nh, "next-hop")
             for item in nlris:
-                announced.append(RouteAnnounced(family, next_hop, _prefix(_get(item, "nlri"))))
+                announced.append(RouteAnnounced(family, next_hop, _prefix(_nlri(item))))
     withdrawn: list[tuple[str, Prefix]] = []
     for family, nlris in (upd.get("withdraw") or {}).items():
         if not isinstance(nlris, list):
             raise DecodeError("bad_withdraw", family)
-        withdrawn.extend((family, _prefix(_get(item, "nlri"))) for item in nlris)
+        withdrawn.extend((family, _prefix(_nlri(item))) for item in nlris)
     return UpdateEvent(
         **peer,
         direction=direction,

@@ -609,20 +609,41 @@ class Rib:
         # ExaBGP 5.0 lists an IPv4 prefix FRR 10 sends with an IPv6 next hop (RFC 8950) twice
         # in one UPDATE: a repeat of the first prefix is that prefix, not a packed one
         first = ev.announced[0].prefix if ev.announced else None
+        first_hash = hash(first)
+        check_packed = not self.params.trust_packed_nnhn
+        # the routes of one UPDATE share next hop and family objects: the last verdict and
+        # path are reused by identity, without hashing addresses per prefix
+        last: tuple[Any, ...] = ()
+        verdict: tuple[Any, NhcStatus, bool] = (None, NhcStatus.ABSENT, False)
+        path: Path | None = None
+        path_for: tuple[Any, ...] = ()
         for a in announced:
             next_hop = a.next_hop if a.next_hop is not None else ev.peer
-            ck = (next_hop, a.family, a.prefix.version)
-            verdict = checked.get(ck)
-            if verdict is None:
-                verdict = checked[ck] = self._validate(
-                    st, a, next_hop, attrs, decoded, decode_error
-                )
+            kind = type(a.prefix)
+            if (
+                not last
+                or last[0] is not next_hop
+                or last[1] is not a.family
+                or last[2] is not kind
+            ):
+                last = (next_hop, a.family, kind)
+                ck = (next_hop, a.family, a.prefix.version)
+                have = checked.get(ck)
+                if have is None:
+                    have = checked[ck] = self._validate(
+                        st, a, next_hop, attrs, decoded, decode_error
+                    )
+                verdict = have
             nnh, status, unspecified = verdict
             if unspecified:
                 self.counters["nhc_nh_unspecified"] += 1
                 st.counters["nhc_nh_unspecified"] += 1
-            packed = a.prefix != first
-            if nnh is not None and packed and not self.params.trust_packed_nnhn:
+            if (
+                nnh is not None
+                and check_packed
+                and a.prefix is not first
+                and (hash(a.prefix) != first_hash or a.prefix != first)
+            ):
                 nnh, status = None, NhcStatus.NNHN_PACKED_UNTRUSTED
             if status in NHC_DISREGARDED:
                 st.counters[status] += 1
@@ -637,8 +658,10 @@ class Rib:
                         count=n,
                         peer_bgp_id=str(st.bgp_id),
                     )
-            path = made.get((next_hop, status))
-            if path is None or path.nnh != nnh:
+            if path is None or path_for[0] is not next_hop or path_for[1] is not status:
+                path = made.get((next_hop, status))
+                path_for = (next_hop, status)
+            if path is None or (path.nnh is not nnh and path.nnh != nnh):
                 path = made[(next_hop, status)] = self._intern(
                     Path(
                         ev.peer,

@@ -281,6 +281,9 @@ def exabgp_env(
             "exabgp.api.cli": "false",
             "exabgp.api.ack": "true",
             "exabgp.api.encoder": "json",
+            # a received prefix as a bare string, not {"nlri": ...}: a third less JSON for
+            # ExaBGP to write and glbd to read, per prefix
+            "exabgp.api.compact": "true",
             "exabgp.log.destination": str(log_file),
             "exabgp.log.level": log_level,
             # the configuration category echoes every token of the config at DEBUG, TCP MD5

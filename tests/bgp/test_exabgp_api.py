@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,14 @@ def test_a_prefix_announced_again_is_the_same_object(monkeypatch: pytest.MonkeyP
     assert [str(p) for p in _announced(line.replace("10.200.0.", "10.250.0."))] == ["10.250.0.0/24"]
     assert all(a is not b for a, b in zip(first, _announced(line), strict=True))
     assert _announced(line) == first
+
+
+def test_compact_prefixes_decode_as_objects_do() -> None:
+    """``exabgp.api.compact`` writes each prefix as a bare string instead of ``{"nlri": ..}``
+    (ExaBGP's INET.json); every recorded line, so rewritten, decodes to the same event."""
+    compact = [re.sub(r'\{ "nlri": ("[^"]+") \}', r"\1", line) for line in LINES]
+    assert sum(a != b for a, b in zip(compact, LINES, strict=True)) >= 5
+    assert [api.decode(line) for line in compact] == _events()
 
 
 def test_notification_and_shutdown_and_acks() -> None:

@@ -72,6 +72,7 @@ def test_child_env_strips_systemd_and_sets_exabgp() -> None:
     assert not [k for k in env if k.startswith(("NOTIFY", "WATCHDOG", "LISTEN"))]
     assert env["exabgp.daemon.user"] == "root"
     assert env["exabgp.api.cli"] == "false"
+    assert env["exabgp.api.compact"] == "true"  # prefixes as bare strings: less JSON
     assert env["exabgp.daemon.daemonize"] == "false"
 
 
