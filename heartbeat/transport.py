@@ -358,7 +358,10 @@ class HeartbeatEndpoint:
     a :class:`McastTransport` and one timer. Roles: pass only the core(s) the role needs.
 
     ``on_remote`` receives every :class:`RemoteUpdate` (feed it to the path table); it is a
-    public attribute, so a caller may route the updates elsewhere after construction."""
+    public attribute, so a caller may route the updates elsewhere after construction. The
+    updates of the datagrams read in one event-loop turn (every socket that was readable) come
+    in one call, right after that turn, in arrival order: a burst of heartbeats from many
+    helpers costs the consumer one recompute, not one per helper."""
 
     def __init__(
         self,
@@ -379,6 +382,9 @@ class HeartbeatEndpoint:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._neighbors: dict[str, Neighbor] = {}
+        #: updates read this loop turn, delivered together by ``_flush``
+        self._pending: list[RemoteUpdate] = []
+        self._flush_at: asyncio.Handle | None = None
 
     # --- inputs from the daemon ----------------------------------------------------------
 
@@ -398,8 +404,7 @@ class HeartbeatEndpoint:
         self._neighbors = new
         if self.sender is not None:
             self._transmit(self.sender.set_interfaces(self.transport.interfaces, now))
-        if updates:
-            self.on_remote(updates)
+        self._deliver(updates)
         self._rearm()
 
     @property
@@ -435,6 +440,10 @@ class HeartbeatEndpoint:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+        self._pending.clear()
         self.transport.close()
 
     # --- plumbing ------------------------------------------------------------------------
@@ -444,10 +453,30 @@ class HeartbeatEndpoint:
             return
         ups = self.receiver.on_datagram(data, ifname=ifname, src=src, ttl=ttl, now=now)
         if ups:
-            self.on_remote(ups)
+            self._pending += ups
+            if self._flush_at is None:
+                # after every reader of this turn: the whole burst in one call
+                self._flush_at = self._loop.call_soon(self._flush)
             self._rearm()
         elif self._timer is None:
             self._rearm()
+
+    def _deliver(self, ups: list[RemoteUpdate]) -> None:
+        """``ups`` now, after whatever datagrams are still pending (order is kept)."""
+        if self._pending:
+            ups = self._pending + ups
+            self._pending = []
+        if ups:
+            self.on_remote(ups)
+
+    def _flush(self) -> None:
+        self._flush_at = None
+        try:
+            self._deliver([])
+        except Exception:  # as in the reader: a bug in the consumer must not stop delivery
+            errs = self.transport.errors
+            errs["handler_exception"] = errs.get("handler_exception", 0) + 1
+            log.exception("heartbeat consumer failed")
 
     def _transmit(self, effects: list[Transmit]) -> None:
         for t in effects:
@@ -460,9 +489,7 @@ class HeartbeatEndpoint:
         if self.sender is not None:
             self._transmit(self.sender.on_timer(now))
         if self.receiver is not None:
-            ups = self.receiver.on_timer(now)
-            if ups:
-                self.on_remote(ups)
+            self._deliver(self.receiver.on_timer(now))
         self._rearm()
 
     def _rearm(self) -> None:

@@ -468,10 +468,7 @@ class Node:
         if self.table is None:
             return
         self.counters["remote_updates"] += len(updates)
-        agg: Changes | None = None
-        for u in updates:
-            c = self.table.set_remote(u.node_id, u.entries)
-            agg = c if agg is None else agg | c
+        agg = self.table.set_remotes((u.node_id, u.entries) for u in updates)
         if agg:
             # timed only once syncs run (not through the start's hold-down)
             if self._remote_since is None and not self.fibsync.held(self.loop.time()):

@@ -44,8 +44,9 @@ Weight of next hop *n* in a profile (documented functions; see docs/heartbeat.md
    and a saturated link, about the spare-capacity ratio of a <20 % and a >90 % loaded link),
    linearly interpolated for fractional q.
 6. *memory* (``memory=True``, default): a per-profile controller state ``m`` in (0, 1] per next
-   hop, stepped once per recompute (i.e. per change of an input the profile depends on; band
-   changes are already rate-limited by the monitor's hysteresis), deterministic, no clock.
+   hop, stepped once per recompute (i.e. per change of an input the profile depends on, or per
+   batch of them: the heartbeats read in one event-loop turn are one batch; band changes are
+   already rate-limited by the monitor's hysteresis), deterministic, no clock.
    With ``r = raw / max(raw)`` and remote quality ``rq``: ``rq = 7`` (idle downstream) releases
    ``m`` to 1; ``rq >= memory_release_q`` (6: headroom) adds ``memory_increase`` (0.25); if
    ``r < m`` and ``r < memory_attack_below`` (0.5, a dead zone of about two bands) ``m`` falls to
@@ -407,9 +408,21 @@ class PathTable:
 
     def set_remote(self, spine_id: int, entries: Iterable[RemoteLike] | None) -> Changes:
         """The complete link snapshot of helper ``spine_id`` (None = unknown/expired)."""
+        return self.set_remotes(((spine_id, entries),))
+
+    def set_remotes(self, snapshots: Iterable[tuple[int, Iterable[RemoteLike] | None]]) -> Changes:
+        """Several helpers' snapshots at once (in order; a later one of the same helper wins):
+        a profile through any of them is recomputed once, not once per helper, so a burst of
+        heartbeats from a fabric's spines costs one recompute of each profile they touch."""
         if not self._p.role.load_balancer:
             return Changes()
-        spine_id = int(spine_id)
+        affected: set[str] = set()
+        for spine_id, entries in snapshots:
+            affected |= self._put_remote(int(spine_id), entries)
+        return self._recompute(affected) if affected else Changes()
+
+    def _put_remote(self, spine_id: int, entries: Iterable[RemoteLike] | None) -> set[str]:
+        """Store one snapshot and its aggregates; the keys of the profiles it affects."""
         links: dict[tuple[int, int], tuple[int, bool, float]] | None = None
         if isinstance(entries, wire.Entries):  # fast path: straight from the packed bytes
             links = {
@@ -422,7 +435,7 @@ class PathTable:
             }
         old = self._remote.get(spine_id)
         if links == old:
-            return Changes()
+            return set()
         if links is None:
             del self._remote[spine_id]
         else:
@@ -453,7 +466,7 @@ class PathTable:
             for (bid, _nnh), keys in self._by_remote.items():
                 if bid == spine_id:
                     affected |= keys
-        return self._recompute(affected)
+        return affected
 
     def set_prefix(
         self, prefix: str, next_hops: Mapping[NextHop, frozenset[int] | None]

@@ -241,3 +241,35 @@ async def test_ipv6_heartbeats_from_the_session_address_on_a_numbered_link(
     finally:
         tx.close()
         rx.close()
+
+
+@pytest.mark.netns
+async def test_a_burst_from_many_helpers_is_delivered_in_one_call(netns_lab: Lab) -> None:
+    """Heartbeats that wait on several ports when the loop gets to them (one per helper) reach
+    ``on_remote`` together, once every port was read: the path table recomputes once for the
+    burst, not once per helper (what kept a leaf under 64 spines behind its own expiry)."""
+    leaf = netns_lab.netns("leaf")
+    helpers = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]
+    spines, neighbors = [], []
+    for i, hid in enumerate(helpers):
+        sp = netns_lab.netns(f"s{i}")
+        netns_lab.veth(
+            leaf, f"l-s{i}", sp, f"s{i}-l", a_addr=f"198.18.{i}.2/30", b_addr=f"198.18.{i}.1/30"
+        )
+        spines.append(sp)
+        neighbors.append(Neighbor(f"l-s{i}", hid, f"198.18.{i}.1"))
+    loop = asyncio.get_running_loop()
+    calls: list[list[RemoteUpdate]] = []
+    receiver = Receiver(ReceiverParams(keys={KEY.key_id: KEY}))
+    rx = HeartbeatEndpoint(loop, sender=None, receiver=receiver, on_remote=calls.append)
+    try:
+        with leaf.entered():
+            rx.set_neighbors(neighbors)
+        # all four are sent before the loop runs again: they wait on four sockets
+        for i, (sp, hid) in enumerate(zip(spines, helpers, strict=True)):
+            _send_udp(sp, f"s{i}-l", Heartbeat(hid, 1, 20_000, ENTRIES).encode(KEY))
+        await _until(lambda: sum(map(len, calls)) >= len(helpers))
+        assert [sorted(u.node_id for u in c) for c in calls] == [sorted(helpers)]
+        assert {u.reason for u in calls[0]} == {"new"}
+    finally:
+        rx.close()
