@@ -52,6 +52,15 @@ class Member:
     gateway: IPAddress
     ifname: str
     onlink: bool = False
+    #: the hash, computed once: a sync hashes every member of every group several times, and
+    #: an address hashes slowly (``hash(hex(int(ip)))``)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.gateway, self.ifname, self.onlink)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __lt__(self, other: Member) -> bool:
         return self.sort_key < other.sort_key

@@ -224,9 +224,24 @@ class FibSync:
         return net
 
 
+#: members by (address text, interface): a full sync builds every group's members, and parsing
+#: each member's address was most of it; a full table starts over (a bound under churn)
+_MEMBERS: dict[tuple[str, str], Member] = {}
+MEMBER_CACHE_SIZE = 1 << 14
+
+
+def _member(address: str, ifname: str) -> Member:
+    m = _MEMBERS.get((address, ifname))
+    if m is None:
+        if len(_MEMBERS) >= MEMBER_CACHE_SIZE:
+            _MEMBERS.clear()
+        m = _MEMBERS[(address, ifname)] = Member(ipaddress.ip_address(address), ifname)
+    return m
+
+
 def _group_spec(table: PathTable, key: str, res: Resilient | None) -> GroupSpec | None:
     weights: dict[Member, int] = {
-        Member(ipaddress.ip_address(nh.address), nh.ifname): w.value
+        _member(nh.address, nh.ifname): w.value
         for nh, w in table.weights(key).items()
         if w.value > 0 and nh.ifname
     }

@@ -282,3 +282,21 @@ def test_new_profiles_are_a_full_apply_unless_the_incremental_switch_is_on() -> 
         rig.run()
         assert rig.fib.calls == ["apply", want]
         assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
+
+
+def test_members_are_built_once_and_hash_like_equal_ones() -> None:
+    """Every full sync builds each group's members: the same next hop is the same member
+    object from one sync to the next (its address parsed once), equal to and hashing like one
+    built afresh."""
+    rig = Rig()
+    rig.table.set_local("spine1", LocalLink(7))
+    rig.table.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[2]: None})
+    first, again = rig.desired(), rig.desired()
+    (spec,) = first.groups.values()
+    (spec2,) = again.groups.values()
+    assert spec.weights and all(
+        a is b for a, b in zip(sorted(spec.weights), sorted(spec2.weights), strict=True)
+    )
+    for m in spec.weights:
+        fresh = Member(m.gateway, m.ifname, m.onlink)
+        assert fresh == m and hash(fresh) == hash(m) and fresh is not m
