@@ -11,9 +11,8 @@ accumulated into one :class:`Step` for the FIB programmer; the app runs it and r
   end of the hold; ``on_timer(now)`` then asks for the first sync.
 * The first sync, one after an error and one after a FIB config change are a full ``apply``.
 * Weight-only changes: one group replace per changed profile (``set_weights``).
-* New/removed profiles and prefix moves: a full apply, or one incremental ``update`` when
-  ``incremental_profiles`` is on (off until that path has run the e2e suite a while; see
-  ``docs/fib.md``).
+* New/removed profiles and prefix moves: one incremental ``update`` (``incremental_profiles``,
+  the default), or a full apply with it off; see ``docs/fib.md``.
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ class Step:
 
 
 class FibSync:
-    def __init__(self, hold_s: float, *, incremental_profiles: bool = False) -> None:
+    def __init__(self, hold_s: float, *, incremental_profiles: bool = True) -> None:
         self.hold_s = hold_s
         #: new/removed profiles as one incremental ``update`` (True) or a full apply (False)
         self.incremental_profiles = incremental_profiles

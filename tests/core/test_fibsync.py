@@ -272,7 +272,8 @@ def test_an_error_or_a_config_change_makes_the_next_sync_full() -> None:
     assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
 
 
-def test_new_profiles_are_a_full_apply_unless_the_incremental_switch_is_on() -> None:
+def test_new_profiles_are_one_incremental_update_unless_the_switch_is_off() -> None:
+    assert FibSync(1.0).incremental_profiles  # the default: churn does not replan the table
     for incremental, want in ((False, "apply"), (True, "update")):
         rig = Rig(incremental)
         rig.sync.bgp_up(0.0)
