@@ -31,7 +31,7 @@ from __future__ import annotations
 import ipaddress
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -314,12 +314,25 @@ def plan(
     *,
     routes: bool = True,
     only: Iterable[IPNetwork] | None = None,
+    groups: Collection[str] | None = None,
+    known: Mapping[str, int] | None = None,
 ) -> Plan:
     """``routes=False`` plans members and groups only (O(members)): for a weight change when
     the route set and the set of groups that can exist are unchanged. ``only`` limits the
-    route part to these prefixes (O(delta): a BGP update adding/removing a few prefixes)."""
+    route part to these prefixes (O(delta): a BGP update adding/removing a few prefixes).
+
+    ``groups`` plans those groups alone (O(their members), not O(every member of the table)):
+    the weight fast path. Nothing else is planned: no routes, no deletions (a member the change
+    left unused goes at the next full plan); ``realizable`` is ``known`` (the last plan's) with
+    those groups' outcome in it."""
     ops: list[Op] = []
     notes: dict[str, str] = {}
+    if groups is not None:
+        part, _needed = _plan_groups(desired, observed, ids, p, ops, notes, keys=groups)
+        merged = {k: v for k, v in (known or {}).items() if k not in groups}
+        merged.update(part)
+        ops.sort(key=lambda o: _ORDER[type(o)])
+        return Plan(tuple(ops), notes, merged)
     realizable, needed_members = _plan_groups(desired, observed, ids, p, ops, notes)
     wanted_gids = set(realizable.values())
     mapped = set(ids.groups.values())
@@ -343,13 +356,18 @@ def _plan_groups(
     p: PlanParams,
     ops: list[Op],
     notes: dict[str, str],
+    *,
+    keys: Collection[str] | None = None,
 ) -> tuple[dict[str, int], dict[int, Member]]:
-    """Groups whose programmed weights differ from the kernel's, and the members they need.
-    Returns the groups that can exist (key -> id) and the needed members (id -> member)."""
+    """Groups whose programmed weights differ from the kernel's, and the members they need
+    (every group, or those of ``keys`` that are desired). Returns the groups that can exist
+    (key -> id) and the needed members (id -> member)."""
     realizable: dict[str, int] = {}
     needed_members: dict[int, Member] = {}
-    for key in sorted(desired.groups):
-        spec = desired.groups[key]
+    for key in sorted(desired.groups if keys is None else keys):
+        spec = desired.groups.get(key)
+        if spec is None:
+            continue
         gid = ids.groups[key]
         weights = programmed_weights(spec, observed, p)
         if not weights:

@@ -306,9 +306,29 @@ class FibProgrammer:
             now = self._clock()
             fc.expire_held(now)
             only = [*add, *gone]
-            fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
+            # the weight fast path: groups that exist, no route or group added or removed
+            changed = dict(groups or {})
+            weights_only = (
+                bool(changed) and not only and not dropped and d.groups.keys() >= changed.keys()
+            )
+            ids = fc.ids
+            if not (
+                weights_only
+                and all(m in ids.members for spec in changed.values() for m in spec.weights)
+            ):
+                fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
             fc.relearn(add, now)
-            pl = plan(fc.desired, fc.obs, fc.ids, self._params(now), only=only)
+            if weights_only:  # those groups alone: O(their members), not O(the table)
+                pl = plan(
+                    fc.desired,
+                    fc.obs,
+                    fc.ids,
+                    self._params(now),
+                    groups=changed.keys(),
+                    known=self._realizable,
+                )
+            else:
+                pl = plan(fc.desired, fc.obs, fc.ids, self._params(now), only=only)
             realizable = dict(pl.realizable)
             if realizable != self._realizable:
                 was = self._realizable
@@ -321,10 +341,11 @@ class FibProgrammer:
             self._planned_routes = routes
             self._realizable = realizable
             named_s = {str(pfx) for pfx in only}
+            planned = changed.keys() if weights_only else new_groups.keys()
             kept = {
                 k: v
                 for k, v in fc.notes.items()
-                if k not in new_groups and k not in dropped and k not in named_s
+                if k not in planned and k not in dropped and k not in named_s
             }
             fc.count_foreign(pl.notes)
             fc.notes = {**kept, **pl.notes}

@@ -309,3 +309,25 @@ def test_route_delta_plans_only_the_given_prefixes() -> None:
     )
     obs2 = kernel_apply(obs, pl.ops)
     assert plan(d2, obs2, ids, PlanParams(protocol=P)).ops == ()
+
+
+def test_a_group_alone_plans_only_that_group_and_deletes_nothing() -> None:
+    """The weight fast path: ``groups=`` plans those groups (O(their members)); another group
+    that differs from the kernel is left for a full plan, and so is a member the change left
+    unused; ``realizable`` is the last plan's with the planned groups' outcome."""
+    d = Desired(
+        groups={"a": GroupSpec({M1: 1, M2: 1}), "b": GroupSpec({M2: 1, M3: 1})},
+        routes={PFX: "a", PFX2: "b"},
+    )
+    _ops, obs, ids = run(d, Observed(links=links()))
+    known = plan(d, obs, ids, PlanParams(protocol=P)).realizable
+    # "a" drops M1 (now unused by any group), "b" also changed but is not named
+    d2 = Desired(groups={"a": GroupSpec({M2: 3}), "b": GroupSpec({M2: 1, M3: 5})}, routes=d.routes)
+    pl = plan(d2, obs, ids, PlanParams(protocol=P), groups=["a"], known=known)
+    assert [repr(o) for o in pl.ops] == [
+        repr(GroupSet(ids.groups["a"], "a", ((ids.members[M2], 3),), None, create=False))
+    ]
+    assert dict(pl.realizable) == dict(known)
+    # the full plan afterwards brings "b" over and deletes the unused member
+    full = plan(d2, kernel_apply(obs, pl.ops), ids, PlanParams(protocol=P))
+    assert sorted(type(o).__name__ for o in full.ops) == ["GroupSet", "NhDel"]
