@@ -316,21 +316,29 @@ def plan(
     only: Iterable[IPNetwork] | None = None,
     groups: Collection[str] | None = None,
     known: Mapping[str, int] | None = None,
+    dying: Collection[int] = (),
 ) -> Plan:
     """``routes=False`` plans members and groups only (O(members)): for a weight change when
     the route set and the set of groups that can exist are unchanged. ``only`` limits the
     route part to these prefixes (O(delta): a BGP update adding/removing a few prefixes).
 
     ``groups`` plans those groups alone (O(their members), not O(every member of the table)):
-    the weight fast path. Nothing else is planned: no routes, no deletions (a member the change
-    left unused goes at the next full plan); ``realizable`` is ``known`` (the last plan's) with
-    those groups' outcome in it."""
+    an incremental step. ``realizable`` is then ``known`` (the last plan's) with those groups'
+    outcome in it, only the routes in ``only`` are planned (none without it), and only the
+    groups in ``dying`` (ids of groups no longer desired) are deleted; a member the step left
+    unused goes at the next full plan."""
     ops: list[Op] = []
     notes: dict[str, str] = {}
     if groups is not None:
         part, _needed = _plan_groups(desired, observed, ids, p, ops, notes, keys=groups)
-        merged = {k: v for k, v in (known or {}).items() if k not in groups}
+        have = desired.groups
+        merged = {k: v for k, v in (known or {}).items() if k not in groups and k in have}
         merged.update(part)
+        wanted = set(merged.values())
+        gone = {g for g in dying if g in observed.groups and g not in wanted}
+        if routes and only is not None:
+            _plan_routes(desired, observed, p, merged, gone, ops, notes, only=only)
+        ops.extend(GroupDel(g) for g in sorted(gone))
         ops.sort(key=lambda o: _ORDER[type(o)])
         return Plan(tuple(ops), notes, merged)
     realizable, needed_members = _plan_groups(desired, observed, ids, p, ops, notes)
@@ -408,9 +416,15 @@ def _plan_routes(
 ) -> None:
     """Routes to set and delete: all of them, or only the prefixes in ``only``."""
     # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
-    v4_keys = {
-        k for k, spec in desired.groups.items() if any(m.gateway.version == 4 for m in spec.weights)
-    }
+    v4_keys: dict[str, bool] = {}  # group key -> has an IPv4 member (asked for IPv6 routes)
+
+    def has_v4(key: str) -> bool:
+        have = v4_keys.get(key)
+        if have is None:
+            ws = desired.groups[key].weights
+            have = v4_keys[key] = any(m.gateway.version == 4 for m in ws)
+        return have
+
     foreign = observed.foreign_routes
     kroutes = observed.routes
     m4, m6 = route_metric(_V4_ANY, p.metric), route_metric(_V6_ANY, p.metric)
@@ -426,7 +440,7 @@ def _plan_routes(
         if target is None:
             notes.setdefault(str(prefix), "group_down")
             return None
-        if prefix.version == 6 and key in v4_keys:
+        if prefix.version == 6 and has_v4(key):
             notes[str(prefix)] = "ipv6_route_needs_ipv6_members"
             return None
         return target

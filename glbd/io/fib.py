@@ -276,7 +276,7 @@ class FibProgrammer:
     ) -> ApplyResult:
         """One incremental step of a BGP burst: new or changed groups, groups no longer
         wanted, routes added/re-pointed (``add``: prefix -> group key) and withdrawn
-        (``remove``). Plans the groups (O(members)) and the named routes only; a full plan
+        (``remove``). Plans the named groups and routes only (O(the change)); a full plan
         happens only when a group that some other route uses became (un)realizable. Routes
         move before their old group is deleted (the kernel would take a route down with its
         group). The group keys must exist in the desired state (set by :meth:`apply`)."""
@@ -306,46 +306,48 @@ class FibProgrammer:
             now = self._clock()
             fc.expire_held(now)
             only = [*add, *gone]
-            # the weight fast path: groups that exist, no route or group added or removed
+            # an incremental step plans the named groups and routes alone (O(the change), not
+            # O(the table)); the groups it drops are deleted by their previous ids
             changed = dict(groups or {})
-            weights_only = (
-                bool(changed) and not only and not dropped and d.groups.keys() >= changed.keys()
-            )
-            ids = fc.ids
+            before = fc.ids
+            dying = [before.groups[k] for k in dropped if k in before.groups]
             if not (
-                weights_only
-                and all(m in ids.members for spec in changed.values() for m in spec.weights)
+                not dropped
+                and all(k in before.groups for k in changed)
+                and all(m in before.members for spec in changed.values() for m in spec.weights)
             ):
                 fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
             fc.relearn(add, now)
-            if weights_only:  # those groups alone: O(their members), not O(the table)
-                pl = plan(
-                    fc.desired,
-                    fc.obs,
-                    fc.ids,
-                    self._params(now),
-                    groups=changed.keys(),
-                    known=self._realizable,
-                )
-            else:
-                pl = plan(fc.desired, fc.obs, fc.ids, self._params(now), only=only)
+            pl = plan(
+                fc.desired,
+                fc.obs,
+                fc.ids,
+                self._params(now),
+                only=only,
+                groups=changed.keys(),
+                known=self._realizable,
+                dying=dying,
+            )
             realizable = dict(pl.realizable)
             if realizable != self._realizable:
+                # a group that went, became (un)realizable or changed id: routes this step did
+                # not name may use it; a group new in this step has only named routes
                 was = self._realizable
                 moved = {
-                    k for k in realizable.keys() | was.keys() if realizable.get(k) != was.get(k)
+                    k
+                    for k in realizable.keys() | was.keys()
+                    if realizable.get(k) != was.get(k) and (k in d.groups or k in was)
                 }
                 named = set(only)
-                if any(k in moved for pfx, k in routes.items() if pfx not in named):
+                if moved and any(k in moved for pfx, k in routes.items() if pfx not in named):
                     return await self._sync()
             self._planned_routes = routes
             self._realizable = realizable
             named_s = {str(pfx) for pfx in only}
-            planned = changed.keys() if weights_only else new_groups.keys()
             kept = {
                 k: v
                 for k, v in fc.notes.items()
-                if k not in planned and k not in dropped and k not in named_s
+                if k not in changed and k not in dropped and k not in named_s
             }
             fc.count_foreign(pl.notes)
             fc.notes = {**kept, **pl.notes}

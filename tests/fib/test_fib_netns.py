@@ -152,6 +152,20 @@ async def test_link_down_up_member_removed_and_recreated(rig: Rig, fib: FibProgr
     await eventually(lambda: group_weights(rig, nhid) == {"198.18.10.2": 2, "198.18.10.6": 1})
 
 
+async def test_a_weight_change_that_makes_a_group_usable_again_brings_its_routes(
+    rig: Rig, fib: FibProgrammer
+) -> None:
+    """The weight fast path plans one group; when that group comes back from "no usable
+    member", the routes it lost (not named by the change) come back with it."""
+    await fib.apply(two_groups({member(1): 1}))
+    rig.peer_link(1, up=False)
+    await eventually(lambda: route_nhid(rig, "203.0.113.0/24") is None)
+    await eventually(lambda: fib.snapshot()["groups"]["a"]["note"] == "no_usable_member")
+    await fib.set_weights("a", {member(1): 1, member(2): 2})
+    nhid = route_nhid(rig, "203.0.113.0/24")
+    assert nhid is not None and group_weights(rig, nhid) == {"198.18.10.6": 2}
+
+
 async def test_adopt_on_restart_without_transient_removal(rig: Rig) -> None:
     d = two_groups({member(1): 2, member(2): 1}, {member(1, True): 1, member(3, True): 1})
     f1 = FibProgrammer(netns=rig.r.name, protocol=P)

@@ -331,3 +331,31 @@ def test_a_group_alone_plans_only_that_group_and_deletes_nothing() -> None:
     # the full plan afterwards brings "b" over and deletes the unused member
     full = plan(d2, kernel_apply(obs, pl.ops), ids, PlanParams(protocol=P))
     assert sorted(type(o).__name__ for o in full.ops) == ["GroupSet", "NhDel"]
+
+
+def test_an_incremental_step_plans_its_groups_routes_and_deletions_only() -> None:
+    """A BGP step: new group "b", both of "a"'s prefixes move to it, "a" goes (by its id);
+    another group that differs from the kernel is not looked at."""
+    d = Desired(
+        groups={"a": GroupSpec({M1: 1}), "c": GroupSpec({M3: 1})}, routes={PFX: "a", PFX2: "c"}
+    )
+    _ops, obs, ids = run(d, Observed(links=links()))
+    known = plan(d, obs, ids, PlanParams(protocol=P)).realizable
+    d2 = Desired(
+        groups={"b": GroupSpec({M1: 1, M2: 1}), "c": GroupSpec({M3: 9})},
+        routes={PFX: "b", PFX2: "c"},
+    )
+    ids2 = assign_ids(d2, obs, ids)
+    pl = plan(
+        d2, obs, ids2, PlanParams(protocol=P), only=[PFX], groups=["b"], known=known,
+        dying=[ids.groups["a"]],
+    )  # fmt: skip
+    assert not any(isinstance(o, (NhDel, RouteDel)) for o in pl.ops)
+    assert set(pl.realizable) == {"b", "c"}
+    obs2 = kernel_apply(obs, pl.ops)
+    b = ids2.groups["b"]
+    assert obs2.routes[(PFX, 0)].nhid == b
+    assert dict(obs2.groups[b].entries) == {ids2.members[M1]: 1, ids2.members[M2]: 1}
+    # "a" is gone: deleted, or its id taken over by "b" (its route voted for it)
+    assert ids.groups["a"] == b or ids.groups["a"] not in obs2.groups
+    assert obs2.groups[ids2.groups["c"]].entries == ((ids.members[M3], 1),)  # not planned
