@@ -4,8 +4,10 @@ Sends the current link snapshot out of every fabric interface that has a BGP nei
 
 - periodically, every ``interval_s`` (default 20 ms) after the previous send;
 - at once when a band, down flag, link id, far end or capacity changes (``on_change``), but never
-  closer than ``min_spacing_s`` (default 5 ms) to the previous send; a change inside the spacing
-  window is sent when the window ends, coalesced with any later change;
+  closer than ``min_spacing_s`` (default 5 ms) to the previous such send; a change inside the
+  spacing window is sent when the window ends, coalesced with any later change. The spacing
+  bounds a storm of changes; a periodic send just before holds a first change back by 1 ms at
+  most (``MIN_GAP_S``: no two datagrams within a millisecond, which the sequence relies on);
 - on a newly added interface at the next send opportunity (also subject to the spacing).
 
 Every datagram gets a newer sequence number (RFC 1982), so a sequence never repeats within a run.
@@ -37,6 +39,11 @@ from . import wire
 __all__ = ["Sender", "SenderParams", "Transmit", "initial_sequence"]
 
 log = logging.getLogger(__name__)
+
+
+#: no two datagrams closer than this, or than ``min_spacing_s`` if that is less (the sequence
+#: counts milliseconds; glbd's config keeps the spacing >= 1 ms)
+MIN_GAP_S = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,9 @@ class Sender:
         self.sent = 0
         self.sent_on_change = 0
         self._pending_change = False
+        #: the last send that carried a change (or a new interface): the spacing's reference
+        self._last_change_send: float | None = None
+        self._change_due = False
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -157,12 +167,12 @@ class Sender:
     # --- internals -----------------------------------------------------------------------
 
     def _schedule_change(self, now: float) -> None:
-        due = (
-            now
-            if self._last_send is None
-            else max(now, self._last_send + self._params.min_spacing_s)
-        )
+        last = self._last_change_send
+        due = now if last is None else max(now, last + self._params.min_spacing_s)
+        if self._last_send is not None:  # at most one datagram a millisecond (the sequence)
+            due = max(due, self._last_send + min(MIN_GAP_S, self._params.min_spacing_s))
         self._next_at = due if self._next_at is None else min(self._next_at, due)
+        self._change_due = True
 
     def _maybe_send(self, now: float) -> list[Transmit]:
         if self._next_at is None or now < self._next_at or not self._ifnames:
@@ -177,6 +187,9 @@ class Sender:
         )
         data = msg.encode(self._params.key)
         self._last_send = now
+        if self._change_due:
+            self._last_change_send = now
+            self._change_due = False
         self._next_at = now + self._params.interval_s
         self.sent += 1
         if self._pending_change:

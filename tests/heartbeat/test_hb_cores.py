@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams, RemoteUpdate
 from heartbeat.sender import Sender, SenderParams, initial_sequence
@@ -59,6 +61,25 @@ def test_sender_on_change_respects_min_spacing() -> None:
     out = s.update(ents(5, 0), now=0.012)  # outside the window: at once
     assert len(out) == 1 and s.next_deadline() == 0.032
     assert s.sent == 3 and s.sent_on_change == 2
+
+
+def test_a_periodic_send_does_not_hold_back_a_first_change() -> None:
+    """The spacing bounds a storm of changes; a change right after a routine heartbeat goes
+    at once, or 1 ms after it at most (waiting out the spacing from that heartbeat was most of
+    a band change's tail)."""
+    s = Sender(SenderParams(S1), first_sequence=1)
+    s.set_interfaces(["eth1"], now=0.0)
+    assert len(s.on_timer(0.020)) == 1  # periodic
+    out = s.update(ents(6), now=0.0215)  # 1.5 ms later: at once
+    assert len(out) == 1 and list(wire.decode(out[0].data).entries) == ents(6)
+    assert s.update(ents(5), now=0.022) == []  # a second change: the spacing applies
+    assert s.next_deadline() == pytest.approx(0.0265)
+    due = s.next_deadline()
+    assert due is not None and s.sent_on_change == 1
+    assert len(s.on_timer(due)) == 1 and s.sent_on_change == 2
+    s.on_timer(0.0465)  # periodic
+    assert s.update(ents(4), now=0.0468) == []  # within a millisecond of it: 1 ms after
+    assert s.next_deadline() == pytest.approx(0.0475)
 
 
 def test_sender_on_change_disabled_and_signed() -> None:
