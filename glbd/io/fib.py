@@ -454,7 +454,10 @@ class FibProgrammer:
         d = self.cache.desired
         if d is None:
             return ApplyResult(0)
-        with _gc_paused(len(d.routes)):
+        # the routes are planned (O(routes) objects): pause the collector; a weight-only sync
+        # of a large table allocates little and runs with it on
+        routes_planned = self.cache.routes_dirty or d.routes is not self._planned_routes
+        with _gc_paused(len(d.routes) if routes_planned else 0):
             return await self._sync_paused(d)
 
     async def _sync_paused(self, d: Desired) -> ApplyResult:
