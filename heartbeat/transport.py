@@ -474,8 +474,7 @@ class HeartbeatEndpoint:
         try:
             self._deliver([])
         except Exception:  # as in the reader: a bug in the consumer must not stop delivery
-            errs = self.transport.errors
-            errs["handler_exception"] = errs.get("handler_exception", 0) + 1
+            self.transport._count("handler_exception")
             log.exception("heartbeat consumer failed")
 
     def _transmit(self, effects: list[Transmit]) -> None:

@@ -21,7 +21,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
 
-from glbd.codec.prefix import network
+from glbd.codec.prefix import network_of
 from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
 from glbd.core.pathtable import Changes, PathTable
 
@@ -89,7 +89,6 @@ class FibSync:
         # profile keys the last full sync left out (no member it could program), routes too
         self._left_out: set[str] = set()
         self._changes = ChangeSet()
-        self._nets: dict[str, Network] = {}  # table prefix -> network object
 
     # ---- inputs -----------------------------------------------------------------------------
 
@@ -176,9 +175,9 @@ class FibSync:
         for p in ch.prefixes:
             pkey = table.profile_of(p)
             if pkey is not None and pkey in keys:
-                add[self._net(p)] = pkey
+                add[network_of(p)] = pkey
             else:
-                remove.append(self._net(p))
+                remove.append(network_of(p))
         return Step(
             "incremental",
             "update",
@@ -209,18 +208,9 @@ class FibSync:
             if spec is not None:
                 groups[key] = spec
         prefixes = table.prefixes()
-        routes = {self._net(p): k for p, k in prefixes.items() if k in groups}
-        if len(self._nets) > 2 * len(prefixes) + 1024:  # forget prefixes long gone
-            self._nets = {p: self._nets[p] for p in prefixes if p in self._nets}
+        # each table prefix parsed once (``ip_network`` dominated a full sync of 10k routes)
+        routes: dict[Network, str] = {network_of(p): k for p, k in prefixes.items() if k in groups}
         return Desired(groups=groups, routes=routes)
-
-    def _net(self, prefix: str) -> Network:
-        """The network object of a table prefix, parsed once (``ip_network`` dominated a full
-        sync of 10k routes)."""
-        net = self._nets.get(prefix)
-        if net is None:
-            net = self._nets[prefix] = network(prefix)
-        return net
 
 
 #: members by (address text, interface): a full sync builds every group's members, and parsing

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from glbd.codec import exabgp_api as api
-from glbd.codec import nhc
+from glbd.codec import nhc, prefix
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "exabgp5_api_events.jsonl"
 LINES = VECTORS.read_text().splitlines()
@@ -89,7 +89,7 @@ def test_a_prefix_announced_again_is_the_same_object(monkeypatch: pytest.MonkeyP
     line = next(ln for ln in LINES if '"10.200.0.0/24"' in ln)
     first, again = _announced(line), _announced(line)
     assert first == again and all(a is b for a, b in zip(first, again, strict=True))
-    monkeypatch.setattr(api, "PREFIX_CACHE_SIZE", 1)
+    monkeypatch.setattr(prefix, "CACHE_SIZE", 1)
     assert [str(p) for p in _announced(line.replace("10.200.0.", "10.250.0."))] == ["10.250.0.0/24"]
     assert all(a is not b for a, b in zip(first, _announced(line), strict=True))
     assert _announced(line) == first
