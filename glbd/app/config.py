@@ -555,6 +555,10 @@ class LinkQualitySection(_Model):
     #: congestion onset: a sample with the link at or above load_max_pct and its backlog at
     #: least this many bytes and growing is taken as measured, past the EWMA (0: off)
     onset_queue_bytes: Annotated[int, Field(ge=0)] = 1_000
+    #: a sample that sees an onset only in part (saturated with no queue yet, or a queue
+    #: building over an interval not yet saturated) takes one more sample this share of the
+    #: interval later, when an onset would lower the band (0: off)
+    onset_recheck: Annotated[float, Field(ge=0, lt=1)] = 0.5
     #: a better band is reported only after hysteresis_samples better samples in a row, as
     #: the worst of them (false: also by hysteresis_margin, or at once two bands up)
     confirm_improvements: bool = True

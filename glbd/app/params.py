@@ -164,6 +164,7 @@ def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
         hysteresis_margin=q.hysteresis_margin,
         hysteresis_samples=q.hysteresis_samples,
         onset_queue_bytes=q.onset_queue_bytes,
+        onset_recheck=q.onset_recheck,
         confirm_improvements=q.confirm_improvements,
         default_capacity_mbps=q.default_capacity_mbps,
         capacity_mbps=dict(q.capacity_mbps),

@@ -14,7 +14,9 @@ counter and qdisc backlog of every monitored interface (:class:`LinkSample`, or
 * a congestion onset -- a sample that finds the link saturated (load over the interval at or
   above the max threshold) with its queue building (backlog at least ``onset_queue_bytes`` and
   above the previous sample's) -- is taken as measured instead of through the EWMA, so the band
-  falls on that very sample;
+  falls on that very sample; a sample that sees only part of one (saturated before a queue
+  forms, or a queue building over an interval that was partly idle) asks for one more sample
+  half an interval later (:meth:`LinkMonitor.recheck_due`), when an onset would lower the band;
 * hysteresis on the *reported* band: a drop of two or more bands, a link going down (quality 0
   with the down flag) or coming back goes out at once; a one-band drop goes out only when the
   score is ``hysteresis_margin`` of a band past the boundary, or has stayed on the other side for
@@ -76,6 +78,11 @@ class LinkMonParams:
     #: interval with its queue building (backlog at least this many bytes and above the
     #: previous sample's) is taken as measured, past the EWMA (0: off)
     onset_queue_bytes: int = 1_000
+    #: a sample that sees an onset only in part (the link saturated over the interval with no
+    #: queue building yet, or a queue building over an interval not yet saturated), where an
+    #: onset would lower the band, asks for one more sample this share of the interval later
+    #: (at most one such sample per interval; 0: off)
+    onset_recheck: float = 0.5
     #: a better band goes out only after ``hysteresis_samples`` samples in a row better than
     #: the reported one, as the worst of them (False: also by ``hysteresis_margin``, or at once
     #: two bands up)
@@ -105,6 +112,8 @@ class LinkMonParams:
             raise ValueError("capacities must be > 0")
         if self.onset_queue_bytes < 0:
             raise ValueError("onset_queue_bytes must be >= 0")
+        if not 0 <= self.onset_recheck < 1:
+            raise ValueError("onset_recheck must be in [0, 1)")
         if self.foreign_every < 1:
             raise ValueError("foreign_every must be >= 1")
 
@@ -320,6 +329,7 @@ class LinkMonitor:
         self._order_links: list[_Link | None] = []
         self._order_ifindex: tuple[int, ...] | None = None
         self._order_missing: list[str] = []
+        self._recheck_at: float | None = None
 
     @property
     def params(self) -> LinkMonParams:
@@ -430,6 +440,12 @@ class LinkMonitor:
         present = set(names)
         self._order_missing = [n for n in links if n not in present]
 
+    def recheck_due(self) -> float | None:
+        """When the last sample wants the next one (``onset_recheck`` of an interval after
+        it: it saw an onset in part, see :class:`LinkMonParams`), or None: the regular
+        interval."""
+        return self._recheck_at
+
     def on_columns(self, cols: Columns, now: float) -> list[QualityChanged]:
         """:meth:`on_samples` with the sample as columns (the reader's fast path)."""
         names, ups, txs, backlogs, ifindexes = cols
@@ -437,6 +453,10 @@ class LinkMonitor:
         p = self._p
         out: list[QualityChanged] = []
         alpha = p.ewma_alpha
+        interval = p.sample_interval_s
+        short = 0.75 * interval  # a shorter interval (a recheck) weighs less in the EWMAs
+        recheck = p.onset_recheck * interval if p.onset_queue_bytes else 0.0
+        want_recheck = False
         rw = p.rate_weight
         rq = 1.0 - rw
         lmin, lmax = p.load_min_pct, p.load_max_pct
@@ -473,15 +493,26 @@ class LinkMonitor:
                 lv = ln.load = load
                 qv = ln.queue = float(backlog)
             else:
-                lv = ln.load = ln.load + alpha * (load - ln.load)
-                qv = ln.queue = ln.queue + alpha * (backlog - ln.queue)
-                if onset_q and load >= lmax and backlog >= onset_q and backlog > last_backlog:
+                a = alpha if dt >= short else 1.0 - (1.0 - alpha) ** (dt / interval)
+                lv = ln.load = ln.load + a * (load - ln.load)
+                qv = ln.queue = ln.queue + a * (backlog - ln.queue)
+                saturated = load >= lmax
+                building = backlog > last_backlog
+                if onset_q and saturated and building and backlog >= onset_q:
                     # congestion onset: saturated with a queue building. Taken as measured
                     # (the EWMA would need several samples to cross a band boundary)
                     if load > lv:
                         lv = ln.load = load
                     if backlog > qv:
                         qv = ln.queue = float(backlog)
+                elif recheck and (saturated or (building and backlog > 0)) and ln.band:
+                    # an onset in part: saturated with no queue yet, or a queue building
+                    # over an interval that began before it. A sample soon settles it,
+                    # if an onset would lower the band
+                    qo = backlog if backlog > qv else qv
+                    so = rq * (8.0 if qo <= qmin else 0.0 if qo >= qmax else (qmax - qo) * qk)
+                    if band_of(so) < ln.band:
+                        want_recheck = True
             ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else (lmax - lv) * lk
             qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else (qmax - qv) * qk
             sc = ln.score = rw * ls + rq * qs
@@ -519,6 +550,7 @@ class LinkMonitor:
                 if abs(ln.pending) >= persist:
                     out.append(self._set(name, ln, raw, False, "persisted"))
         self._missing_down(out)
+        self._recheck_at = now + recheck if want_recheck else None
         return out
 
     def _align(self, names: tuple[str, ...], ifindexes: tuple[int, ...]) -> None:
@@ -613,6 +645,7 @@ class LinkMonitor:
                 "hysteresis_margin": p.hysteresis_margin,
                 "hysteresis_samples": p.hysteresis_samples,
                 "onset_queue_bytes": p.onset_queue_bytes,
+                "onset_recheck": p.onset_recheck,
                 "confirm_improvements": p.confirm_improvements,
             },
             "links": [

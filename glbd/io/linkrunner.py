@@ -21,7 +21,8 @@ log = structlog.get_logger(__name__)
 
 
 class MonitorRunner:
-    """Samples every ``params.sample_interval_s`` (on the loop's clock, without drift) and
+    """Samples every ``params.sample_interval_s`` (on the loop's clock, without drift), plus
+    one sample in between when the core asks for it (:meth:`LinkMonitor.recheck_due`), and
     calls ``on_update(changes, monitor)`` after every sample; ``changes`` may be empty (the
     raw figures moved). A failed dump is logged and counted; the next tick tries again.
 
@@ -49,6 +50,8 @@ class MonitorRunner:
         self.overruns = 0
         self.waits = 0  # samples that had to wait for the socket (continued in a task)
         self.foreign_skipped = 0  # foreign-class readings dropped (socket not ready at once)
+        self.rechecks = 0  # samples taken between two regular ones (the core's recheck_due)
+        self._offgrid = False  # the pending tick is such a sample
 
     def start(self) -> None:
         if not self._running:
@@ -143,9 +146,18 @@ class MonitorRunner:
         if not self._running:
             return
         step = self.monitor.params.sample_interval_s
-        self._next += step
         now = loop.time()
-        if self._next < now:  # fell behind (loop busy): skip ticks instead of bursting
-            self.overruns += 1
-            self._next = now + step
-        self._handle = loop.call_at(self._next, self._tick)
+        offgrid, self._offgrid = self._offgrid, False
+        if not offgrid:
+            self._next += step
+            if self._next < now:  # fell behind (loop busy): skip ticks instead of bursting
+                self.overruns += 1
+                self._next = now + step
+        at = self._next
+        due = None if offgrid else self.monitor.recheck_due()
+        if due is not None and due < at - step / 4:
+            # the core saw an onset in part: one sample in between (never two in a row)
+            at = max(due, now)
+            self._offgrid = True
+            self.rechecks += 1
+        self._handle = loop.call_at(at, self._tick)

@@ -329,3 +329,47 @@ async def test_runner_hands_on_a_residual_move_in_the_same_sample_as_a_band_chan
     assert updates[:2] == [[], [("new", None), ("residual", pytest.approx(0.5))]]
     q = m.quality("e1")
     assert q is not None and q.residual_mbps == pytest.approx(0.5)
+
+
+class _OnsetReader(_FakeReader):
+    """Idle, then a link saturated before its queue forms, then its queue building: the byte
+    counter runs at exactly the capacity (10 Mbit/s) from the fourth read on, whenever the
+    reads come."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backlogs = [0, 0, 0, 0, 6_000, 12_000, 18_000]
+        self.t0: float | None = None
+
+    def read_steps(self, ifnames: object, now: float) -> Generator[None, None, Columns]:
+        self.calls += 1
+        i = min(self.calls - 1, len(self.backlogs) - 1)
+        if i == 2:
+            self.t0 = now
+        tx = 0 if self.t0 is None else round((now - self.t0) * 1.25e6)
+        return Columns(("e1",), (True,), (tx,), (self.backlogs[i],), (3,))
+        yield  # a generator that never waits
+
+
+async def test_runner_takes_the_sample_in_between_the_core_asks_for() -> None:
+    """The first saturated sample has no queue yet; the runner samples again before the next
+    interval and the onset is reported on that sample, the only one taken in between."""
+    m = LinkMonitor(LinkMonParams(sample_interval_s=0.01, capacity_mbps={"e1": 10.0}))
+    m.set_interfaces(["e1"])
+    reader = _OnsetReader()
+    onset: list[int] = []
+
+    def on_update(changes: list[QualityChanged], mm: LinkMonitor) -> None:
+        if any(c.reason == "jump" for c in changes):
+            onset.append(reader.calls)
+
+    runner = MonitorRunner(m, reader, on_update)  # type: ignore[arg-type]
+    runner.start()
+    try:
+        for _ in range(5000):  # generous upper bound; ends at the onset
+            if onset:
+                break
+            await asyncio.sleep(0.002)
+    finally:
+        await runner.stop()
+    assert onset == [5] and runner.rechecks == 1

@@ -28,9 +28,9 @@ class Link:
         self.tx = 0
         self.mon.on_samples([LinkSample("e1", True, 0, 0, 1)], 0.0)
 
-    def step(self, load: float, backlog: int = 0) -> list[tuple[int, str]]:
-        self.now += DT
-        self.tx += round(FULL * load / 100)
+    def step(self, load: float, backlog: int = 0, dt: float = DT) -> list[tuple[int, str]]:
+        self.now += dt
+        self.tx += round(FULL * load / 100 * dt / DT)
         ch = self.mon.on_samples([LinkSample("e1", True, self.tx, backlog, 1)], self.now)
         return [(c.quality.band, c.reason) for c in ch]
 
@@ -87,6 +87,62 @@ def test_below_saturation_a_queue_is_not_an_onset() -> None:
     link = Link()
     idle(link)
     assert link.step(60, backlog=5_000) == []
+
+
+def test_saturated_before_a_queue_forms_asks_for_a_sample_in_between() -> None:
+    link = Link()
+    idle(link)
+    assert link.mon.recheck_due() is None
+    # a shaper's bucket still passes the overload: saturated, no queue yet
+    assert link.step(130, backlog=0) == []
+    assert link.mon.recheck_due() == pytest.approx(link.now + P.onset_recheck * DT)
+    # half an interval later the queue builds: the onset is taken on that sample
+    ch = link.step(100, backlog=6_000, dt=P.onset_recheck * DT)
+    assert ch and ch[0][1] == "jump" and ch[0][0] <= 5
+    assert link.mon.recheck_due() is None  # at the onset band: nothing left to settle
+
+
+def test_a_queue_building_over_a_partly_idle_interval_asks_for_a_sample_in_between() -> None:
+    link = Link()
+    idle(link)
+    assert link.step(40, backlog=2_000) == []  # the overload began late in the interval
+    assert link.mon.recheck_due() is not None
+    assert link.step(100, backlog=8_000, dt=P.onset_recheck * DT)[0][1] == "jump"
+
+
+def test_a_burst_draining_at_the_sample_in_between_is_not_an_onset() -> None:
+    link = Link()
+    idle(link)
+    assert link.step(30, backlog=20_000) == []  # a burst arrived at once
+    assert link.mon.recheck_due() is not None
+    # half an interval later it drains at line rate: saturated, but the queue shrinks
+    assert link.step(100, backlog=12_000, dt=P.onset_recheck * DT) == []
+    assert link.band == 7
+
+
+def test_no_sample_in_between_when_an_onset_would_not_lower_the_band() -> None:
+    link = Link()
+    idle(link)
+    link.step(100, backlog=5_000)  # onset: at the band an onset gives
+    for _ in range(20):  # saturated, the queue held: nothing an extra sample could change
+        link.step(100, backlog=5_000)
+        assert link.mon.recheck_due() is None
+    off = Link(replace(P, onset_recheck=0))
+    idle(off)
+    off.step(130, backlog=0)
+    assert off.mon.recheck_due() is None
+
+
+def test_a_sample_of_half_an_interval_weighs_as_half_an_interval_in_the_ewma() -> None:
+    a, b = Link(), Link()
+    idle(a)
+    idle(b)
+    a.step(50, dt=DT / 2)
+    a.step(50, dt=DT / 2)
+    b.step(50)
+    qa, qb = a.mon.quality("e1"), b.mon.quality("e1")
+    assert qa is not None and qb is not None
+    assert qa.load_pct == pytest.approx(qb.load_pct)
 
 
 def bursts(link: Link, samples: int, every: int) -> list[tuple[int, str]]:
