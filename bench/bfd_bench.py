@@ -109,7 +109,9 @@ class Load:
         self.stop.set()
         if self.thread is not None:
             self.thread.join()
+            self.thread = None
         stop_pids(self.procs)
+        self.procs = []
 
 
 # ----------------------------------------------------------------------------- topology
@@ -201,6 +203,9 @@ def run_glbd(
             time.sleep(duration)
             c1 = sum(cpu_seconds(p) for p in pids) if mode == "process" else 0.0
             res.cpu_s = c1 - c0
+            # the window is over: the load stops before the counters are read, so that two
+            # real-time engines and the load together cannot starve this process's reads
+            load.close()
             sa, sb = _patient_snapshot(ea), _patient_snapshot(eb)
             flaps = [e for q in (ev_a, ev_b) for e in _drain(q) if e.failure]
             res.flaps = len(flaps)
@@ -216,6 +221,7 @@ def run_glbd(
             res.lag["timers_late_5ms"] = (
                 sa["engine"]["timers_late_5ms"] + sb["engine"]["timers_late_5ms"]
             )
+            load = Load(busy_process, busy_main)  # detection is measured under the same load
             res.detect = _detection(a, ev_a, n, mult, interval_ms)
         finally:
             load.close()
@@ -239,7 +245,7 @@ def _engine(
     return eng, events
 
 
-def _patient_snapshot(eng: BfdEngine, tries: int = 4) -> dict[str, Any]:
+def _patient_snapshot(eng: BfdEngine, tries: int = 10) -> dict[str, Any]:
     """The engine counters; an engine that saturates both cores at SCHED_FIFO leaves this
     process little CPU, so a call that timed out is retried before the run gives up."""
     for i in range(tries):

@@ -9,8 +9,10 @@ Run as root (builds and deletes its own namespaces)::
 Fabric: ``leaf_spine(2, 2)`` (hosts included), glbd on every spine (helper) and leaf
 (load balancer), ``GlbdOptions`` defaults (heartbeat 20 ms, link sampling 10 ms, BFD 50 ms x 3,
 resilient groups) with ``capacity_mbps = --rate``. spine1 -> leaf2 is tbf-shaped to ``--rate``.
-A :class:`~glbdlab.demo.NexthopWatcher` (rtnetlink listener) in leaf1's namespace timestamps
-every ``RTM_NEWNEXTHOP`` of a group; spines log ``link_band`` (JSON, ISO time with microseconds)
+``ip -ts monitor`` (:class:`~glbdlab.demo.IpMonitorWatcher`, SCHED_FIFO 20) in leaf1's
+namespace timestamps every ``RTM_NEWNEXTHOP`` of a group (the Python
+:class:`~glbdlab.demo.NexthopWatcher` runs beside it; how late it stamps the same messages is
+reported as ``python_watcher_late_ms``); spines log ``link_band`` (JSON, ISO time with microseconds)
 on every band/down change of one of their links. Same machine, same wall clock.
 
 Event kinds, each measured on leaf1's group for leaf2's prefix (members: spine1, spine2):
@@ -34,8 +36,8 @@ Event kinds, each measured on leaf1's group for leaf2's prefix (members: spine1,
 
 Caveats: the ``link_band`` record is written right after the new heartbeat has been handed to
 the sender, so the band -> nexthop figure excludes the microseconds between the band decision
-and that log call; the nexthop timestamp is taken when the watcher's event loop handles the
-message (one thread in this process; this process otherwise sleeps).
+and that log call; the nexthop timestamp is taken when ``ip monitor`` reads the message (netlink
+has no kernel timestamps), a single-threaded real-time C process.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from glbdlab.demo import NexthopWatcher
+from glbdlab.demo import IpMonitorWatcher, NexthopWatcher
 from glbdlab.netns import LabError
 from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, stop_all, wait_until
 from glbdlab.topology import Fabric, leaf_spine
@@ -355,6 +357,30 @@ class HbSniffer(Sniffer):
 SO_TIMESTAMPNS = 35
 
 
+def watcher_lateness(late: NexthopWatcher, ref: IpMonitorWatcher) -> dict[str, Any]:
+    """How much later ``late`` stamped the nexthop group messages than ``ref`` (ms): the same
+    (group, entries) messages paired in order."""
+    from collections import defaultdict
+
+    seen: dict[tuple[int, Entries], list[float]] = defaultdict(list)
+    for t, nid, es in list(ref.events):
+        seen[(nid, es)].append(t)
+    deltas: list[float] = []
+    used: dict[tuple[int, Entries], int] = defaultdict(int)
+    for t, nid, es in list(late.events):
+        key = (nid, es)
+        i = used[key]
+        if i < len(seen[key]):
+            deltas.append((t - seen[key][i]) * 1e3)
+            used[key] = i + 1
+    return {
+        "n": len(deltas),
+        "p50": round(pct(deltas, 0.5), 2) if deltas else None,
+        "p99": round(pct(deltas, 0.99), 2) if deltas else None,
+        "max": round(max(deltas), 2) if deltas else None,
+    }
+
+
 def load() -> str:
     a, b, c = os.getloadavg()
     return f"{a:.2f} {b:.2f} {c:.2f}"
@@ -464,7 +490,7 @@ class Bench:
         self,
         fab: Fabric,
         nodes: dict[str, GlbdNode],
-        watch: NexthopWatcher,
+        watch: IpMonitorWatcher,
         prefix: str,
         args: argparse.Namespace,
     ) -> None:
@@ -1415,9 +1441,13 @@ def main() -> int:
                     rig.wait_ready()
                     print(f"load ready: feeder {rig.status}, load {load()}", flush=True)
                 time.sleep(1.0)
-                # the watcher's thread at real-time priority: netlink has no kernel timestamps,
-                # so a starved watcher would add its own wait to every figure
-                with NexthopWatcher(fab.ns("leaf1").name, rt_priority=20) as watch:
+                # netlink has no kernel timestamps: the figures use ip monitor's, a real-time
+                # C process; the Python watcher (a real-time thread that still needs this
+                # process's GIL) runs beside it, and how late it stamps is reported
+                with (
+                    NexthopWatcher(fab.ns("leaf1").name, rt_priority=20) as pywatch,
+                    IpMonitorWatcher(fab.ns("leaf1").name, rt_priority=20) as watch,
+                ):
                     b = Bench(fab, nodes, watch, prefix, args)
                     hb = "p50 <= 20, p99 <= 30"
                     roots = {n: g.proc.pid for n, g in nodes.items() if g.proc is not None}
@@ -1455,6 +1485,7 @@ def main() -> int:
                             (engine, f"~ {detect_ms}"),
                         ]
                     info["cpu"] = meter.report()
+                    info["python_watcher_late_ms"] = watcher_lateness(pywatch, watch)
                     if spy is not None:
                         info["py_spy"] = spy.stop()
                     if rig is not None:

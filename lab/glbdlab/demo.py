@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -62,6 +63,103 @@ class Timeline:
         rows = sorted(self.marks, key=lambda m: m.t)
         w = max(len(m.what) for m in rows) if rows else 10
         return "\n".join(f"  {m.t - self.t0:8.3f} s  {m.what:<{w}}  {m.detail}" for m in rows)
+
+
+class IpMonitorWatcher:
+    """:class:`NexthopWatcher`'s records (``events``: nexthop groups, ``routes``: IPv4 routes),
+    timestamped by ``ip -ts monitor`` run SCHED_FIFO in the namespace: a single-threaded C
+    process stamps each message as it reads it, so neither this process's GIL nor its
+    scheduling is in the figure (a Python watcher thread, even real-time, waits for the GIL
+    holder, which a loaded box may have descheduled)."""
+
+    def __init__(self, netns: str, rt_priority: int = 20) -> None:
+        self.netns = netns
+        self.rt_priority = rt_priority
+        self.events: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []
+        self.routes: list[tuple[float, str, int | None, bool]] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="ip-monitor", daemon=True)
+
+    def __enter__(self) -> IpMonitorWatcher:
+        argv = ["ip", "netns", "exec", self.netns]
+        if os.geteuid() == 0:
+            argv += ["chrt", "-f", str(self.rt_priority)]
+        # the "label" line ip prints first for each object class tells that it is listening
+        argv += ["ip", "-ts", "monitor", "label", "nexthop", "route"]
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._thread.start()
+        # ip prints nothing until a message arrives: give it the time to subscribe
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _subscribed(self._proc.pid):
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(5)
+        self._thread.join(5)
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            rec = parse_ip_monitor_line(raw.decode(errors="replace"))
+            if rec is None:
+                continue
+            if rec[0] == "nexthop":
+                self.events.append(rec[1])
+            else:
+                self.routes.append(rec[1])
+
+
+def _subscribed(pid: int) -> bool:
+    """Whether process ``pid`` has a netlink socket open (``ip monitor`` has subscribed)."""
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                    return True
+    return False
+
+
+def parse_ip_monitor_line(
+    line: str,
+) -> tuple[str, tuple[Any, ...]] | None:
+    """One line of ``ip -ts monitor label nexthop route``: ``("nexthop", (t, id, entries))`` for
+    a nexthop group, ``("route", (t, prefix, nhid, deleted))`` for an IPv4 route, else None.
+    The ``[YYYY-MM-DDTHH:MM:SS.ffffff]`` prefix is local time."""
+    import datetime
+
+    line = line.strip()
+    if not line.startswith("[") or "]" not in line:
+        return None
+    stamp, _, rest = line[1:].partition("]")
+    try:
+        t = datetime.datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+    rest = rest.strip()
+    for label in ("[NEXTHOP]", "[ROUTE]"):
+        rest = rest.removeprefix(label)
+    words = rest.split()
+    deleted = words[:1] == ["Deleted"]
+    if deleted:
+        words = words[1:]
+    if len(words) >= 4 and words[0] == "id" and words[2] == "group" and not deleted:
+        entries = []
+        for member in words[3].split("/"):
+            nid, _, weight = member.partition(",")
+            entries.append((int(nid), int(weight or 1)))
+        return "nexthop", (t, int(words[1]), tuple(sorted(entries)))
+    if words and ("/" in words[0] or words[0].count(".") == 3):
+        prefix = words[0] if "/" in words[0] else words[0] + "/32"
+        if ":" in prefix:
+            return None
+        nhid = int(words[words.index("nhid") + 1]) if "nhid" in words else None
+        return "route", (t, prefix, nhid, deleted)
+    return None
 
 
 class NexthopWatcher:
