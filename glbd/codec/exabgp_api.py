@@ -12,6 +12,10 @@ Facts (ExaBGP 5.0's API with ``encoder json``, observed on 5.0.15 peering in nam
   ``open.router_id``; opens also arrive for connections that later lose a collision, so the
   consumer keeps the latest one and binds it when ``state: up`` follows;
 * ``state`` is ``connected`` / ``up`` / ``down`` (with ``reason``);
+* glbd runs ExaBGP with ``receive { packets; }``: a received OPEN, UPDATE or NOTIFICATION
+  arrives as ``neighbor.message = {"category": 1|2|3, "header": "0x..", "body": "0x.."}``
+  and :mod:`glbd.codec.bgpmsg` reads the body (the parsed forms below are still read: the
+  tests' recordings, and an ExaBGP configured by hand);
 * announcements are ``update.announce["ipv4 unicast"][<next hop>] = [{"nlri": ...}]``,
   withdrawals ``update.withdraw["ipv4 unicast"] = [{"nlri": ...}]`` (with
   ``exabgp.api.compact``, as glbd runs it, a bare ``"10.0.0.0/24"`` for each), End-of-RIB is
@@ -32,9 +36,12 @@ import ipaddress
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from glbd.codec import bgpmsg
+from glbd.codec.bgpmsg import RouteAnnounced
 from glbd.codec.prefix import network_of
 
 __all__ = [
@@ -217,6 +224,8 @@ class OpenEvent(_Peer):
     families: tuple[str, ...] = ()
     #: None: the OPEN has no graceful restart capability
     graceful_restart: GracefulRestart | None = None
+    #: the 4-octet AS capability (RFC 6793): the peer's AS_PATHs carry 4-octet AS numbers
+    asn4: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,15 +264,6 @@ class PathAttributes:
         }
 
 
-class RouteAnnounced(NamedTuple):
-    """One announced prefix (a tuple: there is one per received path, and a frozen
-    dataclass costs three ``object.__setattr__`` calls to build)."""
-
-    family: str  # "ipv4 unicast"
-    next_hop: IPAddress | None  # None when ExaBGP reports "null"
-    prefix: Prefix
-
-
 @dataclass(frozen=True)
 class UpdateEvent(_Peer):
     direction: str
@@ -271,6 +271,8 @@ class UpdateEvent(_Peer):
     announced: tuple[RouteAnnounced, ...] = ()
     withdrawn: tuple[tuple[str, Prefix], ...] = ()  # (family, prefix)
     eor: str | None = None  # family of an End-of-RIB marker
+    #: the malformed well-known attribute that made the routes withdrawals (RFC 7606), or ""
+    treat_as_withdraw: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -511,8 +513,10 @@ def _graceful_restart(raw: Any) -> GracefulRestart:
     )
 
 
-def decode(line: str) -> Event:
-    """Decode one line from ExaBGP. Raises :class:`DecodeError` only."""
+def decode(line: str, asn4: Mapping[IPAddress, bool] | None = None) -> Event:
+    """Decode one line from ExaBGP. Raises :class:`DecodeError` only. ``asn4``: per peer,
+    whether its OPEN had the 4-octet AS capability (a raw UPDATE's AS_PATH width; default
+    4-octet)."""
     text = line.strip()
     if text == "done":
         return Ack(True)
@@ -531,14 +535,69 @@ def decode(line: str) -> Event:
         except (ValueError, RecursionError):
             raise DecodeError("not_json", text[:80]) from None
     try:
-        return _decode_doc(doc)
+        return _decode_doc(doc, asn4)
     except DecodeError:
         raise
+    except bgpmsg.WireError as exc:
+        raise DecodeError(exc.reason, str(exc)[:120]) from None
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
         raise DecodeError("bad_structure", repr(exc)[:120]) from None
 
 
-def _decode_doc(doc: Any) -> Event:
+def _raw_body(n: Any) -> bytes | None:
+    """The body of a message ExaBGP forwarded raw (``receive { packets; }``), or None."""
+    msg = n.get("message")
+    if not isinstance(msg, dict) or "category" not in msg:
+        return None
+    text = msg.get("body", "")
+    if not isinstance(text, str):
+        raise DecodeError("bad_value", "message.body")
+    try:
+        return bytes.fromhex(text[2:] if text[:2].lower() == "0x" else text)
+    except ValueError:
+        raise DecodeError("bad_value", "message.body") from None
+
+
+def _raw_event(
+    kind: str, n: Any, peer: dict[str, Any], body: bytes, asn4: Mapping[IPAddress, bool] | None
+) -> Event:
+    direction = str(n.get("direction", "receive"))
+    if kind == "update":
+        u = bgpmsg.decode_update(body, True if asn4 is None else asn4.get(peer["peer"], True))
+        if u.eor is not None:
+            return UpdateEvent(**peer, direction=direction, eor=u.eor)
+        return UpdateEvent(
+            **peer,
+            direction=direction,
+            attributes=PathAttributes(
+                u.origin, u.as_path, u.as_path_length, u.med, u.communities, u.nhc, u.nhc_flags
+            ),
+            announced=tuple(u.announced),
+            withdrawn=tuple(u.withdrawn),
+            treat_as_withdraw=u.treat_as_withdraw,
+        )
+    if kind == "open":
+        o = bgpmsg.decode_open(body)
+        gr = o.graceful_restart
+        return OpenEvent(
+            **peer,
+            direction=direction,
+            asn=o.asn,
+            hold_time=o.hold_time,
+            router_id=o.router_id,
+            families=o.families,
+            graceful_restart=None
+            if gr is None
+            else GracefulRestart(gr.restart_time, gr.restarting, gr.families, gr.forwarding),
+            asn4=o.asn4,
+        )
+    if kind == "notification":
+        code, subcode, data = bgpmsg.decode_notification(body)
+        return NotificationEvent(**peer, direction=direction, code=code, subcode=subcode, data=data)
+    return OtherEvent(kind)
+
+
+def _decode_doc(doc: Any, asn4: Mapping[IPAddress, bool] | None = None) -> Event:
     if not isinstance(doc, dict):
         raise DecodeError("not_an_object")
     kind = doc.get("type")
@@ -550,6 +609,10 @@ def _decode_doc(doc: Any) -> Event:
         return OtherEvent(str(kind))
     n = doc["neighbor"]
     peer = _peer_fields(n)
+    if kind in ("update", "open", "notification"):
+        body = _raw_body(n)
+        if body is not None:
+            return _raw_event(kind, n, peer, body, asn4)
     if kind == "state":
         return StateEvent(**peer, state=str(_get(n, "state")), reason=str(n.get("reason", "")))
     if kind == "open":
@@ -601,13 +664,20 @@ class ApiParser:
     dropped: Counter[str] = field(default_factory=Counter)
     decoded: int = 0
     last_error: str = ""
+    #: per peer, its last OPEN's 4-octet AS capability (how its raw UPDATEs are read)
+    asn4: dict[IPAddress, bool] = field(default_factory=dict)
 
     def feed(self, line: str) -> Event | None:
         try:
-            ev = decode(line)
+            ev = decode(line, self.asn4)
         except DecodeError as exc:
             self.dropped[exc.reason] += 1
             self.last_error = str(exc)
             return None
         self.decoded += 1
+        if isinstance(ev, OpenEvent) and ev.direction == "receive":
+            self.asn4[ev.peer] = ev.asn4
+        elif isinstance(ev, UpdateEvent) and ev.treat_as_withdraw:
+            # the line is used (its routes withdrawn) but what they carried is lost: counted
+            self.dropped[f"treat_as_withdraw_{ev.treat_as_withdraw}"] += 1
         return ev
