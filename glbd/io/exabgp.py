@@ -4,7 +4,9 @@
   time, ``listen 179`` so the peer may open the TCP session, ``group-updates false`` so every
   prefix travels in its own UPDATE with its own NHC, ``adj-rib-in false`` (glbd keeps the
   received paths itself; ExaBGP's copy held 389 MB for 64 x 10k paths), and the API block:
-  ``receive { parsed; update; open; notification; } neighbor-changes;``). A ``passive``
+  ``receive { packets; update; open; notification; } neighbor-changes;``: each received
+  message reaches glbd raw, as hex, and ``glbd.codec.bgpmsg`` reads it -- ExaBGP's JSON of a
+  full table per prefix cost both processes more than the routes themselves). A ``passive``
   neighbor is only accepted, never connected to: two ExaBGPs that both connect collide, and
   after collision handling ExaBGP 5.0.15 sometimes services the surviving session only on its
   idle tick (~75 UPDATEs/s instead of ~600/s, observed in bench/bgp_burst.py).
@@ -196,7 +198,8 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
             "        processes [ glbd ];",
             "        neighbor-changes;",
             "        receive {",
-            "            parsed;",
+            # raw messages: no per-prefix JSON to write (ExaBGP) and read (glbd)
+            "            packets;",
             "            update;",
             "            open;",
             "            notification;",
