@@ -39,6 +39,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import importlib.util
 import os
 import shutil
 import signal
@@ -150,6 +151,10 @@ def tail_lines(path: Path, n: int = LOST_TAIL_LINES, max_bytes: int = 8192) -> l
 
 
 def default_exabgp() -> tuple[str, ...]:
+    """How to start ExaBGP: through :mod:`glbd.io.exabgp_launch` when this interpreter has
+    it, else the ``exabgp`` script beside it or on PATH."""
+    if importlib.util.find_spec("exabgp") is not None:
+        return (sys.executable, "-m", "glbd.io.exabgp_launch")
     here = Path(sys.executable).parent / "exabgp"
     if here.exists():
         return (str(here),)
