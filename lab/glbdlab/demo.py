@@ -78,16 +78,19 @@ class IpMonitorWatcher:
         self.events: list[tuple[float, int, tuple[tuple[int, int], ...]]] = []
         self.routes: list[tuple[float, str, int | None, bool]] = []
         self._proc: subprocess.Popen[bytes] | None = None
-        self._ready = threading.Event()
+        self._stop = threading.Event()
+        # closed (and so removed) in __exit__
+        self._out = tempfile.NamedTemporaryFile(prefix="glbd-ipmon-", suffix=".txt")  # noqa: SIM115
         self._thread = threading.Thread(target=self._read, name="ip-monitor", daemon=True)
 
     def __enter__(self) -> IpMonitorWatcher:
         argv = ["ip", "netns", "exec", self.netns]
         if os.geteuid() == 0:
             argv += ["chrt", "-f", str(self.rt_priority)]
-        # the "label" line ip prints first for each object class tells that it is listening
         argv += ["ip", "-ts", "monitor", "label", "nexthop", "route"]
-        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # into a file, not a pipe: a pipe this process reads late would fill and stop ip,
+        # which would then stamp the messages late
+        self._proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.DEVNULL)
         self._thread.start()
         # ip prints nothing until a message arrives: give it the time to subscribe
         deadline = time.monotonic() + 10
@@ -100,18 +103,30 @@ class IpMonitorWatcher:
             self._proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(5)
+        self._stop.set()
         self._thread.join(5)
+        self._out.close()
 
     def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for raw in self._proc.stdout:
-            rec = parse_ip_monitor_line(raw.decode(errors="replace"))
-            if rec is None:
-                continue
-            if rec[0] == "nexthop":
-                self.events.append(rec[1])
-            else:
-                self.routes.append(rec[1])
+        """Follow the file ip writes (whole lines only)."""
+        with open(self._out.name, "rb") as f:
+            part = b""
+            while True:
+                chunk = f.read()
+                if not chunk:
+                    if self._stop.is_set():
+                        return
+                    time.sleep(0.002)
+                    continue
+                *lines, part = (part + chunk).split(b"\n")
+                for raw in lines:
+                    rec = parse_ip_monitor_line(raw.decode(errors="replace"))
+                    if rec is None:
+                        continue
+                    if rec[0] == "nexthop":
+                        self.events.append(rec[1])
+                    else:
+                        self.routes.append(rec[1])
 
 
 def _subscribed(pid: int) -> bool:
