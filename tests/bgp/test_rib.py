@@ -3,9 +3,10 @@ strict mode, stale handling across an ExaBGP restart."""
 
 from __future__ import annotations
 
-import ipaddress
+from typing import Any
 
 import pytest
+from rib_helpers import LEAVES, V4, A, N, spine_rib, update_from
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
@@ -25,53 +26,13 @@ from glbd.core.rib import (
 )
 from glbd.io.bgp import command_for
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
-V4 = ipaddress.IPv4Address
-
-# spine1 (AS 65100, 10.0.0.11) with leaf1..leaf3 (AS 65001..65003, ids 10.0.0.1..3)
-LEAVES = {
-    1: NeighborParams(A("172.16.11.1"), 65001, A("172.16.11.2"), "s1-l1"),
-    2: NeighborParams(A("172.16.12.1"), 65002, A("172.16.12.2"), "s1-l2"),
-    3: NeighborParams(A("172.16.13.1"), 65003, A("172.16.13.2"), "s1-l3"),
-}
-
 
 def rib(role: Role = Role.HELPER, **kw: object) -> Rib:
-    kw.setdefault("update_coalesce_s", 0.0)  # select on every UPDATE (coalescing: own tests)
-    params = RibParams(V4("10.0.0.11"), 65100, role, tuple(LEAVES.values()), **kw)  # type: ignore[arg-type]
-    r = Rib(params)
-    for i, n in LEAVES.items():
-        r.on_open(n.address, V4(f"10.0.0.{i}"))
-        r.on_state(n.address, "up", 0.0)
-    return r
+    return spine_rib(role, **kw)
 
 
-def upd(
-    leaf: int,
-    *prefixes: str,
-    as_path: tuple[int, ...] | None = None,
-    nhc_value: bytes | None = None,
-    withdraw: tuple[str, ...] = (),
-    next_hop: str | None = None,
-) -> api.UpdateEvent:
-    n = LEAVES[leaf]
-    path = as_path if as_path is not None else (n.remote_as,)
-    return api.UpdateEvent(
-        n.address,
-        n.local_address,
-        n.remote_as,
-        65100,
-        "receive",
-        api.PathAttributes(
-            "igp", path, len(path), None, (), nhc_value, 0xE0 if nhc_value else None
-        ),
-        tuple(
-            api.RouteAnnounced("ipv4 unicast", A(next_hop) if next_hop else n.address, N(p))
-            for p in prefixes
-        ),
-        tuple(("ipv4 unicast", N(p)) for p in withdraw),
-    )
+def upd(leaf: int, *prefixes: str, **kw: Any) -> api.UpdateEvent:
+    return update_from(LEAVES[leaf], *prefixes, **kw)
 
 
 def cmds(effects: list[object]) -> list[api.Command]:

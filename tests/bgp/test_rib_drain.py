@@ -4,61 +4,28 @@ paths a draining peer marks are least preferred and out of multipath while anoth
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import replace
+from typing import Any
+
+from rib_helpers import LEAVES, A, N, spine_rib, update_from
 
 from glbd.codec import exabgp_api as api
 from glbd.core.rib import (
     GRACEFUL_SHUTDOWN,
     Advertise,
-    NeighborParams,
     NextHopsChanged,
     Retract,
     Rib,
-    RibParams,
     Role,
 )
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
-V4 = ipaddress.IPv4Address
-
-LEAVES = {
-    1: NeighborParams(A("172.16.11.1"), 65001, A("172.16.11.2"), "s1-l1"),
-    2: NeighborParams(A("172.16.12.1"), 65002, A("172.16.12.2"), "s1-l2"),
-    3: NeighborParams(A("172.16.13.1"), 65003, A("172.16.13.2"), "s1-l3"),
-}
-
 
 def rib(**kw: object) -> Rib:
-    kw.setdefault("update_coalesce_s", 0.0)
-    params = RibParams(V4("10.0.0.11"), 65100, Role.BOTH, tuple(LEAVES.values()), **kw)  # type: ignore[arg-type]
-    r = Rib(params)
-    r.initial_decisions()
-    for i, n in LEAVES.items():
-        r.on_open(n.address, V4(f"10.0.0.{i}"))
-        r.on_state(n.address, "up", 0.0)
-    return r
+    return spine_rib(Role.BOTH, initial_decisions=True, **kw)
 
 
-def upd(
-    leaf: int,
-    *prefixes: str,
-    as_path: tuple[int, ...] | None = None,
-    communities: tuple[tuple[int, int], ...] = (),
-) -> api.UpdateEvent:
-    n = LEAVES[leaf]
-    path = as_path if as_path is not None else (n.remote_as,)
-    return api.UpdateEvent(
-        n.address,
-        n.local_address,
-        n.remote_as,
-        65100,
-        "receive",
-        api.PathAttributes("igp", path, len(path), None, communities, None, None),
-        tuple(api.RouteAnnounced("ipv4 unicast", n.address, N(p)) for p in prefixes),
-        (),
-    )
+def upd(leaf: int, *prefixes: str, **kw: Any) -> api.UpdateEvent:
+    return update_from(LEAVES[leaf], *prefixes, **kw)
 
 
 def adverts(effects: list[object]) -> dict[tuple[str, str], Advertise]:

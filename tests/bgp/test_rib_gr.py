@@ -6,12 +6,12 @@ on our side end that at once. Also when the restarting speaker (us) may send End
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
+
+from rib_helpers import LEAVES, V4, N, spine_rib, update_from
 
 from glbd.codec import exabgp_api as api
 from glbd.core.rib import (
-    NeighborParams,
     NextHopsChanged,
     PeerDown,
     Rib,
@@ -20,14 +20,8 @@ from glbd.core.rib import (
     StaleTimerExpired,
 )
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
-V4 = ipaddress.IPv4Address
-
-LEAVES = {
-    1: NeighborParams(A("172.16.11.1"), 65001, A("172.16.11.2"), "s1-l1"),
-    2: NeighborParams(A("172.16.12.1"), 65002, A("172.16.12.2"), "s1-l2"),
-}
+#: the graceful restart tests run with two leaves
+TWO = {i: LEAVES[i] for i in (1, 2)}
 BOTH = ("ipv4/unicast", "ipv6/unicast")
 
 
@@ -44,36 +38,16 @@ def cap(
 
 
 def rib(gr: api.GracefulRestart | None = None, **kw: object) -> Rib:
-    kw.setdefault("update_coalesce_s", 0.0)
     kw.setdefault("graceful_restart", True)
-    params = RibParams(V4("10.0.0.11"), 65100, Role.BOTH, tuple(LEAVES.values()), **kw)  # type: ignore[arg-type]
-    r = Rib(params)
-    for i, n in LEAVES.items():
-        r.on_open(n.address, V4(f"10.0.0.{i}"), gr)
-        r.on_state(n.address, "up", 0.0)
-    return r
+    return spine_rib(Role.BOTH, TWO, gr=gr, **kw)
 
 
 def upd(leaf: int, *prefixes: str) -> api.UpdateEvent:
-    n = LEAVES[leaf]
-    return api.UpdateEvent(
-        n.address,
-        n.local_address,
-        n.remote_as,
-        65100,
-        "receive",
-        api.PathAttributes("igp", (n.remote_as,), 1),
-        tuple(
-            api.RouteAnnounced(
-                "ipv4 unicast" if N(p).version == 4 else "ipv6 unicast", n.address, N(p)
-            )
-            for p in prefixes
-        ),
-    )
+    return update_from(TWO[leaf], *prefixes)
 
 
 def eor(leaf: int, family: str = "ipv4 unicast") -> api.UpdateEvent:
-    n = LEAVES[leaf]
+    n = TWO[leaf]
     return api.UpdateEvent(n.address, n.local_address, n.remote_as, 65100, "receive", eor=family)
 
 
@@ -269,7 +243,7 @@ def test_converged_after_a_start_waits_for_every_neighbor() -> None:
     """A fresh glbd (nothing stale) still waits for a neighbor not up yet: its routes are
     what a restarted spine re-advertises to the others."""
     params = RibParams(
-        V4("10.0.0.11"), 65100, Role.BOTH, tuple(LEAVES.values()), graceful_restart=True
+        V4("10.0.0.11"), 65100, Role.BOTH, tuple(TWO.values()), graceful_restart=True
     )
     r = Rib(params)
     r.on_open(LEAVES[1].address, V4("10.0.0.1"), cap(30))

@@ -4,10 +4,10 @@ restart time. Every rejected route is counted by reason."""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import replace
 
 import pytest
+from rib_helpers import LEAVES, A, N, spine_rib, update_from
 
 from glbd.codec import exabgp_api as api
 from glbd.core import prefixlist
@@ -19,45 +19,19 @@ from glbd.core.rib import (
     ResetPeer,
     Retract,
     Rib,
-    RibParams,
     Role,
 )
 from glbd.io.bgp import command_for
 
-A = ipaddress.ip_address
-N = ipaddress.ip_network
-V4 = ipaddress.IPv4Address
-
-L1 = NeighborParams(A("172.16.11.1"), 65001, A("172.16.11.2"), "s1-l1")
-L2 = NeighborParams(A("172.16.12.1"), 65002, A("172.16.12.2"), "s1-l2")
+L1, L2 = LEAVES[1], LEAVES[2]
 
 
 def rib(l1: NeighborParams = L1, l2: NeighborParams = L2, **kw: object) -> Rib:
-    kw.setdefault("update_coalesce_s", 0.0)
-    r = Rib(RibParams(V4("10.0.0.11"), 65100, Role.HELPER, (l1, l2), **kw))  # type: ignore[arg-type]
-    r.initial_decisions()
-    for i, n in enumerate((l1, l2), 1):
-        r.on_open(n.address, V4(f"10.0.0.{i}"))
-        r.on_state(n.address, "up", 0.0)
-    return r
+    return spine_rib(Role.HELPER, {1: l1, 2: l2}, initial_decisions=True, **kw)
 
 
 def upd(n: NeighborParams, *prefixes: str) -> api.UpdateEvent:
-    return api.UpdateEvent(
-        n.address,
-        n.local_address,
-        n.remote_as,
-        65100,
-        "receive",
-        api.PathAttributes("igp", (n.remote_as,), 1, None, (), None, None),
-        tuple(
-            api.RouteAnnounced(
-                "ipv6 unicast" if N(p).version == 6 else "ipv4 unicast", n.address, N(p)
-            )
-            for p in prefixes
-        ),
-        (),
-    )
+    return update_from(n, *prefixes)
 
 
 def pl(*lines: str) -> prefixlist.PrefixList:
