@@ -144,6 +144,8 @@ class ProcessOptions:
     #: ExaBGP listens on [::]:179 (the only way it can accept a link-local session) even
     #: when no link-local neighbor is known yet at start; also on with one at start
     listen_link_local: bool = False
+    #: ExaBGP hands received messages over raw (``ExabgpParams.raw_messages``)
+    raw_messages: bool = False
 
 
 #: the kernel's TCP MD5 counters (``nstat``: TcpExtTCPMD5NotFound, ...): a segment without the
@@ -356,6 +358,7 @@ class BgpSpeaker:
             drain_timeout_s=self.process.drain_timeout_s,
             log_level=self.process.exabgp_log_level,
             listen_any6=self._listen_any6,
+            raw_messages=self.process.raw_messages,
         )
 
     # ---- internals ---------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """A stand-in for ``exabgp server CONF`` in supervisor tests: starts the configured API process
 (the glbd bridge), acks every command like ExaBGP ('done', or 'error' for 10.99.x), emits one
-state line, and crashes (exit 3) on a command for 10.66.0.0/24."""
+state line, and crashes (exit 3) on a command for 10.66.0.0/24. Each SIGUSR1 it gets appends a
+line to CONF.sigusr1 (a reload, which real ExaBGP may drop)."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -13,6 +15,12 @@ import sys
 def main() -> int:
     with open(sys.argv[-1]) as f:
         conf = f.read()
+
+    def on_usr1(signum: int, frame: object) -> None:
+        with open(sys.argv[-1] + ".sigusr1", "a") as log:
+            log.write("reload\n")
+
+    signal.signal(signal.SIGUSR1, on_usr1)
     m = re.search(r"^\s*run (.+);\s*$", conf, re.M)
     assert m, "no run line"
     proc = subprocess.Popen(shlex.split(m.group(1)), stdin=subprocess.PIPE, stdout=subprocess.PIPE)

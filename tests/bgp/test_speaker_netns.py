@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from dataclasses import replace
 
 import pytest
 from bgp_helpers import Node, make_node, wait_for
@@ -97,11 +98,15 @@ def _prefixes(n: int) -> list[str]:
     return [f"10.{100 + i // 256}.{i % 256}.0/24" for i in range(n)]
 
 
-async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab) -> None:
+@pytest.mark.parametrize("raw", [False, True], ids=["parsed", "raw"])
+async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab, raw: bool) -> None:
+    """Also with leaf1's ExaBGP handing over raw messages (glbd.codec.bgpmsg reads them)."""
     from glbd.core.rib import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     nodes = (spine, leaf1, leaf2)
+    sup = leaf1.speaker.supervisor
+    sup.params = replace(sup.params, raw_messages=raw)
     burst = _prefixes(1000)
     try:
         await asyncio.gather(*(n.speaker.start() for n in nodes))
@@ -119,6 +124,8 @@ async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab) -> None
         assert not [e for n in nodes for e in n.events if isinstance(e, PeerDown)]
         assert spine.speaker.supervisor.stats.acked_error == 0
         assert leaf2.speaker.supervisor.stats.acked_error == 0
+        assert ("packets;" in sup.config_path.read_text()) == raw
+        assert not leaf1.speaker.parser.dropped
     finally:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
 

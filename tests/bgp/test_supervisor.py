@@ -4,6 +4,7 @@ validator), child environment, command coalescing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import itertools
 import os
@@ -37,8 +38,11 @@ PARAMS = ExabgpParams(
 )
 
 
-def test_render_config_is_valid_for_exabgp(tmp_path: Path) -> None:
-    text = render_config(PARAMS, [sys.executable, "-m", "glbd.io.exabgp_bridge", "/x/api.sock"])
+@pytest.mark.parametrize("raw", [False, True], ids=["parsed", "raw"])
+def test_render_config_is_valid_for_exabgp(tmp_path: Path, raw: bool) -> None:
+    params = dataclasses.replace(PARAMS, raw_messages=raw)
+    text = render_config(params, [sys.executable, "-m", "glbd.io.exabgp_bridge", "/x/api.sock"])
+    assert ("packets;" in text, "parsed;" in text) == (raw, not raw)
     assert "neighbor 172.16.12.1 {" in text and "hold-time 30;" in text
     assert "receive {" in text and "open;" in text and "neighbor-changes;" in text
     assert "group-updates false;" in text
@@ -283,3 +287,22 @@ async def test_runtime_dir_under_a_directory_others_can_write_is_refused(
     assert str(public) in msg and "writable" in msg and "\n" not in msg
     assert list(public.iterdir()) == [] and sup.pid is None
     await sup.stop()
+
+
+async def test_a_reload_is_signalled_again_in_case_exabgp_dropped_it(tmp_path: Path) -> None:
+    """ExaBGP drops a SIGUSR1 that arrives while it has routes to send: the supervisor sends
+    it again, and a reload in between starts the repeats over."""
+    sup = _sup(tmp_path / "exabgp")
+    try:
+        await sup.start()
+        assert sup.connected
+        signals = sup.config_path.with_name(sup.config_path.name + ".sigusr1")
+        sup.reload(_fake_params(tmp_path / "exabgp"))
+        for _ in range(1000):  # bounded; ends at the first repeat
+            if signals.exists() and len(signals.read_text().splitlines()) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(signals.read_text().splitlines()) >= 2
+        assert sup.snapshot()["reload_signals"] >= 2
+    finally:
+        await sup.stop()
