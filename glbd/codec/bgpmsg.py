@@ -20,7 +20,7 @@ JSON carried, with the same meaning (golden-tested against the JSON of the same 
   makes the UPDATE's routes withdrawals (RFC 7606 "treat-as-withdraw", as ExaBGP does); a
   message that cannot be framed (lengths that do not add up, a bad prefix length, a bad MP
   next hop) raises :class:`WireError`: ExaBGP resets that session itself (NOTIFICATION 3).
-* Prefixes are ``glbd.codec.prefix`` networks, one object per distinct encoding.
+* Prefixes are ``glbd.codec.prefix.network_of_nlri`` networks, one object per encoding.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from glbd.codec.prefix import CACHE_SIZE, Net4, Net6
+from glbd.codec.prefix import Net4, Net6, network_of_nlri
 
 __all__ = [
     "AFI_IPV4",
     "AFI_IPV6",
+    "GracefulRestart",
     "Open",
     "RouteAnnounced",
     "Update",
@@ -43,7 +44,6 @@ __all__ = [
     "decode_open",
     "decode_update",
     "family_name",
-    "nlri_prefix",
 ]
 
 AFI_IPV4 = 1
@@ -92,43 +92,19 @@ def family_name(afi: int, safi: int) -> str:
 
 # -- prefixes ----------------------------------------------------------------------------------
 
-#: networks by their NLRI encoding (length octet + address octets), one table per AFI; a full
-#: table starts over
-_BY_NLRI: dict[int, dict[bytes, Prefix]] = {AFI_IPV4: {}, AFI_IPV6: {}}
-
-
-def nlri_prefix(afi: int, raw: bytes) -> Prefix:
-    """The network of one NLRI encoding (``raw[0]`` the prefix length), parsed once per
-    encoding. Bits past the prefix length are ignored (RFC 4271 §4.3)."""
-    table = _BY_NLRI[afi]
-    have = table.get(raw)
-    if have is not None:
-        return have
-    plen = raw[0]
-    if afi == AFI_IPV4:
-        net: Prefix = Net4((raw[1:].ljust(4, b"\0"), plen), strict=False)
-    else:
-        net = Net6((raw[1:].ljust(16, b"\0"), plen), strict=False)
-    if len(table) >= CACHE_SIZE:
-        table.clear()
-    table[raw] = net
-    return net
-
 
 def _nlris(afi: int, data: bytes, start: int, end: int) -> list[Prefix]:
     """The prefixes packed in ``data[start:end]`` (RFC 4271 §4.3 / RFC 4760 §5)."""
     out: list[Prefix] = []
+    version = 4 if afi == AFI_IPV4 else 6
     maxlen = 32 if afi == AFI_IPV4 else 128
-    table = _BY_NLRI[afi]
     i = start
     while i < end:
         plen = data[i]
         j = i + 1 + ((plen + 7) >> 3)
         if plen > maxlen or j > end:
             raise WireError("bad_prefix", f"length {plen} at {i}")
-        raw = data[i:j]
-        net = table.get(raw)
-        out.append(net if net is not None else nlri_prefix(afi, raw))
+        out.append(network_of_nlri(version, data[i:j]))
         i = j
     return out
 
@@ -136,12 +112,25 @@ def _nlris(afi: int, data: bytes, start: int, end: int) -> list[Prefix]:
 # -- OPEN --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class GracefulRestartCap:
+@dataclass(frozen=True)
+class GracefulRestart:
+    """A peer's graceful restart capability (RFC 4724 §3) as its OPEN carried it."""
+
     restart_time: int
-    restarting: bool
-    families: tuple[str, ...]  # "ipv4/unicast"
-    forwarding: tuple[str, ...]
+    #: the Restart State bit: the peer has restarted (do not wait for its End-of-RIB)
+    restarting: bool = False
+    #: the families the capability lists (ExaBGP's "ipv4/unicast" spelling)
+    families: tuple[str, ...] = ()
+    #: the families whose Forwarding State bit is set: their forwarding was preserved
+    forwarding: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "restart_time": self.restart_time,
+            "restarting": self.restarting,
+            "families": list(self.families),
+            "forwarding": list(self.forwarding),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +141,7 @@ class Open:
     router_id: ipaddress.IPv4Address
     families: tuple[str, ...]  # "ipv4/unicast", capability 1
     asn4: bool
-    graceful_restart: GracefulRestartCap | None
+    graceful_restart: GracefulRestart | None
 
 
 def _slash(afi: int, safi: int) -> str:
@@ -175,7 +164,7 @@ def decode_open(body: bytes) -> Open:
         raise WireError("bad_open_length", f"parameters {plen}, body {len(body)}")
     families: list[str] = []
     asn4: int | None = None
-    gr: GracefulRestartCap | None = None
+    gr: GracefulRestart | None = None
     while i < end:
         if i + (3 if wide else 2) > end:
             raise WireError("bad_open_parameter", f"at {i}")
@@ -214,7 +203,7 @@ def decode_open(body: bytes) -> Open:
     )
 
 
-def _graceful_restart(val: bytes) -> GracefulRestartCap:
+def _graceful_restart(val: bytes) -> GracefulRestart:
     """Capability 64 (RFC 4724 §3): flags + restart time, then (AFI, SAFI, flags) tuples."""
     word = _U16.unpack_from(val)[0]
     fams: list[str] = []
@@ -224,7 +213,7 @@ def _graceful_restart(val: bytes) -> GracefulRestartCap:
         fams.append(fam)
         if val[k + 3] & 0x80:
             fwd.append(fam)
-    return GracefulRestartCap(word & 0x0FFF, bool(word & 0x8000), tuple(fams), tuple(fwd))
+    return GracefulRestart(word & 0x0FFF, bool(word & 0x8000), tuple(fams), tuple(fwd))
 
 
 # -- NOTIFICATION ------------------------------------------------------------------------------
@@ -393,7 +382,7 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
             if vlen < 3:
                 raise WireError("bad_mp_unreach", f"length {vlen}")
             afi, safi = _U16.unpack_from(body, v)[0], body[v + 2]
-            if afi not in _BY_NLRI:
+            if afi not in (AFI_IPV4, AFI_IPV6):
                 raise WireError("bad_mp_unreach", f"afi {afi}")
             mp_unreach = (family_name(afi, safi), _nlris(afi, body, v + 3, i))
     if as4 is not None and not asn4:
@@ -440,7 +429,7 @@ def _mp_reach(body: bytes, v: int, end: int) -> tuple[str, list[IPAddress], list
     if end - v < 5:
         raise WireError("bad_mp_reach", f"length {end - v}")
     afi, safi, nhl = _U16.unpack_from(body, v)[0], body[v + 2], body[v + 3]
-    if afi not in _BY_NLRI:
+    if afi not in (AFI_IPV4, AFI_IPV6):
         raise WireError("bad_mp_reach", f"afi {afi}")
     h = v + 4
     if h + nhl + 1 > end:

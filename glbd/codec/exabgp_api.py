@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glbd.codec import bgpmsg
-from glbd.codec.bgpmsg import RouteAnnounced
+from glbd.codec.bgpmsg import GracefulRestart, RouteAnnounced
 from glbd.codec.prefix import network_of
 
 __all__ = [
@@ -192,27 +192,6 @@ class StateEvent(_Peer):
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "state", "peer": str(self.peer), "state": self.state, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class GracefulRestart:
-    """A peer's graceful restart capability (RFC 4724 §3) as its OPEN carried it."""
-
-    restart_time: int
-    #: the Restart State bit: the peer has restarted (do not wait for its End-of-RIB)
-    restarting: bool = False
-    #: the families the capability lists (ExaBGP's "ipv4/unicast" spelling)
-    families: tuple[str, ...] = ()
-    #: the families whose Forwarding State bit is set: their forwarding was preserved
-    forwarding: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "restart_time": self.restart_time,
-            "restarting": self.restarting,
-            "families": list(self.families),
-            "forwarding": list(self.forwarding),
-        }
 
 
 @dataclass(frozen=True)
@@ -586,9 +565,7 @@ def _raw_event(
             hold_time=o.hold_time,
             router_id=o.router_id,
             families=o.families,
-            graceful_restart=None
-            if gr is None
-            else GracefulRestart(gr.restart_time, gr.restarting, gr.families, gr.forwarding),
+            graceful_restart=gr,
             asn4=o.asn4,
         )
     if kind == "notification":

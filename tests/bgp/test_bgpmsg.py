@@ -225,7 +225,7 @@ def test_open_with_extended_parameters_and_graceful_restart() -> None:
         ("ipv6/unicast",),
         True,
     )
-    assert o.graceful_restart == bgpmsg.GracefulRestartCap(
+    assert o.graceful_restart == bgpmsg.GracefulRestart(
         120, True, ("ipv4/unicast",), ("ipv4/unicast",)
     )
     with pytest.raises(bgpmsg.WireError):
