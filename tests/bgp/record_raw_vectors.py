@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -132,7 +134,9 @@ def main() -> int:
             argv = [*default_exabgp(), "server", str(conf)]
             procs.append(l1.popen(argv, env=env, cwd=str(d)))
             outs.append(out)
-        time.sleep(8)  # sessions up, tables sent, End-of-RIB
+        # the sessions' tables are in once their End-of-RIB markers are (IPv6: the second)
+        _until(lambda: _count(outs[0], '"eor"') >= 1, "End-of-RIB, IPv4 session")
+        _until(lambda: _count(outs[1], '"eor"') >= 2, "End-of-RIB x 2, IPv6 session")
         frr.vtysh(
             "configure terminal",
             "router bgp 65100",
@@ -146,29 +150,44 @@ def main() -> int:
             "address-family ipv6 unicast",
             "no network 2001:db8:201:1::/64",
         )
-        time.sleep(3)
+        _until(lambda: _count(outs[0], '"withdraw"') >= 1, "withdrawals, IPv4 session")
+        _until(lambda: _count(outs[1], '"withdraw"') >= 2, "withdrawals, IPv6 session")
         frr.vtysh(
             "configure terminal",
             "router bgp 65100",
             "neighbor 172.16.11.1 shutdown",
             "neighbor fd00:11::1 shutdown",
         )
-        time.sleep(2)
+        for out in outs:
+            _until(lambda o=out: _count(o, '"type": "notification"') >= 1, f"Cease in {out}")
         for p in procs:
             p.terminate()
             p.wait(10)
         for out in outs:
-            if os.environ.get("RECORD_DEBUG"):
-                print(out, out.stat().st_size if out.exists() else None)
-                log = out.parent / "exabgp.log"
-                print(log.read_text()[-3000:] if log.exists() else "no log")
             for line in out.read_text().splitlines():
                 doc = json.loads(line)
                 if doc.get("type") in ("open", "update", "notification") and "body" in doc:
                     lines.append(line)
+            shutil.rmtree(out.parent, ignore_errors=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"{len(lines)} lines -> {OUT}")
     return 0
+
+
+def _count(out: Path, text: str) -> int:
+    """Recorded lines of ``out`` that contain ``text``."""
+    try:
+        return sum(text in line for line in out.read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def _until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise SystemExit(f"record: no {what} in {timeout:g} s")
+        time.sleep(0.1)  # poll interval
 
 
 if __name__ == "__main__":

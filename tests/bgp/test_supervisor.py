@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from bgp_helpers import wait_for
+from glbdlab.waits import until
 
 from glbd.codec import exabgp_api as api
 from glbd.io.exabgp import (
@@ -298,11 +299,10 @@ async def test_a_reload_is_signalled_again_in_case_exabgp_dropped_it(tmp_path: P
         assert sup.connected
         signals = sup.config_path.with_name(sup.config_path.name + ".sigusr1")
         sup.reload(_fake_params(tmp_path / "exabgp"))
-        for _ in range(1000):  # bounded; ends at the first repeat
-            if signals.exists() and len(signals.read_text().splitlines()) >= 2:
-                break
-            await asyncio.sleep(0.01)
-        assert len(signals.read_text().splitlines()) >= 2
+        await until(
+            lambda: signals.exists() and len(signals.read_text().splitlines()) >= 2,
+            what="a second SIGUSR1",
+        )
         assert sup.snapshot()["reload_signals"] >= 2
     finally:
         await sup.stop()

@@ -9,6 +9,7 @@ import random
 from collections.abc import Generator
 
 import pytest
+from glbdlab.waits import until
 
 from glbd.core.linkq import (
     Columns,
@@ -366,10 +367,7 @@ async def test_runner_takes_the_sample_in_between_the_core_asks_for() -> None:
     runner = MonitorRunner(m, reader, on_update)  # type: ignore[arg-type]
     runner.start()
     try:
-        for _ in range(5000):  # generous upper bound; ends at the onset
-            if onset:
-                break
-            await asyncio.sleep(0.002)
+        await until(lambda: onset, what="the onset")
     finally:
         await runner.stop()
     assert onset == [5] and runner.rechecks == 1
