@@ -40,7 +40,6 @@ import asyncio
 import base64
 import contextlib
 import ctypes
-import importlib.util
 import os
 import shutil
 import signal
@@ -119,7 +118,7 @@ class ExabgpParams:
     listen_any6: bool = False
     #: received messages reach glbd raw (``receive { packets; }``, read by
     #: ``glbd.codec.bgpmsg``) instead of as ExaBGP's JSON: no per-prefix JSON on either side
-    #: (converging on 64 x 10k paths: 1.17x FRR's time instead of ~1.5x). Off by default:
+    #: (64 x 10k paths, with the launcher: 1.17x FRR's time, not 1.5x). Off by default:
     #: with it, a glbd-to-glbd unnumbered link move left the new neighbour unconfigured in
     #: ExaBGP in about one run in four (tests/bgp/test_unnumbered_glbd.py), cause not found
     raw_messages: bool = False
@@ -160,10 +159,9 @@ def tail_lines(path: Path, n: int = LOST_TAIL_LINES, max_bytes: int = 8192) -> l
 
 
 def default_exabgp() -> tuple[str, ...]:
-    """How to start ExaBGP: through :mod:`glbd.io.exabgp_launch` when this interpreter has
-    it, else the ``exabgp`` script beside it or on PATH."""
-    if importlib.util.find_spec("exabgp") is not None:
-        return (sys.executable, "-m", "glbd.io.exabgp_launch")
+    """How to start ExaBGP: the ``exabgp`` script beside this interpreter or on PATH.
+    (:mod:`glbd.io.exabgp_launch` is faster, ``ExabgpParams.exabgp = (python, "-m",
+    "glbd.io.exabgp_launch")``, but not the default: see its docstring.)"""
     here = Path(sys.executable).parent / "exabgp"
     if here.exists():
         return (str(here),)

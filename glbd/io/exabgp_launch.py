@@ -11,6 +11,12 @@ it writes is unchanged. Converging on 64 x 10k paths, a profile of ExaBGP showed
   With such a level it is a no-op.
 
 A name this does not find (another ExaBGP layout) is left alone: ExaBGP then runs as it is.
+
+Not the default (``glbd.io.exabgp.default_exabgp``): with ExaBGP started this way,
+tests/bgp/test_unnumbered_glbd.py::test_glbd_to_glbd_unnumbered failed 2 runs in 14 (one
+side's ExaBGP never took the reload that adds the neighbour on the new link-local address),
+against 0 in 14 without it; the cause is not found. Use it by setting ``ExabgpParams.exabgp``
+to ``(python, "-m", "glbd.io.exabgp_launch")``.
 """
 
 from __future__ import annotations

@@ -51,5 +51,5 @@ def test_at_debug_level_debug_logging_is_left_alone() -> None:
     assert got["done"] == ["hexstring"] and got["debug_off"] is False
 
 
-def test_glbd_starts_exabgp_through_it() -> None:
-    assert default_exabgp() == (sys.executable, "-m", "glbd.io.exabgp_launch")
+def test_glbd_does_not_start_exabgp_through_it_by_default() -> None:
+    assert "glbd.io.exabgp_launch" not in default_exabgp()
