@@ -145,7 +145,7 @@ class ProcessOptions:
     #: when no link-local neighbor is known yet at start; also on with one at start
     listen_link_local: bool = False
     #: ExaBGP hands received messages over raw (``ExabgpParams.raw_messages``)
-    raw_messages: bool = False
+    raw_messages: bool = True
 
 
 #: the kernel's TCP MD5 counters (``nstat``: TcpExtTCPMD5NotFound, ...): a segment without the

@@ -4,10 +4,10 @@
   time, ``listen 179`` so the peer may open the TCP session, ``group-updates false`` so every
   prefix travels in its own UPDATE with its own NHC, ``adj-rib-in false`` (glbd keeps the
   received paths itself; ExaBGP's copy held 389 MB for 64 x 10k paths), and the API block:
-  ``receive { parsed; update; open; notification; } neighbor-changes;``, or with
-  ``raw_messages`` ``packets`` instead of ``parsed``: each received message reaches glbd raw,
-  as hex, and ``glbd.codec.bgpmsg`` reads it -- ExaBGP's JSON of a full table per prefix cost
-  both processes more than the routes themselves). A ``passive``
+  ``receive { packets; update; open; notification; } neighbor-changes;``: each received
+  message reaches glbd raw, as hex, and ``glbd.codec.bgpmsg`` reads it (ExaBGP's JSON of a
+  full table, per prefix, cost both processes more than the routes themselves); without
+  ``raw_messages``, ``parsed`` instead of ``packets``). A ``passive``
   neighbor is only accepted, never connected to: two ExaBGPs that both connect collide, and
   after collision handling ExaBGP 5.0.15 sometimes services the surviving session only on its
   idle tick (~75 UPDATEs/s instead of ~600/s, observed in bench/bgp_burst.py).
@@ -40,6 +40,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import importlib.util
 import os
 import shutil
 import signal
@@ -94,7 +95,7 @@ class ExabgpParams:
     router_id: str
     local_as: int
     neighbors: tuple[ExabgpNeighbor, ...]
-    #: the ExaBGP executable (default: ``exabgp`` next to this Python, else on PATH)
+    #: how to start ExaBGP (default: :func:`default_exabgp`)
     exabgp: tuple[str, ...] = ()
     #: where config, socket and log live (default: a fresh temporary directory). Made 0700 at
     #: start; if the name is taken by anything but our own 0700 directory, a fresh random
@@ -118,10 +119,8 @@ class ExabgpParams:
     listen_any6: bool = False
     #: received messages reach glbd raw (``receive { packets; }``, read by
     #: ``glbd.codec.bgpmsg``) instead of as ExaBGP's JSON: no per-prefix JSON on either side
-    #: (64 x 10k paths, with the launcher: 1.17x FRR's time, not 1.5x). Off by default:
-    #: with it, a glbd-to-glbd unnumbered link move left the new neighbour unconfigured in
-    #: ExaBGP in about one run in four (tests/bgp/test_unnumbered_glbd.py), cause not found
-    raw_messages: bool = False
+    #: (64 x 10k paths converged in 1.17x FRR's time instead of 1.5x)
+    raw_messages: bool = True
 
 
 #: lines of ExaBGP's log and stdout quoted in the ``exabgp_lost`` record
@@ -159,9 +158,11 @@ def tail_lines(path: Path, n: int = LOST_TAIL_LINES, max_bytes: int = 8192) -> l
 
 
 def default_exabgp() -> tuple[str, ...]:
-    """How to start ExaBGP: the ``exabgp`` script beside this interpreter or on PATH.
-    (:mod:`glbd.io.exabgp_launch` is faster, ``ExabgpParams.exabgp = (python, "-m",
-    "glbd.io.exabgp_launch")``, but not the default: see its docstring.)"""
+    """How to start ExaBGP: through :mod:`glbd.io.exabgp_launch` with this Python when it can
+    import ExaBGP (glbd's venv, the package), else the ``exabgp`` script beside this Python or
+    on PATH, which runs without the launcher's reload fix and speed-ups."""
+    if importlib.util.find_spec("exabgp") is not None:
+        return (sys.executable, "-m", "glbd.io.exabgp_launch")
     here = Path(sys.executable).parent / "exabgp"
     if here.exists():
         return (str(here),)

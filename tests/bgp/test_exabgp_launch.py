@@ -1,11 +1,13 @@
-"""glbd's ExaBGP launcher: its replacements write what ExaBGP's own code writes, and apply to
-the ExaBGP it starts (in a child: the patch is process-wide)."""
+"""glbd's ExaBGP launcher: its speed-ups write what ExaBGP's own code writes, its reload fix
+lets only established peers hold a reload, and all apply to the ExaBGP it starts (in a child:
+the patch is process-wide). The fix against a real ExaBGP: test_speaker_netns.py."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -39,7 +41,7 @@ def _patched(level: str) -> dict[str, object]:
 def test_the_launcher_replaces_both_above_debug_level() -> None:
     got = _patched("WARNING")
     assert got == {
-        "done": ["hexstring", "log.debug"],
+        "done": ["pending_adjribout", "hexstring", "log.debug"],
         "hex": "0x01AB",
         "same": True,
         "debug_off": True,
@@ -48,8 +50,29 @@ def test_the_launcher_replaces_both_above_debug_level() -> None:
 
 def test_at_debug_level_debug_logging_is_left_alone() -> None:
     got = _patched("DEBUG")
-    assert got["done"] == ["hexstring"] and got["debug_off"] is False
+    assert got["done"] == ["pending_adjribout", "hexstring"] and got["debug_off"] is False
 
 
-def test_glbd_does_not_start_exabgp_through_it_by_default() -> None:
-    assert "glbd.io.exabgp_launch" not in default_exabgp()
+def test_glbd_starts_exabgp_through_it() -> None:
+    assert default_exabgp() == (sys.executable, "-m", "glbd.io.exabgp_launch")
+
+
+def _peer(pending: bool) -> SimpleNamespace:
+    outgoing = SimpleNamespace(pending=lambda: pending)
+    return SimpleNamespace(neighbor=SimpleNamespace(rib=SimpleNamespace(outgoing=outgoing)))
+
+
+def _reactor(peers: dict[str, bool], established: set[str]) -> SimpleNamespace:
+    return SimpleNamespace(
+        _peers={k: _peer(v) for k, v in peers.items()},
+        established_peers=lambda: set(established),
+    )
+
+
+def test_only_an_established_peer_with_routes_to_send_holds_a_reload() -> None:
+    held = exabgp_launch.pending_adjribout
+    # routes queued for a peer that cannot connect: the reload goes ahead
+    assert not held(_reactor({"gone": True, "up": False}, {"up"}))
+    # an established peer still sending: the reload waits, as ExaBGP intends
+    assert held(_reactor({"gone": True, "up": True}, {"up"}))
+    assert not held(_reactor({}, set()))

@@ -8,10 +8,10 @@ import signal
 from dataclasses import replace
 
 import pytest
-from bgp_helpers import Node, make_node, wait_for
+from bgp_helpers import A, Node, make_node, speaker_node, wait_for
 from glbdlab.netns import Lab
 
-from glbd.core.rib import Role
+from glbd.core.rib import NeighborParams, Role
 from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -126,6 +126,40 @@ async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab, raw: bo
         assert leaf2.speaker.supervisor.stats.acked_error == 0
         assert ("packets;" in sup.config_path.read_text()) == raw
         assert not leaf1.speaker.parser.dropped
+    finally:
+        await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
+def advertised_to(node: Node, prefix: str) -> list[str]:
+    rows = [r for r in node.speaker.routes_snapshot() if r["prefix"] == prefix]
+    return list(rows[0]["advertised_to"]) if rows else []
+
+
+async def test_a_neighbor_added_while_an_unreachable_one_has_routes_queued(
+    netns_lab: Lab,
+) -> None:
+    """The spine's ExaBGP has leaf1's route queued for a neighbour it cannot reach (it
+    connects, nobody answers); adding leaf2 still takes: ExaBGP 5.0.15 on its own skips every
+    reload while any peer has routes to send, established or not."""
+    leaf1, spine, leaf2 = topology(netns_lab)
+    unreachable = NeighborParams(
+        A("172.16.11.9"), 65009, A("172.16.11.2"), interface="s1-l1", hold_time=9, passive=False
+    )
+    full = spine.speaker.params
+    to_leaf1 = tuple(n for n in full.neighbors if str(n.address) == "172.16.11.1")
+    spine = speaker_node(replace(full, neighbors=(*to_leaf1, unreachable)), spine.speaker.netns)
+    nodes = (spine, leaf1, leaf2)
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: spine.nh("10.201.0.0/24"), 40, "leaf1's prefix at the spine")
+        await wait_for(
+            lambda: "172.16.11.9" in advertised_to(spine, "10.201.0.0/24"),
+            10,
+            "leaf1's prefix queued for the unreachable neighbour",
+        )
+        assert await spine.speaker.supervisor.drain(10)
+        spine.speaker.reconfigure(replace(full, neighbors=(*full.neighbors, unreachable)))
+        await wait_for(lambda: leaf2.nh("10.201.0.0/24"), 40, "leaf2 added and learning")
     finally:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
 
