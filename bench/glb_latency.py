@@ -1295,10 +1295,17 @@ def commit() -> str:
 
 
 def start_nodes(
-    fab: Fabric, run_dir: Path, opts: GlbdOptions, rig: LoadRig | None, linkq: dict[str, str]
+    fab: Fabric,
+    run_dir: Path,
+    opts: GlbdOptions,
+    rig: LoadRig | None,
+    linkq: dict[str, str],
+    leaf_rt: int = 0,
 ) -> dict[str, GlbdNode]:
     """:func:`start_glbd`, with ``[link_quality]`` keys added (``linkq``) and leaf1's config
-    extended by the load's emulated spines."""
+    extended by the load's emulated spines; ``leaf_rt`` > 0: leaf1's glbd process (all its
+    threads, not its children) runs SCHED_FIFO at that priority, an experiment that tells
+    CPU scheduling from glbd's own work in the loop's tail (glbd itself never does this)."""
     topo = fab.topo
     nodes = {n: GlbdNode(fab, n, run_dir, opts) for n in topo.names("leaf") + topo.names("spine")}
     for node in nodes.values():
@@ -1312,6 +1319,9 @@ def start_nodes(
         node.start()
     for node in nodes.values():
         node.wait_ready()
+    leaf1 = nodes.get("leaf1")
+    if leaf_rt > 0 and leaf1 is not None and leaf1.proc is not None:
+        subprocess.run(["chrt", "-a", "-f", "-p", str(leaf_rt), str(leaf1.proc.pid)], check=True)
     return nodes
 
 
@@ -1361,6 +1371,13 @@ def main() -> int:
         "(collapsed stacks) and print its top frames",
     )
     ap.add_argument(
+        "--leaf-rt-priority",
+        type=int,
+        default=0,
+        metavar="N",
+        help="experiment: run leaf1's glbd process at SCHED_FIFO N (not something glbd does)",
+    )
+    ap.add_argument(
         "--linkq",
         default="",
         metavar="KEY=VALUE,...",
@@ -1400,7 +1417,8 @@ def main() -> int:
         f"events={args.events} bfd={args.bfd} kinds={','.join(sorted(kinds))} "
         f"rate={args.rate} Mbit/s, heartbeat {opts.hb_interval_ms} ms, sampling "
         f"{opts.sample_interval_ms} ms, BFD {args.bfd_interval_ms} ms x {args.detect_mult}; "
-        f"link_quality {linkq or 'defaults'}; commit {commit()}",
+        f"link_quality {linkq or 'defaults'}; commit {commit()}"
+        + (f"; leaf1's glbd SCHED_FIFO {args.leaf_rt_priority}" if args.leaf_rt_priority else ""),
         flush=True,
     )
     topo = leaf_spine(2, 2)
@@ -1421,7 +1439,7 @@ def main() -> int:
                     rig = LoadRig(fab, args, run_dir)
                     info["load"] = rig.describe()
                     print(f"load: {info['load']}", flush=True)
-                nodes = start_nodes(fab, run_dir, opts, rig, linkq)
+                nodes = start_nodes(fab, run_dir, opts, rig, linkq, args.leaf_rt_priority)
                 wait_until(
                     lambda: len(kernel_group_for(fab, "leaf1", prefix)) == 2,
                     90,
@@ -1486,6 +1504,11 @@ def main() -> int:
                         ]
                     info["cpu"] = meter.report()
                     info["python_watcher_late_ms"] = watcher_lateness(pywatch, watch)
+                    with contextlib.suppress(Exception):
+                        st = nodes["leaf1"].request("status")
+                        info["leaf1_loop"] = {
+                            k: st.get(k) for k in ("loop_lag", "gc", "scheduling")
+                        }
                     if spy is not None:
                         info["py_spy"] = spy.stop()
                     if rig is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import json
 import os
@@ -14,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from glbdlab.waits import until
 
 from glbd.app import config as cfgmod
-from glbd.app.daemon import Daemon
+from glbd.app.daemon import GC_YOUNG_THRESHOLD, Daemon
 from glbd.cli import glbctl as ctl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +118,73 @@ async def test_loop_lag_is_measured(tmp_path: Path) -> None:
         assert d.status()["loop_lag"]["late_10ms"] >= 1
     finally:
         await d.stop()
+
+
+async def test_gc_pauses_are_measured_while_running(tmp_path: Path) -> None:
+    f = _write_cfg(tmp_path)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    before = gc.get_threshold()
+    await d.start()
+    try:
+        # young passes are rarer than CPython's default (700 allocations)
+        assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > before[0]
+        gc.collect()
+        gc.collect(0)
+        got = d.status()["gc"]
+        assert got["collections"][2] >= 1 and got["collections"][0] >= 1, got
+        assert got["max_ms"][2] > 0 and got["total_ms"][2] >= got["max_ms"][2]
+    finally:
+        await d.stop()
+    counted = d.status()["gc"]["collections"]
+    gc.collect()
+    assert d.status()["gc"]["collections"] == counted  # stopped: no longer counting
+    assert gc.get_threshold() == before
+
+
+def policy() -> int:
+    return os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="real-time scheduling needs root")
+async def test_the_loop_runs_real_time_gives_it_up_while_busy_and_takes_it_back(
+    tmp_path: Path,
+) -> None:
+    f = _write_cfg(tmp_path, hold=3)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    await d.start()
+    try:
+        assert policy() == os.SCHED_RR
+        assert os.sched_getparam(0).sched_priority == 5  # the default
+        deadline = time.monotonic() + 10
+        while d.status()["scheduling"]["demotions"] < 1:  # the stimulus: bulk work, in slices
+            assert time.monotonic() < deadline, d.status()["scheduling"]
+            end = time.process_time() + 0.05
+            while time.process_time() < end:
+                pass
+            await asyncio.sleep(0)
+        assert policy() == os.SCHED_OTHER
+        sched = lambda: d.status()["scheduling"]  # noqa: E731
+        await until(lambda: sched()["promotions"] >= 1, 5, what="back to real time")
+        assert policy() == os.SCHED_RR
+    finally:
+        await d.stop()
+    assert policy() == os.SCHED_OTHER
+
+
+def test_processes_started_by_a_real_time_loop_start_normal() -> None:
+    code = (
+        "import os, subprocess, sys\n"
+        "from glbd.core.loopprio import Policy\n"
+        "from glbd.io import sched\n"
+        "sched.apply(Policy.REALTIME, 5)\n"
+        "assert os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK == os.SCHED_RR\n"
+        "child = [sys.executable, '-c', 'import os; print(os.sched_getscheduler(0))']\n"
+        "print(subprocess.run(child, capture_output=True, text=True).stdout.strip())\n"
+    )
+    if os.geteuid() != 0:
+        pytest.skip("real-time scheduling needs root")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) == os.SCHED_OTHER
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="glbd run needs root")

@@ -171,6 +171,19 @@ def test_reload_status_metrics() -> None:
     assert got[("glbd_config_last_reload_success_timestamp_seconds", ())] == 123.0
 
 
+def test_gc_and_loop_scheduling_metrics() -> None:
+    gc_pauses = {"collections": [7, 2, 1], "total_ms": [3.0, 4.0, 50.0]}
+    sched = {"policy": "realtime", "demotions": 2}
+    got = _rows(views.daemon_samples("1", True, 0.0, {}, {}, gc_pauses, sched))
+    assert got[("glbd_gc_collections_total", (("generation", "2"),))] == 1
+    assert got[("glbd_gc_pause_seconds_total", (("generation", "2"),))] == 0.05
+    assert got[("glbd_loop_realtime", ())] == 1
+    assert got[("glbd_loop_realtime_demotions_total", ())] == 2
+    sched = {"policy": "normal", "demotions": 3}
+    got = _rows(views.daemon_samples("1", True, 0.0, {}, {}, gc_pauses, sched))
+    assert got[("glbd_loop_realtime", ())] == 0
+
+
 def test_heartbeat_to_fib_latency_is_observed_only_for_syncs_that_carry_a_heartbeat() -> None:
     lat = views.Latencies()
     lat.synced(0.004, None, 5.0)  # a sync no heartbeat asked for

@@ -745,6 +745,9 @@ class Config(_Model):
     router_id: ipaddress.IPv4Address
     local_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
     role: Literal["helper", "load-balancer", "both"]
+    #: SCHED_RR priority of glbd's event loop while it is not busy with bulk work (0 = normal
+    #: scheduling), below the BFD engine's: a heartbeat waits for no ordinary process
+    rt_priority: Annotated[int, Field(ge=0, le=99)] = 5
     neighbors: list[NeighborSection] = []
     #: ``[[neighbors]]`` entries without an address (moved here when the file is read)
     unnumbered: list[UnnumberedSection] = []

@@ -14,9 +14,10 @@ __all__ = ["capability_problem", "required_capabilities"]
 
 def required_capabilities(cfg: cfgmod.Config) -> list[str]:
     """Netlink routes and nexthops, interface-bound BFD/heartbeat sockets, ExaBGP's TCP 179,
-    the BFD engine's SCHED_FIFO and the flowlet program's bpf() when configured."""
+    the BFD engine's and the event loop's real-time priority and the flowlet program's bpf()
+    when configured."""
     need = ["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE"]
-    if cfg.bfd.enabled and cfg.bfd.rt_priority:
+    if (cfg.bfd.enabled and cfg.bfd.rt_priority) or cfg.rt_priority:
         need.append("CAP_SYS_NICE")
     if cfg.flowlet.enabled:
         need.append("CAP_BPF")

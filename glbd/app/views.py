@@ -635,10 +635,14 @@ def daemon_samples(
     loaded_at: float,
     lag: Mapping[str, Any],
     control: Mapping[str, int],
+    gc_pauses: Mapping[str, Any] | None = None,
+    scheduling: Mapping[str, Any] | None = None,
 ) -> Iterable[Sample]:
     """The daemon's own rows: build info, reload status (``reload_ok``: the last reload was
     applied, True before any; ``loaded_at``: unix time the config in force was loaded), the
-    event loop's lag (``LoopLag.to_dict()``) and the control socket's counters."""
+    event loop's lag (``LoopLag.to_dict()``), the control socket's counters, the garbage
+    collector's pauses (``GcPauses.to_dict()``) and the loop's scheduling
+    (``LoopPriority.to_dict()``)."""
     yield Sample("glbd_build_info", 1, {"version": version}, "glbd's version (always 1)")
     yield Sample(
         "glbd_up",
@@ -665,6 +669,37 @@ def daemon_samples(
         float(lag.get("max_ms", 0)) / 1e3,
         help="the latest an event-loop tick has run since start",
     )
+    if gc_pauses:
+        for gen, (n, ms) in enumerate(
+            zip(gc_pauses.get("collections", ()), gc_pauses.get("total_ms", ()), strict=False)
+        ):
+            labels = {"generation": str(gen)}
+            yield Sample(
+                "glbd_gc_collections_total",
+                float(n),
+                labels,
+                help="cyclic garbage collections by generation",
+                kind="counter",
+            )
+            yield Sample(
+                "glbd_gc_pause_seconds_total",
+                float(ms) / 1e3,
+                labels,
+                help="time the event loop spent in cyclic garbage collections, by generation",
+                kind="counter",
+            )
+    if scheduling:
+        yield Sample(
+            "glbd_loop_realtime",
+            1.0 if scheduling.get("policy") == "realtime" else 0.0,
+            help="the event loop runs at real-time priority now (0: normal, bulk work or off)",
+        )
+        yield Sample(
+            "glbd_loop_realtime_demotions_total",
+            float(scheduling.get("demotions", 0)),
+            help="times the event loop gave up real time for bulk work",
+            kind="counter",
+        )
     yield Sample(
         "glbd_control_requests_total",
         float(control.get("requests", 0)),
