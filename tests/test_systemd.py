@@ -219,9 +219,14 @@ def test_capability_problem_names_only_what_is_missing(tmp_path: Path) -> None:
     assert "\n" not in problem
     full = mask | 1 << bit["CAP_NET_BIND_SERVICE"] | 1 << bit["CAP_SYS_NICE"]
     assert privileges.capability_problem(cfg, full) is None
-    f.write_text(base + "[bfd]\nrt_priority = 0\n")  # no real-time engine: no CAP_SYS_NICE
     no_rt = full & ~(1 << bit["CAP_SYS_NICE"])
+    # neither a real-time engine nor a real-time loop: no CAP_SYS_NICE; either one needs it
+    f.write_text(base + "rt_priority = 0\n[bfd]\nrt_priority = 0\n")
     assert privileges.capability_problem(cfgmod.load(f), no_rt) is None
+    for only in ("rt_priority = 0\n", "[bfd]\nrt_priority = 0\n"):
+        f.write_text(base + only)
+        problem = privileges.capability_problem(cfgmod.load(f), no_rt)
+        assert problem and problem.startswith("glbd: missing capabilities CAP_SYS_NICE;")
     f.write_text(base + "[flowlet]\nenabled = true\n")  # the flowlet program needs bpf()
     problem = privileges.capability_problem(cfgmod.load(f), full)
     assert problem and problem.startswith("glbd: missing capabilities CAP_BPF;")
