@@ -247,6 +247,8 @@ class GlbdSpeaker(Speaker):
         text = gm.leaf_config(cfg, self.run_dir)
         if not bfd_ms:
             text = text.replace("[bfd]\n", "[bfd]\nenabled = false\n")
+        if self.args.rt_priority is not None:  # a top-level key: before every section
+            text = f"rt_priority = {self.args.rt_priority}\n" + text
         conf.write_text(text)
         log = open(self.run_dir / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = self.leaf.popen(
@@ -693,6 +695,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold", type=int, default=9, help="BGP hold time")
     ap.add_argument("--churn", type=float, default=0.0, help="heartbeat band toggles per second")
     ap.add_argument("--restart", choices=("close", "withdraw", "none"), default="close")
+    ap.add_argument(
+        "--rt-priority",
+        type=int,
+        default=None,
+        metavar="N",
+        help="glbd's rt_priority (default: glbd's own default); 0: its loop never real time",
+    )
     ap.add_argument("--settle", type=float, default=2.0, help="wait after convergence, s")
     ap.add_argument("--poll", type=float, default=0.1, help="FIB poll interval (minimum), s")
     ap.add_argument("--converge-timeout", type=float, default=900.0)
