@@ -8,7 +8,6 @@ import ipaddress
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from typing import Any
 
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns, stop_pids
+from glbdlab.waits import until
 
 from glbd.cli import glbctl as ctl
 from glbd.core.rib import NeighborParams, RibParams, Role
@@ -31,13 +31,8 @@ NHC = ("send-nexthop-characteristics",)
 
 
 async def wait_for(cond: Callable[[], object], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if cond():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
-        await asyncio.sleep(0.1)
+    """:func:`glbdlab.waits.until` with the BGP tests' defaults (30 s, polled every 0.1 s)."""
+    await until(cond, timeout, 0.1, what or getattr(cond, "__name__", "condition"))
 
 
 @dataclass
