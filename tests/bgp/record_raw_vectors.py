@@ -18,8 +18,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,6 +26,7 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from glbdlab.frr import FrrInstance  # noqa: E402
 from glbdlab.netns import Lab  # noqa: E402
+from glbdlab.nodes import wait_until  # noqa: E402
 
 from glbd.io.exabgp import default_exabgp, exabgp_env  # noqa: E402
 
@@ -135,8 +134,8 @@ def main() -> int:
             procs.append(l1.popen(argv, env=env, cwd=str(d)))
             outs.append(out)
         # the sessions' tables are in once their End-of-RIB markers are (IPv6: the second)
-        _until(lambda: _count(outs[0], '"eor"') >= 1, "End-of-RIB, IPv4 session")
-        _until(lambda: _count(outs[1], '"eor"') >= 2, "End-of-RIB x 2, IPv6 session")
+        wait_until(lambda: _count(outs[0], '"eor"') >= 1, 60, what="End-of-RIB, IPv4 session")
+        wait_until(lambda: _count(outs[1], '"eor"') >= 2, 60, what="End-of-RIB x 2, IPv6 session")
         frr.vtysh(
             "configure terminal",
             "router bgp 65100",
@@ -150,16 +149,17 @@ def main() -> int:
             "address-family ipv6 unicast",
             "no network 2001:db8:201:1::/64",
         )
-        _until(lambda: _count(outs[0], '"withdraw"') >= 1, "withdrawals, IPv4 session")
-        _until(lambda: _count(outs[1], '"withdraw"') >= 2, "withdrawals, IPv6 session")
+        wait_until(lambda: _count(outs[0], '"withdraw"') >= 1, 60, what="withdrawals, IPv4 session")
+        wait_until(lambda: _count(outs[1], '"withdraw"') >= 2, 60, what="withdrawals, IPv6 session")
         frr.vtysh(
             "configure terminal",
             "router bgp 65100",
             "neighbor 172.16.11.1 shutdown",
             "neighbor fd00:11::1 shutdown",
         )
+        cease = '"type": "notification"'
         for out in outs:
-            _until(lambda o=out: _count(o, '"type": "notification"') >= 1, f"Cease in {out}")
+            wait_until(lambda o=out: _count(o, cease) >= 1, 60, what=f"Cease in {out}")
         for p in procs:
             p.terminate()
             p.wait(10)
@@ -180,14 +180,6 @@ def _count(out: Path, text: str) -> int:
         return sum(text in line for line in out.read_text().splitlines())
     except FileNotFoundError:
         return 0
-
-
-def _until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise SystemExit(f"record: no {what} in {timeout:g} s")
-        time.sleep(0.1)  # poll interval
 
 
 if __name__ == "__main__":
