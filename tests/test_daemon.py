@@ -171,6 +171,24 @@ async def test_the_loop_runs_real_time_gives_it_up_while_busy_and_takes_it_back(
     assert policy() == os.SCHED_OTHER
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="real-time scheduling needs root")
+async def test_a_reload_changes_the_loops_priority(tmp_path: Path) -> None:
+    f = _write_cfg(tmp_path)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    await d.start()
+    try:
+        text = f.read_text()
+        f.write_text("rt_priority = 0\n" + text)
+        assert (await d.reload()).ok
+        assert policy() == os.SCHED_OTHER and d.status()["scheduling"]["policy"] == "normal"
+        f.write_text("rt_priority = 7\n" + text)
+        assert (await d.reload()).ok
+        assert policy() == os.SCHED_RR and os.sched_getparam(0).sched_priority == 7
+    finally:
+        await d.stop()
+    assert policy() == os.SCHED_OTHER
+
+
 def test_processes_started_by_a_real_time_loop_start_normal() -> None:
     code = (
         "import os, subprocess, sys\n"

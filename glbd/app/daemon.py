@@ -251,10 +251,7 @@ class Daemon:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self.gc_pauses.remove()
-        if self.loop_priority.policy is Policy.REALTIME:
-            self.loop_priority.policy = Policy.NORMAL
-            with contextlib.suppress(OSError):
-                sched.apply(Policy.NORMAL, 0)
+        self._apply_priority(self.loop_priority.stop())
         self.state = "stopped"
         log.info("glbd_stopped")
 
@@ -302,8 +299,7 @@ class Daemon:
                     log.error("reconfigure_failed", component=c.name, error=repr(e))
             self.cfg = new
             if "rt_priority" in changes["sections"]:
-                self.loop_priority = LoopPriority(new.rt_priority)
-                self._apply_priority(self.loop_priority.start() or Policy.NORMAL)
+                self._apply_priority(self.loop_priority.set_priority(new.rt_priority))
             res = ReloadResult(True, time.time(), "applied", changes)
             self.config_loaded_at = res.at
             self.last_reload = res

@@ -47,6 +47,23 @@ class LoopPriority:
         self.policy = Policy.REALTIME
         return Policy.REALTIME
 
+    def set_priority(self, priority: int) -> Policy | None:
+        """A new priority (a reload): the policy to apply now, or None."""
+        self.priority, self.refused = priority, ""
+        if priority <= 0:
+            return self.stop()
+        if self.busy:
+            return None  # real time once the bulk work is over
+        self.policy = Policy.REALTIME
+        return Policy.REALTIME  # also re-applied at a new priority
+
+    def stop(self) -> Policy | None:
+        """Back to normal scheduling (None: already there)."""
+        if self.policy is Policy.NORMAL:
+            return None
+        self.policy = Policy.NORMAL
+        return Policy.NORMAL
+
     def on_tick(self, cpu_s: float, wall_s: float) -> Policy | None:
         """One tick: ``cpu_s`` of CPU over ``wall_s``; returns a policy to apply, or None."""
         if wall_s <= 0:

@@ -36,3 +36,17 @@ def test_a_refusal_is_kept_and_shown() -> None:
     assert p.on_tick(0.0, 0.1) is None  # never retried tick after tick
     assert p.to_dict()["refused"] == "Operation not permitted"
     assert p.policy is Policy.NORMAL
+
+
+def test_a_new_priority_applies_at_once_unless_busy_and_zero_stops_real_time() -> None:
+    p = LoopPriority(5)
+    p.start()
+    assert p.set_priority(7) is Policy.REALTIME and p.priority == 7  # re-applied at 7
+    assert p.set_priority(0) is Policy.NORMAL
+    assert p.set_priority(0) is None  # already normal
+    for _ in range(6):
+        p.on_tick(0.1, 0.1)  # bulk work under way
+    assert p.busy and p.set_priority(5) is None  # real time only once it is over
+    got = [p.on_tick(0.0, 0.1) for _ in range(5)]
+    assert Policy.REALTIME in got
+    assert p.stop() is Policy.NORMAL and p.stop() is None
