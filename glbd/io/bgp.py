@@ -208,6 +208,7 @@ class BgpSpeaker:
             on_line=self._on_line,
             on_lost=self._on_lost,
             on_ready=self._on_ready,
+            on_error=self._on_command_error,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -224,6 +225,10 @@ class BgpSpeaker:
         #: State bit only on the first, and only then does our End-of-RIB wait (RFC 4724 §4.1)
         self._established_once: set[IPAddress] = set()
         self._eor_check: asyncio.TimerHandle | None = None
+        #: neighbors a route command failed for: ExaBGP did not know them yet (a neighbor
+        #: added by a reload the commands overtook); their Adj-RIB-Out is sent again when
+        #: the session comes up, which ExaBGP reports only for a neighbor it knows
+        self._unsynced: set[IPAddress] = set()
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -399,6 +404,7 @@ class BgpSpeaker:
                 self._eor_owed.pop(ev.peer, None)
             elif ev.state == "up":
                 self._md5_down_since.pop(ev.peer, None)
+                self._replay_unsynced(ev.peer)
                 if self.params.restart_capability and ev.peer in self.rib.peers:
                     restarting = ev.peer not in self._established_once
                     self._established_once.add(ev.peer)
@@ -418,7 +424,27 @@ class BgpSpeaker:
             )
             self._apply(self.rib.on_notification(ev))
 
+    def _on_command_error(self, cmd: api.Command) -> None:
+        if isinstance(cmd, api.Teardown) or cmd.neighbor not in self.rib.peers:
+            return
+        self._unsynced.add(cmd.neighbor)
+
+    def _replay_unsynced(self, peer: IPAddress) -> None:
+        """Send ``peer`` its Adj-RIB-Out again if a command for it failed (queued before the
+        End-of-RIB the caller may send next); ExaBGP ignores a route it already has."""
+        if peer not in self._unsynced:
+            return
+        self._unsynced.discard(peer)
+        st = self.rib.peers.get(peer)
+        if st is None:
+            return
+        st.counters["adj_out_replays"] += 1
+        log.info("bgp_adj_rib_out_replayed", peer=str(peer), routes=len(st.adj_out))
+        for adv in st.adj_out.values():
+            self.supervisor.send(command_for(adv))
+
     def _on_lost(self) -> None:
+        self._unsynced.clear()
         self._eor_owed.clear()
         self._established_once.clear()
         self._apply(self.rib.speaker_lost(self._now()))

@@ -30,6 +30,8 @@
 * If ExaBGP (or the bridge) dies, ``on_lost`` is called, ExaBGP is restarted with exponential
   backoff and ``on_ready`` is called once the bridge is connected again (the owner re-queues
   its Adj-RIB-Out there).
+* A command ExaBGP answers ``error`` is handed to ``on_error``: one for a neighbor ExaBGP does
+  not know yet (its reload has not been taken) is lost unless the owner sends it again.
 * ``stop()`` drains the queue (the owner queues its withdrawals first), then SIGTERM (ExaBGP
   sends Cease to every peer), then SIGKILL after a grace period. Processes are stopped by PID.
 """
@@ -354,12 +356,14 @@ class ExabgpSupervisor:
         on_line: Callable[[str], None],
         on_lost: Callable[[], None],
         on_ready: Callable[[], None],
+        on_error: Callable[[api.Command], None] | None = None,
     ) -> None:
         self.params = params
         self.netns = netns
         self._on_line = on_line
         self._on_lost = on_lost
         self._on_ready = on_ready
+        self._on_error = on_error or (lambda cmd: None)
         self._own_dir = params.runtime_dir is None
         self.dir = params.runtime_dir or Path(tempfile.mkdtemp(prefix="glbd-exabgp-"))
         self._log_dir = params.log_dir or logs_directory()
@@ -645,6 +649,10 @@ class ExabgpSupervisor:
         else:
             self.stats.acked_error += 1
             log.warning("exabgp_command_error", command=cmd.encode())
+            try:
+                self._on_error(cmd)
+            except Exception:
+                log.exception("exabgp_on_error_failed")
         self._wake.set()
         if not self._inflight and not self._pending:
             self._idle.set()

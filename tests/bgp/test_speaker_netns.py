@@ -225,6 +225,49 @@ async def test_reconfigure_adds_neighbor_without_disturbing_others(netns_lab: La
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
 
 
+async def test_routes_for_a_neighbor_exabgp_learns_after_them_are_sent_again(
+    netns_lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reload that adds leaf2 is taken after the spine's routes for leaf2 reached ExaBGP
+    (as when ExaBGP skipped the signal and took a repeat): ExaBGP answers them ``error`` (no
+    such neighbor), and they are sent again when leaf2's session comes up."""
+    import dataclasses
+
+    leaf1, spine, leaf2 = topology(netns_lab)
+    full = spine.speaker.params
+    only_leaf1 = dataclasses.replace(full, neighbors=full.neighbors[:1])
+    spine.speaker.rib.reconfigure(only_leaf1)  # start the spine knowing leaf1 only
+    spine.speaker.params = only_leaf1
+    sup = spine.speaker.supervisor
+    sup.params = spine.speaker.exabgp_params()
+    nodes = (spine, leaf1, leaf2)
+    real_reload = sup.reload
+    late: list[asyncio.Task[None]] = []
+
+    def reload_after_the_commands(params: object) -> None:
+        async def later() -> None:
+            assert await sup.drain(10)
+            real_reload(params)  # type: ignore[arg-type]
+
+        late.append(asyncio.get_running_loop().create_task(later()))
+
+    try:
+        await asyncio.gather(*(n.speaker.start() for n in nodes))
+        await wait_for(lambda: spine.nh("10.201.0.0/24"), 40, "leaf1's prefix at the spine")
+        assert await sup.drain(10)
+        errors_before = sup.stats.acked_error
+        monkeypatch.setattr(sup, "reload", reload_after_the_commands)
+        spine.speaker.reconfigure(full)
+        await wait_for(lambda: late and late[0].done(), 20, "the late reload")
+        late[0].result()
+        assert sup.stats.acked_error > errors_before  # the routes for leaf2 were refused
+        await wait_for(lambda: leaf2.nh("10.201.0.0/24"), 40, "leaf1's prefix at leaf2")
+        l2 = __import__("ipaddress").ip_address("172.16.12.1")
+        assert spine.speaker.rib.peers[l2].counters["adj_out_replays"] == 1
+    finally:
+        await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
+
+
 async def test_garbage_nhc_is_counted_never_resets(netns_lab: Lab) -> None:
     import ipaddress
 
