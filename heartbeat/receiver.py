@@ -192,6 +192,8 @@ class Receiver:
         self.sequence_jumps = 0
         self.sequence_recoveries = 0
         self.parallel_copies = 0
+        #: nodes whose heartbeats stopped for their hold time (their entries became unknown)
+        self.expirations = 0
 
     # --- configuration -------------------------------------------------------------------
 
@@ -371,6 +373,7 @@ class Receiver:
         for nid, node in list(self._nodes.items()):
             if node.expires <= now:
                 del self._nodes[nid]
+                self.expirations += 1
                 out.append(RemoteUpdate(nid, None, UpdateReason.EXPIRED))
                 log.info("heartbeats from %s expired", wire.node_str(nid))
             elif lb is None or node.expires < lb:
@@ -403,6 +406,7 @@ class Receiver:
             "max_interval_ms": self._params.max_interval_us / 1000,
             "accepted": self.accepted,
             "parallel_copies": self.parallel_copies,
+            "expirations": self.expirations,
             "sequence_jumps": self.sequence_jumps,
             "sequence_recoveries": self.sequence_recoveries,
             "drops": dict(sorted(self.drops.items())),

@@ -46,6 +46,7 @@ def test_counters_and_metrics_show_every_heartbeat_drop_by_reason() -> None:
     assert counters["local_changes"] == 2 and counters["heartbeats_sent"] == 5
     assert counters["heartbeat_drops"] == {"bad_ttl": 1, "no_neighbor": 1}
     assert counters["heartbeat_sequence_jumps"] == 0
+    assert counters["heartbeat_expirations"] == 0
     snap = views.quality_snapshot([], hb, None, {})
     got = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -53,6 +54,7 @@ def test_counters_and_metrics_show_every_heartbeat_drop_by_reason() -> None:
     }
     assert got[("glbd_heartbeat_drops_total", (("reason", "bad_ttl"),))] == 1
     assert got[("glbd_heartbeat_sequence_recoveries_total", ())] == 0
+    assert got[("glbd_heartbeat_expirations_total", ())] == 0
     assert views.quality_counters({}, None) == {}
 
 

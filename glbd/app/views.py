@@ -83,7 +83,7 @@ def quality_counters(
     rx = (heartbeats or {}).get("receiver") or {}
     if rx:
         out["heartbeats_accepted"] = rx.get("accepted", 0)
-        for kind in ("sequence_jumps", "sequence_recoveries", "parallel_copies"):
+        for kind in ("sequence_jumps", "sequence_recoveries", "parallel_copies", "expirations"):
             out[f"heartbeat_{kind}"] = rx.get(kind, 0)
         out["heartbeat_drops"] = dict(rx.get("drops") or {})
     tx = (heartbeats or {}).get("sender") or {}
@@ -381,7 +381,7 @@ def quality_samples(snap: QualityView) -> Iterable[Sample]:
                 "heartbeats dropped, by reason",
                 kind="counter",
             )
-        for kind in ("sequence_jumps", "sequence_recoveries", "parallel_copies"):
+        for kind in ("sequence_jumps", "sequence_recoveries", "parallel_copies", "expirations"):
             yield Sample(
                 f"glbd_heartbeat_{kind}_total",
                 float(rx.get(kind, 0)),

@@ -180,10 +180,11 @@ def test_receiver_expiry_is_unknown_and_sequence_survives_it() -> None:
     assert r.next_deadline() == 0.06  # 3 x 20 ms
     feed(r, hb(101).encode(), 0.02)
     assert r.on_timer(0.06) == []  # lower bound fired early: refreshed at 0.02
-    assert r.next_deadline() == 0.08
+    assert r.next_deadline() == 0.08 and r.expirations == 0
     ups = r.on_timer(0.08)
     assert [(u.node_id, u.entries, u.reason) for u in ups] == [(S1, None, "expired")]
     assert r.remote(S1) is None and r.next_deadline() is None
+    assert r.expirations == 1 and r.to_dict()["expirations"] == 1
     # an older sequence after expiry (a replay, or a sender whose clock went back) is dropped;
     # a sender that keeps sending from there is resynchronised after recover_after datagrams
     assert feed(r, hb(5).encode(), 0.1) == [] and r.drops["stale_sequence"] == 1
