@@ -989,6 +989,12 @@ class LoadRig:
       heartbeats are accepted and land in its path table;
     * BGP churn: the feeder withdraws or re-announces one random (spine, prefix) every
       1 / ``--bgp-churn`` s, and toggles ``--hb-churn`` heartbeat bands per second.
+
+    The feeder stands for 62 other routers, whose CPUs the leaf's busy core does not slow:
+    it runs at SCHED_FIFO ``--feeder-rt-priority`` (default 1, below glbd's loop and BFD).
+    Starved at normal priority it stalled past the 60 ms heartbeat hold time, and all its
+    spines expired and came back at once (a fabric-wide failure, not load); leaf1's
+    heartbeat expirations during the events are reported with the results.
     """
 
     def __init__(self, fab: Fabric, args: argparse.Namespace, run_dir: Path) -> None:
@@ -1045,6 +1051,11 @@ class LoadRig:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        if args.feeder_rt_priority > 0:
+            subprocess.run(
+                ["chrt", "-a", "-f", "-p", str(args.feeder_rt_priority), str(self.feeder.pid)],
+                check=True,
+            )
         threading.Thread(target=self._read, name="feeder-out", daemon=True).start()
 
     def _read(self) -> None:
@@ -1085,7 +1096,9 @@ class LoadRig:
             if self.n > 0
             else "no emulated spines"
         )
-        return f"one busy-loop process pinned to CPU {self.cpu}; {spines}"
+        rt = a.feeder_rt_priority
+        feeder = f"; the feeder at SCHED_FIFO {rt}" if self.n > 0 and rt > 0 else ""
+        return f"one busy-loop process pinned to CPU {self.cpu}; {spines}{feeder}"
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         if self.n > 0 and not self.ready.wait(timeout):
@@ -1294,6 +1307,18 @@ def commit() -> str:
     return r.stdout.strip() or "?"
 
 
+def hb_expirations(node: GlbdNode) -> int | None:
+    """The heartbeat expirations ``node``'s receiver has counted (None if unreadable)."""
+    try:
+        counters = node.request("counters", timeout=10)
+    except Exception:
+        return None
+    for section in counters.values():
+        if isinstance(section, dict) and "heartbeat_expirations" in section:
+            return int(section["heartbeat_expirations"])
+    return None
+
+
 def start_nodes(
     fab: Fabric,
     run_dir: Path,
@@ -1364,6 +1389,13 @@ def main() -> int:
     ap.add_argument("--emu-prefixes", type=int, default=64, help="prefixes per emulated spine")
     ap.add_argument("--bgp-churn", type=float, default=20.0, help="BGP UPDATEs/s (--load)")
     ap.add_argument("--hb-churn", type=float, default=5.0, help="heartbeat band toggles/s")
+    ap.add_argument(
+        "--feeder-rt-priority",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the emulated spines' process at SCHED_FIFO N (0: normal priority; default 1)",
+    )
     ap.add_argument(
         "--py-spy",
         metavar="FILE",
@@ -1474,6 +1506,7 @@ def main() -> int:
                     meter = CpuMeter(roots)
                     spy = PySpy(args.py_spy, nodes["leaf1"]) if args.py_spy else None
                     meter.start()
+                    expired_before = hb_expirations(nodes["leaf1"])
                     if "congestion" in kinds and args.events > 0:
                         cong, info["congestion"] = b.run_congestion(args.events)
                         results += [(cong[0], "p99 <= 20"), (cong[1], "(info)")]
@@ -1504,6 +1537,9 @@ def main() -> int:
                         ]
                     info["cpu"] = meter.report()
                     info["python_watcher_late_ms"] = watcher_lateness(pywatch, watch)
+                    expired = hb_expirations(nodes["leaf1"])
+                    if expired is not None and expired_before is not None:
+                        info["leaf1_heartbeat_expirations"] = expired - expired_before
                     with contextlib.suppress(Exception):
                         st = nodes["leaf1"].request("status")
                         info["leaf1_loop"] = {
