@@ -136,6 +136,10 @@ def open_route_socket(
     return sock
 
 
+#: bytes read per wake-up of a socket (two or three of the kernel's dump datagrams)
+READ_BUDGET = 64 * 1024
+
+
 class NetlinkSocket:
     def __init__(
         self,
@@ -343,8 +347,12 @@ class NetlinkSocket:
 
     # -- receive ------------------------------------------------------------------------------
     def _on_readable(self) -> None:
+        # at most READ_BUDGET bytes per wake-up: a dump of thousands of routes is read over
+        # several loop turns, so heartbeats and timers are not held behind all of it (the
+        # reader is level-triggered: it is called again while data is queued)
         buf = self._buf
-        while True:
+        budget = READ_BUDGET
+        while budget > 0:
             try:
                 n = self._sock.recv_into(buf)
             except BlockingIOError:
@@ -359,6 +367,7 @@ class NetlinkSocket:
                 raise
             if n == 0:
                 return
+            budget -= n
             self._dispatch(bytes(buf[:n]))
 
     def _dispatch(self, data: bytes) -> None:

@@ -173,3 +173,33 @@ async def test_in_netns_switches_back(netns_lab: Lab) -> None:
     assert read_sysctl("net.ipv4.nexthop_compat_mode", ns.name) in ("0", "1")
     with pytest.raises(FileNotFoundError), in_netns("glb-does-not-exist-zz"):
         pass
+
+
+async def test_a_large_dump_is_read_over_several_loop_turns(netns_lab: Lab) -> None:
+    """20000 nexthops (over a MB of replies): other callbacks run while the dump is
+    read, instead of waiting behind all of it."""
+    a, _b = netns_lab.pair(a_addr="198.18.0.1/30", b_addr="198.18.0.2/30")
+    s = await NetlinkSocket.open(netns=a.name)
+    loop = asyncio.get_running_loop()
+    try:
+        links = {st.name: st for st in map(link_state, await s.dump_select(
+            link_dump(), IfInfoMsg, LINK_WANT))}  # fmt: skip
+        ifindex = links["a-b"].ifindex
+        errs = await s.batch([_nh(1000 + i, ifindex, "198.18.0.2") for i in range(20000)])
+        assert not errs
+        turns = 0
+        reading = True
+
+        def tick() -> None:
+            nonlocal turns
+            if reading:
+                turns += 1
+                loop.call_soon(tick)
+
+        loop.call_soon(tick)
+        got = await s.dump(nexthop_dump())
+        reading = False
+        assert len(got) == 20000
+        assert turns >= 6, turns  # one per loop turn: the dump took that many
+    finally:
+        s.close()
