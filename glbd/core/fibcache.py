@@ -81,6 +81,8 @@ NH_ID_TAKEN = FibConflict.NEXTHOP_ID_TAKEN.value
 NH_REOWNED = FibConflict.NEXTHOP_REOWNED.value
 CONFLICT_REASONS = tuple(r.value for r in FibConflict)
 _RTM_F_CLONED = 0x200  # a route-cache entry, not a route
+#: own deletions remembered at most (see FibCache.sending)
+DELETING_MAX = 4096
 
 
 @dataclass(slots=True)
@@ -146,6 +148,9 @@ class FibCache:
         self.need_full = False
         self.map_dirty = False
         self._reported: FailoverMap = {}
+        #: ids of glbd's own deletions on their way to the kernel: their notification is an
+        #: echo, not someone else's deletion, and needs no reconcile
+        self._deleting: set[int] = set()
 
     # -- signals ------------------------------------------------------------------------------
     def _wake(self) -> None:
@@ -270,8 +275,12 @@ class FibCache:
                     if nid in self.obs.nexthops or nid in self.obs.groups:
                         self.reowned(nid)
             elif t == c.RTM_DELNEXTHOP:
+                a = msg.attr(c.NHA_ID)
+                if a is not None and a.as_u32() in self._deleting:
+                    self._deleting.discard(a.as_u32())  # our own: ``written`` mirrors it
+                    return
                 self.nexthop_deleted(msg, now)
-                self._wake()  # ours deleted (by us or by someone): check
+                self._wake()  # ours, deleted by someone else: check
 
     def reowned(self, nid: int) -> None:
         """Someone replaced one of glbd's nexthop ids with an object of its own protocol (the
@@ -361,6 +370,7 @@ class FibCache:
     def on_overrun(self) -> None:
         """An event socket lost notifications: the next run re-reads everything."""
         self.stats.overruns += 1
+        self._deleting.clear()
         self.need_full = True
         self._wake()
 
@@ -515,6 +525,14 @@ class FibCache:
             out.append(op)
         return out
 
+    def sending(self, ops: Sequence[Op]) -> None:
+        """``ops`` go to the kernel now: remember the ids they delete, so that the kernel's
+        notification of each is known as glbd's own. Bounded: an echo that never came (no
+        event socket) costs at most one reconcile once the set is cleared."""
+        if len(self._deleting) > DELETING_MAX:
+            self._deleting.clear()
+        self._deleting.update(op.id for op in ops if isinstance(op, GroupDel | NhDel))
+
     def without(self, ops: list[Op], ids: set[int]) -> list[Op]:
         """``ops`` minus what would point at an id that was not created: a group keeps its
         other members (none left: not written, and its id joins ``ids``), a route is left for
@@ -553,6 +571,8 @@ class FibCache:
         no_w16 = False
         for i, op in enumerate(ops):
             err = failed.get(i)
+            if isinstance(op, GroupDel | NhDel) and err is not None:
+                self._deleting.discard(op.id)  # refused or already gone: no notification
             if err is None or (
                 isinstance(op, RouteDel | GroupDel | NhDel)
                 and err.errno in (errno.ENOENT, errno.ESRCH)  # already gone: goal reached

@@ -520,6 +520,7 @@ class FibProgrammer:
         assert self._req is not None
         w16 = self._weight_bits == 16
         msgs = ops_wire(ops, protocol=self.protocol, table=self.table, weight_16bit=w16)
+        self.cache.sending(ops)
         failed = dict(await self._req.batch(msgs))
         errors, no_w16 = self.cache.written(ops, failed, not_created, w16)
         if no_w16:

@@ -148,3 +148,24 @@ def test_write_outcomes() -> None:
     assert fc.need_full and fc.stats.ops == 3
     fc.failed(["x"])
     assert fc.stats.op_errors == 1 and fc.stats.last_errors == ["x"]
+
+
+def test_the_echo_of_our_own_deletion_needs_no_reconcile() -> None:
+    """The kernel notifies glbd's own deletions too: those are mirrored by ``written`` and
+    must not wake a reconcile (a full plan) each time BGP churn retires a group; a deletion
+    by someone else still does."""
+    fc = cache()
+    fc.sending([GroupDel(22)])
+    fc.on_event(nh_deleted(22), now=0.0)  # the echo may come before the ACK is read
+    assert not fc.wake and 22 in fc.obs.groups
+    assert fc.written([GroupDel(22)], {}, set(), False) == ([], False)
+    assert 22 not in fc.obs.groups and not fc.wake
+    fc.on_event(nh_deleted(21), now=0.0)  # not ours to delete: someone else did
+    assert fc.wake
+    fc.wake = False
+    # a deletion the kernel refused sends no notification: a later one of the same id is
+    # someone else's
+    fc.sending([NhDel(12)])
+    fc.written([NhDel(12)], {0: OSError(errno.EBUSY, "busy")}, set(), False)
+    fc.on_event(nh_deleted(12), now=0.0)
+    assert fc.wake
