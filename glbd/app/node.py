@@ -590,11 +590,10 @@ class Node:
         if step.kind == "apply":
             assert step.desired is not None
             return await self.fib.apply(step.desired)
-        if step.kind == "set_weights":
-            result: Any = None  # one group replace each, no route touched
-            for key, spec in step.groups.items():
-                result = await self.fib.set_weights(key, spec.weights, resilient=True)
-            return result
+        if step.kind == "set_weights":  # group replaces in one batch, no route touched
+            return await self.fib.set_group_weights(
+                {key: spec.weights for key, spec in step.groups.items()}
+            )
         if step.kind == "update":
             return await self.fib.update(
                 groups=step.groups,

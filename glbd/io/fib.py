@@ -267,6 +267,20 @@ class FibProgrammer:
         assert res is None or isinstance(res, Resilient)
         return await self.update(groups={key: GroupSpec(dict(weights), res)})
 
+    async def set_group_weights(self, weights: Mapping[str, Mapping[Member, int]]) -> ApplyResult:
+        """:meth:`set_weights` for several groups at once, each keeping its type: one
+        :meth:`update`, one netlink batch of group replaces (not one round trip per group,
+        which would queue the last behind all the others)."""
+        d = self.cache.desired
+        if d is None:
+            raise KeyError(next(iter(weights), ""))
+        missing = [k for k in weights if k not in d.groups]
+        if missing:
+            raise KeyError(missing[0])
+        return await self.update(
+            groups={k: GroupSpec(dict(w), d.groups[k].resilient) for k, w in weights.items()}
+        )
+
     async def update(
         self,
         groups: Mapping[str, GroupSpec] | None = None,

@@ -93,6 +93,19 @@ async def test_install_reweight_ipv6_and_snapshot(rig: Rig, fib: FibProgrammer) 
     res = await fib.set_weights("a", {member(1): 5, member(2): 1, member(3): 1})
     assert res.ops == 1 and res.errors == ()
     assert group_weights(rig, nhid) == {"198.18.10.2": 5, "198.18.10.6": 1, "198.18.10.10": 1}
+    # several groups' weights: one update, one batch
+    applies = fib.stats.applies
+    res = await fib.set_group_weights(
+        {
+            "a": {member(1): 2, member(2): 1, member(3): 1},
+            "v6": {member(1, True): 4, member(2, True): 1},
+        }
+    )
+    assert res.ops == 2 and res.errors == () and fib.stats.applies == applies + 1
+    assert group_weights(rig, nhid) == {"198.18.10.2": 2, "198.18.10.6": 1, "198.18.10.10": 1}
+    assert group_weights(rig, nh6) == {"2001:db8:10:1::2": 4, "2001:db8:10:2::2": 1}
+    with pytest.raises(KeyError):
+        await fib.set_group_weights({"nope": {member(1): 1}})
     # 16-bit weights: ip 6.1 shows them wrong, so check through glbd's own kernel dump
     await fib.apply(two_groups({member(1): 1000, member(2): 300}))
     await fib.reconcile(full=True)

@@ -30,7 +30,7 @@ class FakeFib:
         self.steps.append("apply")
         return "ok"
 
-    async def set_weights(self, key: str, weights: Any, resilient: bool = True) -> str:
+    async def set_group_weights(self, weights: Any) -> str:
         self.steps.append("set_weights")
         return "ok"
 
