@@ -389,12 +389,12 @@ async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) 
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
     from glbd.app.node import Node
-    from tests.bgp.test_rib import LEAVES, rib, upd
+    from tests.bgp.rib_helpers import LEAVES, spine_rib, update_from
 
     f = _write_cfg(tmp_path)
     node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
-    r = rib()
-    r.on_update(upd(1, "10.1.1.0/24"), 1.0)
+    r = spine_rib()
+    r.on_update(update_from(LEAVES[1], "10.1.1.0/24"), 1.0)
     peer = LEAVES[1].address
 
     class Bgp:
