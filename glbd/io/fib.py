@@ -88,6 +88,8 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_PROTOCOL = 200  # RTPROT value for glbd (glbd.app.config.RTPROT_GLBD); FRR uses 186-198
 _AUDIT_SLICE = 5000  # route rows folded per loop turn: an audit must not stall other tasks
+#: a route audit: glbd's routes in its table, and the keys of routes that are not glbd's
+_Audit = tuple[dict[RouteKey, KRoute], set[RouteKey]]
 #: a step this large (routes planned or ops written) allocates a few hundred thousand objects
 #: that live until it ends; the collector's passes over the whole heap while they pile up cost
 #: a fifth of a 100k-route install, one pass over them afterwards far less
@@ -155,12 +157,16 @@ class FibProgrammer:
         self._weight_bits = weight_bits
         self._last_audit = 0.0
         self._row_memo: RowMemo = {}
+        #: netlink write batches sent so far: a refresh read without the lock is read again
+        #: if glbd wrote meanwhile
+        self._writes = 0
         self._req: NetlinkSocket | None = None
         self._ev: NetlinkSocket | None = None
         self._rev: NetlinkSocket | None = None  # route events (filtered: others' routes only)
         self._planned_routes: object = None  # the desired.routes mapping last planned in full
         self._realizable: dict[str, int] = {}
         self._lock = asyncio.Lock()
+        self._reading = asyncio.Lock()  # the dumps of a refresh (see _read)
         self._wake = asyncio.Event()
         self._adopted = 0
         self._task: asyncio.Task[None] | None = None
@@ -371,8 +377,15 @@ class FibProgrammer:
     async def reconcile(self, full: bool = True) -> ApplyResult:
         """Re-read the kernel and repair (what the periodic task does); ``full`` also audits
         glbd's route table."""
+        writes = self._writes
+        # the dumps are read without the lock, so a weight change is not held behind them
+        # (they take several loop turns on a large table); if glbd wrote meanwhile, they may
+        # predate the write and are read again under the lock
+        read = await self._read(full)
         async with self._lock:
-            await self._refresh(full=full)
+            if self._writes != writes:
+                read = await self._read(full)
+            self._take(*read)
             return await self._sync()
 
     def group_spec(self, weights: Mapping[Member, int]) -> GroupSpec:
@@ -534,6 +547,7 @@ class FibProgrammer:
         assert self._req is not None
         w16 = self._weight_bits == 16
         msgs = ops_wire(ops, protocol=self.protocol, table=self.table, weight_16bit=w16)
+        self._writes += 1
         self.cache.sending(ops)
         failed = dict(await self._req.batch(msgs))
         errors, no_w16 = self.cache.written(ops, failed, not_created, w16)
@@ -544,14 +558,29 @@ class FibProgrammer:
     async def _refresh(self, full: bool) -> None:
         """Re-read links and nexthops (cheap); with ``full`` also glbd's route table (the
         fast select dump: only the header and four attributes per route)."""
+        self._take(*await self._read(full))
+
+    def _take(self, links: list[Message], nhs: list[Message], audit: _Audit | None) -> None:
+        """Fold a refresh's dumps into the cache (routes carried over unless audited)."""
+        fc = self.cache
+        obs = observe(
+            links, nhs, None, protocol=self.protocol, table=self.table, previous_routes=fc.obs
+        )
+        self._weight_bits = fc.load(obs, audit, self._weight_bits)
+        self._kick()
+
+    async def _read(self, full: bool) -> tuple[list[Message], list[Message], _Audit | None]:
+        """The dumps of :meth:`_refresh` (links, nexthops, the route audit), not yet in the
+        cache. One at a time: the kernel runs one dump per socket."""
+        async with self._reading:
+            return await self._read_locked(full)
+
+    async def _read_locked(self, full: bool) -> tuple[list[Message], list[Message], _Audit | None]:
         assert self._req is not None
         fc = self.cache
         links = await self._req.dump(link_dump(skip_stats=True))
         nhs = await self._req.dump(nexthop_dump())
-        obs = observe(
-            links, nhs, None, protocol=self.protocol, table=self.table, previous_routes=fc.obs
-        )
-        audit: tuple[dict[RouteKey, KRoute], set[RouteKey]] | None = None
+        audit: _Audit | None = None
         if full:
             rows = []
             fc.route_log = []
@@ -578,8 +607,7 @@ class FibProgrammer:
                 await asyncio.sleep(0)
             self._row_memo = memo
             self._last_audit = self._clock()
-        self._weight_bits = fc.load(obs, audit, self._weight_bits)
-        self._kick()
+        return links, nhs, audit
 
     async def _detect_weight_bits(self) -> int:
         """16-bit group weights (kernel >= 6.12, weight_high) or 8-bit. Known from an

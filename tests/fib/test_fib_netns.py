@@ -477,3 +477,28 @@ async def test_a_large_install_runs_without_collector_passes(rig: Rig, fib: FibP
     assert len(runs) <= 1, runs  # the one pass over the step's objects, once it is back on
     assert gc.isenabled()
     assert sum(1 for r in rig.routes(False) if "nhid" in r) >= 10_000
+
+
+async def test_a_weight_change_is_not_held_behind_a_reconcile_reading_the_kernel(
+    rig: Rig, fib: FibProgrammer
+) -> None:
+    """The reconcile reads the kernel without the lock: a weight change made while it reads
+    (someone else's 20000 nexthops make its dump take many loop turns) goes out at once; the
+    reconcile, seeing glbd wrote meanwhile, reads again and keeps the new weights."""
+    await fib.apply(two_groups({member(1): 1, member(2): 1}))
+    nhid = route_nhid(rig, "203.0.113.0/24")
+    assert nhid is not None
+    rig.r.ip_batch(
+        [
+            f"nexthop add id {MARK + 1 + i} via 198.18.10.2 dev r-p1 proto static"
+            for i in range(20000)
+        ]
+    )
+    task = asyncio.create_task(fib.reconcile(full=False))
+    await asyncio.sleep(0)  # one loop turn: the reconcile has asked for its first dump
+    res = await fib.set_weights("a", {member(1): 7, member(2): 1})
+    assert res.errors == () and not task.done()
+    assert group_weights(rig, nhid) == {"198.18.10.2": 7, "198.18.10.6": 1}
+    assert (await task).errors == ()
+    assert group_weights(rig, nhid) == {"198.18.10.2": 7, "198.18.10.6": 1}
+    assert fib.snapshot()["groups"]["a"]["diff"] is False
