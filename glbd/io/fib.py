@@ -20,7 +20,9 @@ Reconcile is level-triggered: after link/nexthop events (coalesced, at most one 
 the kernel rule "a route goes away with its group". Every ``route_audit_interval_s`` (and after
 a netlink overrun or a failed write) the run also dumps glbd's route table and repairs routes
 changed behind glbd's back. The kernel's silent flush on carrier loss/admin down therefore
-costs one nexthop dump; link up re-creates the members, groups and routes.
+costs one nexthop dump; link up re-creates the members, groups and routes. The dumps are read
+without the write lock (a weight change does not wait for them) and read again under it if
+glbd wrote meanwhile.
 
 After an adopting start, glbd-owned objects that glbd has not re-learned (not in any desired
 state since the start) are kept for ``stale_s`` (like BGP graceful restart), then removed; one
