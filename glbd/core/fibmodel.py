@@ -55,19 +55,23 @@ class Member:
     #: the hash, computed once: a sync hashes every member of every group several times, and
     #: an address hashes slowly (``hash(hex(int(ip)))``)
     _hash: int = field(init=False, repr=False, compare=False)
+    #: the sort key, computed once too: id assignment sorts every member at each BGP step
+    _key: tuple[int, int, str, bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.gateway, self.ifname, self.onlink)))
+        key = (self.gateway.version, int(self.gateway), self.ifname, self.onlink)
+        object.__setattr__(self, "_key", key)
 
     def __hash__(self) -> int:
         return self._hash
 
     def __lt__(self, other: Member) -> bool:
-        return self.sort_key < other.sort_key
+        return self._key < other._key
 
     @property
     def sort_key(self) -> tuple[int, int, str, bool]:
-        return (self.gateway.version, int(self.gateway), self.ifname, self.onlink)
+        return self._key
 
     @property
     def label(self) -> str:
