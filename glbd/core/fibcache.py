@@ -89,6 +89,8 @@ DELETING_MAX = 4096
 class FibStats:
     applies: int = 0
     reconciles: int = 0
+    #: reconciles whose dumps showed the kernel as expected: nothing planned
+    reconciles_unchanged: int = 0
     full_reconciles: int = 0
     #: plans over every desired route (O(routes)); weight changes and BGP updates avoid them
     full_plans: int = 0

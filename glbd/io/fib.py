@@ -55,8 +55,10 @@ from glbd.core.fibmodel import (
     GroupSpec,
     IPAddress,
     IPNetwork,
+    KLink,
     KRoute,
     Member,
+    Observed,
     Resilient,
     RouteKey,
 )
@@ -162,6 +164,13 @@ class FibProgrammer:
         #: netlink write batches sent so far: a refresh read without the lock is read again
         #: if glbd wrote meanwhile
         self._writes = 0
+        #: the desired state the kernel was last brought to without an error (every write
+        #: since went through ``update``); a reconcile whose dumps show the kernel as the
+        #: cache expects then has nothing to plan
+        self._clean_for: Desired | None = None
+        #: the links as that sync saw them (a link event changes what a plan would do even
+        #: when the kernel's nexthops are as expected)
+        self._clean_links: dict[str, KLink] = {}
         self._req: NetlinkSocket | None = None
         self._ev: NetlinkSocket | None = None
         self._rev: NetlinkSocket | None = None  # route events (filtered: others' routes only)
@@ -320,7 +329,7 @@ class FibProgrammer:
                 for pfx in gone:
                     routes.pop(pfx, None)
             clean = not fc.routes_dirty and d.routes is self._planned_routes
-            fc.desired = Desired(groups=new_groups, routes=routes)
+            fc.desired = new_desired = Desired(groups=new_groups, routes=routes)
             self.stats.applies += 1
             if not clean:
                 return await self._sync()
@@ -373,7 +382,12 @@ class FibProgrammer:
             }
             fc.count_foreign(pl.notes)
             fc.notes = {**kept, **pl.notes}
+            was_clean = self._clean_for is d
+            self._clean_for = None
             errors = await self._execute(list(pl.ops))
+            # the step planned only what it changed: the rest is as clean as it was
+            if was_clean and not errors and fc.desired is new_desired:
+                self._clean_for = new_desired
             return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
 
     async def reconcile(self, full: bool = True) -> ApplyResult:
@@ -387,8 +401,29 @@ class FibProgrammer:
         async with self._lock:
             if self._writes != writes:
                 read = await self._read(full)
+            before = self.cache.obs
             self._take(*read)
+            if not full and self._as_expected(before):
+                self.stats.reconciles_unchanged += 1
+                return ApplyResult(0)
             return await self._sync()
+
+    def _as_expected(self, before: Observed) -> bool:
+        """The dumps just taken show the kernel as the cache had it, the desired state is
+        the one last brought about, and nothing waits on a timer (held or excluded members,
+        the stale timer): planning would find nothing to do (O(groups) saved)."""
+        fc = self.cache
+        o = fc.obs
+        return (
+            self._clean_for is not None
+            and self._clean_for is fc.desired
+            and not (fc.routes_dirty or fc.need_full or fc.excluded or fc.held_until)
+            and fc.stale_keep is None
+            and o.nexthops == before.nexthops
+            and o.groups == before.groups
+            and o.links == before.links == self._clean_links
+            and o.foreign_ids == before.foreign_ids
+        )
 
     def group_spec(self, weights: Mapping[Member, int]) -> GroupSpec:
         """A GroupSpec of the configured default type (``resilient=`` of the constructor)."""
@@ -493,6 +528,7 @@ class FibProgrammer:
         fc = self.cache
         t0 = time.perf_counter()
         now = self._clock()
+        links = dict(fc.obs.links)  # what this plan sees (see _as_expected)
         fc.expire_held(now)
         fc.ids = assign_ids(d, fc.obs, fc.ids, self.id_ranges)
         full = fc.routes_dirty or d.routes is not self._planned_routes
@@ -512,7 +548,10 @@ class FibProgrammer:
             kept = {k: v for k, v in fc.notes.items() if k not in d.groups}
             fc.notes = {**kept, **pl.notes}
         self._realizable = dict(pl.realizable)
+        self._clean_for = None
         errors = await self._execute(list(pl.ops))
+        self._clean_for = d if not errors and fc.desired is d else None
+        self._clean_links = links
         return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
 
     async def _execute(self, ops: Sequence[Op]) -> list[str]:

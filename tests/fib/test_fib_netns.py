@@ -502,3 +502,37 @@ async def test_a_weight_change_is_not_held_behind_a_reconcile_reading_the_kernel
     assert (await task).errors == ()
     assert group_weights(rig, nhid) == {"198.18.10.2": 7, "198.18.10.6": 1}
     assert fib.snapshot()["groups"]["a"]["diff"] is False
+
+
+async def test_a_reconcile_that_finds_the_kernel_as_expected_plans_nothing_and_drift_is_repaired(
+    rig: Rig,
+) -> None:
+    """The periodic reconcile plans only when its dumps differ from what glbd expects: after
+    glbd's own writes (a full sync, then a weights step) nothing is planned; a group changed
+    behind glbd's back with glbd's own protocol (no notification reaches glbd) is repaired.
+    Its own periodic run is an hour away: every reconcile here is the test's."""
+    fib = FibProgrammer(netns=rig.r.name, protocol=P, table=254, reconcile_interval_s=3600.0)
+    await fib.start()
+    try:
+        await _reconcile_cases(rig, fib)
+    finally:
+        await fib.stop(keep=True)
+
+
+async def _reconcile_cases(rig: Rig, fib: FibProgrammer) -> None:
+    await fib.apply(two_groups({member(1): 1, member(2): 1}))
+    await fib.set_weights("a", {member(1): 3, member(2): 1})
+    nhid = route_nhid(rig, "203.0.113.0/24")
+    assert nhid is not None
+    unchanged = fib.stats.reconciles_unchanged
+    res = await fib.reconcile(full=False)
+    assert res.ops == 0 and fib.stats.reconciles_unchanged == unchanged + 1
+    ids = {gw: i for i, gw in by_gw(rig).items()}
+    rig.r.ip("nexthop", "replace", "id", str(nhid), "group",
+             f"{ids['198.18.10.2']},9/{ids['198.18.10.6']},1", "proto", str(P))  # fmt: skip
+    assert group_weights(rig, nhid) == {"198.18.10.2": 9, "198.18.10.6": 1}
+    res = await fib.reconcile(full=False)
+    assert res.ops == 1 and fib.stats.reconciles_unchanged == unchanged + 1
+    assert group_weights(rig, nhid) == {"198.18.10.2": 3, "198.18.10.6": 1}
+    assert (await fib.reconcile(full=False)).ops == 0
+    assert fib.stats.reconciles_unchanged == unchanged + 2
