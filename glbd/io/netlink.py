@@ -347,9 +347,9 @@ class NetlinkSocket:
 
     # -- receive ------------------------------------------------------------------------------
     def _on_readable(self) -> None:
-        # at least one datagram and at most READ_BUDGET bytes per wake-up: a dump of thousands of routes is read over
-        # several loop turns, so heartbeats and timers are not held behind all of it (the
-        # reader is level-triggered: it is called again while data is queued)
+        # at least one datagram, at most READ_BUDGET bytes per wake-up: a dump of thousands of
+        # routes is read over several loop turns, so heartbeats and timers are not held behind
+        # all of it (the reader is level-triggered: it is called again while data is queued)
         buf = self._buf
         budget = READ_BUDGET
         while budget > 0:
