@@ -169,6 +169,14 @@ class FibSync:
             specs[key] = spec
         if not ch.prefixes and not ch.removed and all(k in self._keys for k in specs):
             return Step("incremental", "set_weights", groups=specs)  # no route touched
+        existing = {k: spec for k, spec in specs.items() if k in self._keys}
+        if existing:
+            # the new weights of groups the kernel has go first, in a step of their own: a
+            # structural step (new groups, route moves) takes several netlink round trips
+            rest = Changes(frozenset(specs.keys() - existing.keys()), ch.removed, ch.prefixes)
+            self._changes.add(rest)
+            self.dirty = True
+            return Step("incremental", "set_weights", groups=existing)
         keys = (self._keys | specs.keys()) - ch.removed
         add: dict[Network, str] = {}
         remove: list[Network] = []

@@ -285,6 +285,26 @@ def test_new_profiles_are_one_incremental_update_unless_the_switch_is_off() -> N
         assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
 
 
+def test_weights_of_existing_groups_go_before_a_structural_step() -> None:
+    """A band change and a BGP move pending together: the group the kernel has gets its new
+    weights in a step of its own, before the new group and the route move (a structural step
+    takes several netlink round trips, and the band change would wait for all of them)."""
+    rig = Rig()
+    rig.sync.bgp_up(0.0)
+    rig.changed(rig.table.set_local("spine1", LocalLink(7)))
+    rig.changed(rig.table.set_local("spine2", LocalLink(7)))
+    rig.changed(rig.table.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[1]: None}))
+    rig.run()
+    (both,) = rig.fib.desired.groups  # type: ignore[union-attr]
+    rig.changed(rig.table.set_local("spine2", LocalLink(3)))
+    rig.changed(rig.table.set_prefix(PREFIXES[1], {NHS[0]: None}))
+    rig.run()
+    assert rig.fib.calls == ["apply", "set_weights", "update"]
+    assert set(rig.steps[-2].groups) == {both} and both not in rig.steps[-1].groups
+    assert canon(rig.fib.desired) == canon(rig.desired())  # type: ignore[arg-type]
+    assert rig.sync.plan(rig.table, None) is None
+
+
 def test_members_are_built_once_and_hash_like_equal_ones() -> None:
     """Every full sync builds each group's members: the same next hop is the same member
     object from one sync to the next (its address parsed once), equal to and hashing like one
