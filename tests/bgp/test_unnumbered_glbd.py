@@ -130,11 +130,10 @@ async def test_glbd_to_glbd_unnumbered(netns_lab: Lab, tmp_path: Path) -> None:
             await wait_for(
                 lambda: up("leaf", spine, "down1") and up("spine", leaf, "swp1"), 60, "moved"
             )
-        except AssertionError:
-            for n in ("leaf", "spine"):
-                print("DBG", n, request(socks[n], "neighbors"), request(socks[n], "bfd"))
-            print("DBG", link_local(spine, "down1"), link_local(leaf, "swp1"))
-            raise
+        except AssertionError as e:  # say where each side stands
+            state = {n: (request(socks[n], "neighbors"), request(socks[n], "bfd")) for n in socks}
+            lls = (link_local(spine, "down1"), link_local(leaf, "swp1"))
+            raise AssertionError(f"{e}; link-locals {lls}; neighbors and BFD {state}") from None
         want_leaf = {link_local(spine, "down1"): "swp1"}
         await wait_for(lambda: kernel_gateways(leaf, "10.100.0.0/24") == want_leaf, 30)
     finally:
