@@ -80,6 +80,7 @@ def snapshot(
             for k in (
                 "applies",
                 "reconciles",
+                "reconciles_unchanged",
                 "full_reconciles",
                 "ops",
                 "op_errors",
