@@ -5,6 +5,7 @@ the patch is process-wide). The fix against a real ExaBGP: test_speaker_netns.py
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -41,7 +42,7 @@ def _patched(level: str) -> dict[str, object]:
 def test_the_launcher_replaces_both_above_debug_level() -> None:
     got = _patched("WARNING")
     assert got == {
-        "done": ["pending_adjribout", "hexstring", "log.debug"],
+        "done": ["pending_adjribout", "reload_owed", "hexstring", "log.debug"],
         "hex": "0x01AB",
         "same": True,
         "debug_off": True,
@@ -50,7 +51,8 @@ def test_the_launcher_replaces_both_above_debug_level() -> None:
 
 def test_at_debug_level_debug_logging_is_left_alone() -> None:
     got = _patched("DEBUG")
-    assert got["done"] == ["pending_adjribout", "hexstring"] and got["debug_off"] is False
+    assert got["done"] == ["pending_adjribout", "reload_owed", "hexstring"]
+    assert got["debug_off"] is False
 
 
 def test_glbd_starts_exabgp_through_it() -> None:
@@ -66,6 +68,7 @@ def _reactor(peers: dict[str, bool], established: set[str]) -> SimpleNamespace:
     return SimpleNamespace(
         _peers={k: _peer(v) for k, v in peers.items()},
         established_peers=lambda: set(established),
+        signal=SimpleNamespace(received=0, number=0, glbd_last=exabgp_launch.RELOAD),
     )
 
 
@@ -76,3 +79,21 @@ def test_only_an_established_peer_with_routes_to_send_holds_a_reload() -> None:
     # an established peer still sending: the reload waits, as ExaBGP intends
     assert held(_reactor({"gone": True, "up": True}, {"up"}))
     assert not held(_reactor({}, set()))
+
+
+def test_a_reload_an_established_peer_holds_is_raised_again_once_it_is_done() -> None:
+    """ExaBGP clears the SIGUSR1 it then skips; the launcher keeps it owed and raises it on
+    the first loop turn no established peer has routes to send."""
+    from exabgp.reactor.interrupt import Signal
+
+    assert exabgp_launch.RELOAD == Signal.RELOAD
+    r = _reactor({"up": True}, {"up"})
+    assert exabgp_launch.pending_adjribout(r)  # the loop skips the reload it was handling
+    exabgp_launch.raise_owed_reload(r)
+    assert r.signal.received == 0  # still sending: not yet
+    r._peers["up"] = _peer(False)
+    exabgp_launch.raise_owed_reload(r)
+    assert (r.signal.received, r.signal.number) == (Signal.RELOAD, signal.SIGUSR1)
+    r.signal.received = 0  # the loop takes it
+    exabgp_launch.raise_owed_reload(r)
+    assert r.signal.received == 0  # raised once
