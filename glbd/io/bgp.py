@@ -299,10 +299,7 @@ class BgpSpeaker:
             self._watch_md5()
         self._apply(effects)
         for addr in touched:
-            st = self.rib.peers.get(addr)
-            if st is not None:
-                for adv in st.adj_out.values():
-                    self.supervisor.send(command_for(adv))
+            self._send_adj_out(addr)
 
     # ---- views -------------------------------------------------------------------------
 
@@ -440,7 +437,12 @@ class BgpSpeaker:
             return
         st.counters["adj_out_replays"] += 1
         log.info("bgp_adj_rib_out_replayed", peer=str(peer), routes=len(st.adj_out))
-        for adv in st.adj_out.values():
+        self._send_adj_out(peer)
+
+    def _send_adj_out(self, peer: IPAddress) -> None:
+        """Queue everything glbd advertises to ``peer`` (ExaBGP ignores a route it has)."""
+        st = self.rib.peers.get(peer)
+        for adv in st.adj_out.values() if st is not None else ():
             self.supervisor.send(command_for(adv))
 
     def _on_lost(self) -> None:
@@ -555,9 +557,7 @@ class BgpSpeaker:
             log.info("bgp_max_prefixes_released", peers=[str(p) for p in done])
             self.supervisor.reload(self.exabgp_params())
             for p in done:
-                st = self.rib.peers.get(p)
-                for adv in st.adj_out.values() if st is not None else ():
-                    self.supervisor.send(command_for(adv))
+                self._send_adj_out(p)
         self._arm_held()
 
     def _send_eors(self) -> None:
