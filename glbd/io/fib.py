@@ -270,19 +270,11 @@ class FibProgrammer:
             self.cache.desired = desired
             return await self._sync()
 
-    async def set_weights(
-        self, key: str, weights: Mapping[Member, int], resilient: Resilient | bool | None = True
-    ) -> ApplyResult:
+    async def set_weights(self, key: str, weights: Mapping[Member, int]) -> ApplyResult:
         """Change one group's weights (the path-quality fast path): an :meth:`update` of that
-        group alone, O(members), one RTM_NEWNEXTHOP replace however many routes use it.
-        ``resilient=True`` keeps the group's current type/parameters. The group key must
-        already be in the desired state."""
-        d = self.cache.desired
-        if d is None or key not in d.groups:
-            raise KeyError(key)
-        res = d.groups[key].resilient if resilient is True else resilient
-        assert res is None or isinstance(res, Resilient)
-        return await self.update(groups={key: GroupSpec(dict(weights), res)})
+        group alone, O(members), one RTM_NEWNEXTHOP replace however many routes use it; the
+        group keeps its type. The group key must already be in the desired state."""
+        return await self.set_group_weights({key: weights})
 
     async def set_group_weights(self, weights: Mapping[str, Mapping[Member, int]]) -> ApplyResult:
         """:meth:`set_weights` for several groups at once, each keeping its type: one
@@ -421,7 +413,7 @@ class FibProgrammer:
             and fc.stale_keep is None
             and o.nexthops == before.nexthops
             and o.groups == before.groups
-            and o.links == before.links == self._clean_links
+            and o.links == self._clean_links
             and o.foreign_ids == before.foreign_ids
         )
 
