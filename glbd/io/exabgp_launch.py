@@ -29,7 +29,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["hexstring", "main", "patch", "pending_adjribout", "raise_owed_reload"]
+__all__ = ["RELOAD", "hexstring", "main", "patch", "pending_adjribout", "raise_owed_reload"]
+
+#: ``exabgp.reactor.interrupt.Signal.RELOAD`` (SIGUSR1); FULL_RELOAD is SIGUSR2
+RELOAD = -4
 
 
 def hexstring(value: bytes) -> str:
@@ -67,10 +70,6 @@ def raise_owed_reload(reactor: Any) -> None:
     reactor.glbd_owed = 0
     reactor.signal.received = owed
     reactor.signal.number = signal.SIGUSR1 if owed == RELOAD else signal.SIGUSR2
-
-
-#: ``exabgp.reactor.interrupt.Signal.RELOAD`` (SIGUSR1); FULL_RELOAD is SIGUSR2
-RELOAD = -4
 
 
 def _no_debug(cls: Any, message: Any, source: str = "", level: str = "DEBUG") -> None:
