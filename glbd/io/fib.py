@@ -22,7 +22,7 @@ a netlink overrun or a failed write) the run also dumps glbd's route table and r
 changed behind glbd's back. The kernel's silent flush on carrier loss/admin down therefore
 costs one nexthop dump; link up re-creates the members, groups and routes. The dumps are read
 without the write lock (a weight change does not wait for them) and read again under it if
-glbd wrote meanwhile.
+glbd wrote or a link or nexthop notification came meanwhile.
 
 After an adopting start, glbd-owned objects that glbd has not re-learned (not in any desired
 state since the start) are kept for ``stale_s`` (like BGP graceful restart), then removed; one
@@ -162,7 +162,7 @@ class FibProgrammer:
         self._last_audit = 0.0
         self._row_memo: RowMemo = {}
         #: netlink write batches sent so far: a refresh read without the lock is read again
-        #: if glbd wrote meanwhile
+        #: if glbd wrote (or the kernel notified a change) meanwhile
         self._writes = 0
         #: the desired state the kernel was last brought to without an error (every write
         #: since went through ``update``); a reconcile whose dumps show the kernel as the
@@ -385,13 +385,13 @@ class FibProgrammer:
     async def reconcile(self, full: bool = True) -> ApplyResult:
         """Re-read the kernel and repair (what the periodic task does); ``full`` also audits
         glbd's route table."""
-        writes = self._writes
+        seen = self._changes_seen()
         # the dumps are read without the lock, so a weight change is not held behind them
-        # (they take several loop turns on a large table); if glbd wrote meanwhile, they may
-        # predate the write and are read again under the lock
+        # (they take several loop turns on a large table); if glbd wrote or the kernel said
+        # something changed meanwhile, they may predate it and are read again under the lock
         read = await self._read(full)
         async with self._lock:
-            if self._writes != writes:
+            if self._changes_seen() != seen:
                 read = await self._read(full)
             before = self.cache.obs
             self._take(*read)
@@ -399,6 +399,11 @@ class FibProgrammer:
                 self.stats.reconciles_unchanged += 1
                 return ApplyResult(0)
             return await self._sync()
+
+    def _changes_seen(self) -> tuple[int, int, int, int]:
+        """glbd's write batches and the kernel's notifications so far."""
+        st = self.cache.stats
+        return (self._writes, st.link_events, st.nexthop_events, st.overruns)
 
     def _as_expected(self, before: Observed) -> bool:
         """The dumps just taken show the kernel as the cache had it, the desired state is
