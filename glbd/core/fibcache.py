@@ -150,6 +150,8 @@ class FibCache:
         self.need_full = False
         self.map_dirty = False
         self._reported: FailoverMap = {}
+        #: the member ids the reported map was computed from (a new IdMap may change it)
+        self._map_members: object = None
         #: ids of glbd's own deletions on their way to the kernel: their notification is an
         #: echo, not someone else's deletion, and needs no reconcile
         self._deleting: set[int] = set()
@@ -161,6 +163,7 @@ class FibCache:
     def take_failover_map(self) -> FailoverMap | None:
         """The failover map if it changed since it was last taken (clears ``map_dirty``)."""
         self.map_dirty = False
+        self._map_members = self.ids.members
         fm = self.failover_map()
         if fm == self._reported:
             return None
@@ -172,6 +175,7 @@ class FibCache:
         """Fold a successful op into the cached kernel view."""
         o = self.obs
         if isinstance(op, NhSet):
+            self.map_dirty = True
             m = op.member
             o.nexthops[op.id] = KNexthop(op.id, self.protocol, m.gateway, op.ifindex, m.onlink)
         elif isinstance(op, GroupSet):
@@ -189,6 +193,7 @@ class FibCache:
             o.routes = {k: r for k, r in o.routes.items() if r.nhid != op.id}
             self.routes_dirty = True
         elif isinstance(op, NhDel):
+            self.map_dirty = True
             o.nexthops.pop(op.id, None)
             for gid, kg in list(o.groups.items()):
                 rest = tuple(e for e in kg.entries if e[0] != op.id)
@@ -258,9 +263,11 @@ class FibCache:
             if t == c.RTM_DELLINK:
                 self.obs.links.pop(lk.name, None)
                 self.link_lost(lk.index)
+                self.map_dirty = True
                 self._wake()
             elif old is None or old.usable != lk.usable or old.index != lk.index:
                 self.obs.links[lk.name] = lk
+                self.map_dirty = True
                 if old is not None and old.usable and (not lk.usable or old.index != lk.index):
                     self.link_lost(old.index)
                 self._wake()
@@ -625,7 +632,10 @@ class FibCache:
             self.need_full = True
             self._wake()
             log.warning("fib_op_errors", count=len(errors), first=errors[0])
-        self.map_dirty = True
+        # the map follows member ids and member nexthops: ``account`` marks the latter, a new
+        # id map the former; a weights-only write changes neither
+        if errors or self.ids.members is not self._map_members:
+            self.map_dirty = True
 
 
 def route_sort_key(k: RouteKey) -> tuple[int, Any]:

@@ -197,7 +197,20 @@ def usable(m: Member, observed: Observed, excluded: frozenset[Member]) -> bool:
 
 def programmed_weights(spec: GroupSpec, observed: Observed, p: PlanParams) -> dict[Member, int]:
     """The weights glbd wants in the kernel right now: usable members only, scaled."""
-    live = {m: w for m, w in spec.weights.items() if w > 0 and usable(m, observed, p.excluded)}
+    # the per-member hot loop of every group write: ``usable`` inlined, one pass
+    links = observed.links
+    excluded = p.excluded
+    live: dict[Member, int] = {}
+    top = 0
+    for m, w in spec.weights.items():
+        if w > 0 and not (excluded and m in excluded):
+            lk = links.get(m.ifname)
+            if lk is not None and lk.usable:
+                live[m] = v = int(w)
+                if v > top:
+                    top = v
+    if top <= p.max_weight:
+        return live
     return scale_weights(live, p.max_weight)
 
 

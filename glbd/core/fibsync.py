@@ -238,8 +238,8 @@ def _member(address: str, ifname: str) -> Member:
 
 def _group_spec(table: PathTable, key: str, res: Resilient | None) -> GroupSpec | None:
     weights: dict[Member, int] = {
-        _member(nh.address, nh.ifname): w.value
-        for nh, w in table.weights(key).items()
-        if w.value > 0 and nh.ifname
+        _member(nh.address, nh.ifname): v
+        for nh, v in table.weight_values(key)
+        if v > 0 and nh.ifname
     }
     return GroupSpec(weights=weights, resilient=res) if weights else None

@@ -309,12 +309,16 @@ class _Profile:
     key: str
     nhs: dict[NextHop, frozenset[int] | None]
     prefixes: set[str] = field(default_factory=set)
-    weights: dict[NextHop, Weight] = field(default_factory=dict)
     recomputes: int = 0
     #: (next hop, sorted NNH tuple or None), fixed for the profile's life
     items: list[tuple[NextHop, tuple[int, ...] | None]] = field(default_factory=list)
-    #: (value, source) per next hop in ``items`` order, to detect a change cheaply
-    summary: list[tuple[int, QualitySource]] = field(default_factory=list)
+    #: indices into ``items`` per helper BGP id: the rows a helper's heartbeat can change
+    by_bid: dict[int, list[int]] = field(default_factory=dict)
+    #: weight value and source per next hop in ``items`` order (the FIB's view; change test)
+    vals: list[int] = field(default_factory=list)
+    srcs: list[QualitySource] = field(default_factory=list)
+    #: every raw was 0, so every weight is 1 (step 7)
+    guard: bool = False
     #: the controller's memory per next hop in ``items`` order (1.0 = nothing held)
     mem: list[float] = field(default_factory=list)
     #: per next hop in ``items`` order: (the inputs it was computed from, its row), so that a
@@ -322,13 +326,43 @@ class _Profile:
     rows: list[tuple[tuple[Any, ...], tuple[QualitySource, WeightInputs]] | None] = field(
         default_factory=list
     )
+    raws: list[float] = field(default_factory=list)
+    #: remote quality per row that the controller steps (GLB, raw above 0), else None
+    rqs: list[float | None] = field(default_factory=list)
+    #: the local inputs the rows were built from: the table's local epoch, each next hop's
+    #: local link and each helper's local capacity
+    local_epoch: int = -1
+    locs: list[LocalLink | None] = field(default_factory=list)
+    spine_cap: dict[int, float] = field(default_factory=dict)
+    #: the :class:`Weight` objects, built when somebody reads them (views, tests)
+    wcache: dict[NextHop, Weight] | None = None
 
     def __post_init__(self) -> None:
         self.items = [
             (nh, None if nnh is None else tuple(sorted(nnh))) for nh, nnh in self.nhs.items()
         ]
+        for i, (nh, _) in enumerate(self.items):
+            self.by_bid.setdefault(nh.bgp_id, []).append(i)
         self.mem = [1.0] * len(self.items)
         self.rows = [None] * len(self.items)
+        self.raws = [0.0] * len(self.items)
+        self.rqs = [None] * len(self.items)
+
+    @property
+    def weights(self) -> dict[NextHop, Weight]:
+        w = self.wcache
+        if w is None:
+            w = {}
+            for (nh, _), v, row, m in zip(self.items, self.vals, self.rows, self.mem, strict=True):
+                assert row is not None
+                source, wi = row[1]
+                if self.guard:
+                    wi = wi._replace(guard=True)
+                elif m < 1.0:
+                    wi = wi._replace(memory=m)
+                w[nh] = Weight(v, source, wi)
+            self.wcache = w
+        return w
 
 
 def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
@@ -375,6 +409,11 @@ class PathTable:
         self._rib_memo: dict[int, tuple[Any, dict[NextHop, frozenset[int] | None], str]] = {}
         self._conv: dict[int, tuple[Any, tuple[NextHop, frozenset[int] | None] | None]] = {}
         self.recomputes = 0
+        #: next-hop rows looked at by recomputes (a heartbeat looks at its helper's rows only)
+        self.rows_examined = 0
+        #: bumped when a local input or the parameters change: a profile whose rows are of an
+        #: older epoch looks at every row, not only at the helpers a heartbeat changed
+        self._local_epoch = 0
 
     @property
     def params(self) -> PathTableParams:
@@ -382,6 +421,7 @@ class PathTable:
 
     def set_params(self, params: PathTableParams) -> Changes:
         self._p = params
+        self._local_epoch += 1
         for prof in self._profiles.values():  # every row depends on the parameters
             prof.rows = [None] * len(prof.items)
         if not params.role.load_balancer:
@@ -404,6 +444,7 @@ class PathTable:
             del self._local[ifname]
         else:
             self._local[ifname] = new
+        self._local_epoch += 1
         return self._recompute(self._by_if.get(ifname, set()))
 
     def set_remote(self, spine_id: int, entries: Iterable[RemoteLike] | None) -> Changes:
@@ -417,9 +458,13 @@ class PathTable:
         if not self._p.role.load_balancer:
             return Changes()
         affected: set[str] = set()
+        bids: set[int] = set()
         for spine_id, entries in snapshots:
-            affected |= self._put_remote(int(spine_id), entries)
-        return self._recompute(affected) if affected else Changes()
+            keys = self._put_remote(int(spine_id), entries)
+            if keys:
+                affected |= keys
+                bids.add(int(spine_id))
+        return self._recompute(affected, bids=bids) if affected else Changes()
 
     def _put_remote(self, spine_id: int, entries: Iterable[RemoteLike] | None) -> set[str]:
         """Store one snapshot and its aggregates; the keys of the profiles it affects."""
@@ -546,6 +591,15 @@ class PathTable:
         prof = self._profiles.get(key)
         return {} if prof is None else dict(prof.weights)
 
+    def weight_values(self, key: str) -> list[tuple[NextHop, int]]:
+        """(next hop, weight value) of a profile: what the FIB needs, without the inputs."""
+        prof = self._profiles.get(key)
+        return (
+            []
+            if prof is None
+            else [(nh, v) for (nh, _), v in zip(prof.items, prof.vals, strict=True)]
+        )
+
     def next_hops(self, key: str) -> Mapping[NextHop, frozenset[int] | None]:
         prof = self._profiles.get(key)
         return {} if prof is None else dict(prof.nhs)
@@ -584,11 +638,13 @@ class PathTable:
             for s in nnh or ():
                 upd(self._by_remote, (nh.bgp_id, s))
 
-    def _recompute(self, keys: Iterable[str], *, step: bool = True) -> Changes:
+    def _recompute(
+        self, keys: Iterable[str], *, step: bool = True, bids: Iterable[int] | None = None
+    ) -> Changes:
         changed = set()
         for k in keys:
             prof = self._profiles.get(k)
-            if prof is not None and self._compute(prof, step=step):
+            if prof is not None and self._compute(prof, step=step, bids=bids):
                 changed.add(k)
         return Changes(frozenset(changed))
 
@@ -627,32 +683,51 @@ class PathTable:
         q = sum(a.quality * a.usable for a in live) / usable if usable else 0.0
         return RemoteStatus.OK, q, usable, False
 
-    def _compute(self, prof: _Profile, *, step: bool = True) -> bool:
+    def _compute(
+        self, prof: _Profile, *, step: bool = True, bids: Iterable[int] | None = None
+    ) -> bool:
+        """Steps 1-7 for one profile; True when a weight value or source changed. ``bids``:
+        only these helpers' remote inputs changed since the last call, so only their rows are
+        looked at (the rest and the local inputs are as the rows remember them)."""
         p = self._p
         prof.recomputes += 1
         self.recomputes += 1
         table = p.weight_table
         bottleneck = p.combine == "bottleneck"
         cap_aware = p.capacity_aware
-        local = self._local
         remote_of = self._remote_of
         consume = p.role.load_balancer
         agg = self._agg
         remote = self._remote
-        locs = [local.get(nh.ifname) if nh.ifname is not None else None for nh, _ in prof.items]
-        # local capacity per helper, for sharing its downstream capacity among parallel NHs
-        spine_cap: dict[int, float] = {}
-        for (nh, _), loc in zip(prof.items, locs, strict=True):
-            if loc is not None and not loc.down:
-                spine_cap[nh.bgp_id] = spine_cap.get(nh.bgp_id, 0.0) + loc.capacity_mbps
-        rows: list[tuple[QualitySource, WeightInputs]] = []
+        items = prof.items
         cache = prof.rows
-        top = 0.0
-        for i, ((nh, nnh), loc) in enumerate(zip(prof.items, locs, strict=True)):
+        raws = prof.raws
+        rqs = prof.rqs
+        todo: Iterable[int]
+        if bids is not None and prof.local_epoch == self._local_epoch:
+            by_bid = prof.by_bid
+            todo = [i for b in bids for i in by_bid.get(b, ())]
+        else:
+            local = self._local
+            prof.locs = [local.get(nh.ifname) if nh.ifname is not None else None for nh, _ in items]
+            # local capacity per helper, for sharing its downstream capacity among parallel NHs
+            spine_cap: dict[int, float] = {}
+            for (nh, _), loc in zip(items, prof.locs, strict=True):
+                if loc is not None and not loc.down:
+                    spine_cap[nh.bgp_id] = spine_cap.get(nh.bgp_id, 0.0) + loc.capacity_mbps
+            prof.spine_cap = spine_cap
+            prof.local_epoch = self._local_epoch
+            todo = range(len(items))
+        self.rows_examined += len(todo)
+        locs = prof.locs
+        caps = prof.spine_cap
+        for i in todo:
             # A row is a pure function of these inputs (and of the parameters, which clear
             # the cache): the local link, the helper's capacity share, whether the helper's
             # heartbeats are known and the aggregates of the NNHs. _Agg and LocalLink are
             # immutable and replaced on change, so unchanged inputs compare equal cheaply.
+            nh, nnh = items[i]
+            loc = locs[i]
             bid = nh.bgp_id
             if nnh is not None and len(nnh) == 1:
                 rkey: Any = agg.get((bid, nnh[0]))
@@ -660,14 +735,9 @@ class PathTable:
                 rkey = tuple([agg.get((bid, x)) for x in nnh])
             else:
                 rkey = None
-            sig = (loc, spine_cap.get(bid), bid in remote, rkey)
+            sig = (loc, caps.get(bid), bid in remote, rkey)
             hit = cache[i]
             if hit is not None and hit[0] == sig:
-                row = hit[1]
-                rows.append(row)
-                raw = row[1].raw
-                if raw > top:
-                    top = raw
                 continue
             status, rq, rcap, rdown = remote_of(bid, nnh, consume)
             if loc is None:
@@ -693,7 +763,7 @@ class PathTable:
                 cap = 1.0
             elif rcap is not None:
                 if lcap is not None:
-                    tot = spine_cap.get(nh.bgp_id, 0.0)
+                    tot = caps.get(bid, 0.0)
                     share = rcap * (lcap / tot) if tot > 0 else rcap
                     cap = lcap if lcap < share else share
                 else:
@@ -701,44 +771,28 @@ class PathTable:
             else:
                 cap = 1.0 if lcap is None else lcap
             raw = 0.0 if (ldown or rdown) else cap * _interp(table, q)
-            if raw > top:
-                top = raw
             wi = WeightInputs(lband, ldown, lcap, rq, rdown, rcap, status, nnh, q, cap, raw)
-            row = (source, wi)
-            rows.append(row)
-            cache[i] = (sig, row)
-        old = prof.weights
-        new: dict[NextHop, Weight] = {}
-        summary: list[tuple[int, QualitySource]] = []
+            cache[i] = (sig, (source, wi))
+            raws[i] = raw
+            rqs[i] = rq if raw > 0.0 else None  # the rows the controller steps
+        top = max(raws)
         if top <= 0.0:
-            for (nh, _), (source, wi) in zip(prof.items, rows, strict=True):
-                new[nh] = Weight(1, source, wi._replace(guard=True))
-                summary.append((1, source))
+            vals = [1] * len(items)
+            guard = True
         else:
+            guard = False
             mem = prof.mem
+            eff = raws
             if p.memory:
                 if step:
-                    _step_memory(p, mem, rows, top)
-                eff = [
-                    wi.raw if m >= 1.0 else min(wi.raw, m * top)
-                    for m, (_, wi) in zip(mem, rows, strict=True)
-                ]
-            else:
-                eff = [wi.raw for _, wi in rows]
+                    _step_memory(p, mem, raws, rqs, top)
+                eff = [r if m >= 1.0 else min(r, m * top) for m, r in zip(mem, raws, strict=True)]
             scale = p.max_weight / max(eff)
-            for (nh, _), (source, wi), m, raw in zip(prof.items, rows, mem, eff, strict=True):
-                v = 0 if raw <= 0 else max(1, round(raw * scale))
-                if m >= 1.0:
-                    w = old.get(nh)  # unchanged: keep the object (no allocation)
-                    if w is None or w.value != v or w.inputs is not wi:
-                        w = Weight(v, source, wi)
-                else:
-                    w = Weight(v, source, wi._replace(memory=m))
-                new[nh] = w
-                summary.append((v, source))
-        changed = summary != prof.summary
-        prof.weights = new
-        prof.summary = summary
+            vals = [(round(r * scale) or 1) if r > 0 else 0 for r in eff]
+        srcs = [c[1][0] for c in cache if c is not None]
+        changed = vals != prof.vals or srcs != prof.srcs
+        prof.vals, prof.srcs, prof.guard = vals, srcs, guard
+        prof.wcache = None
         return changed
 
     # --- introspection ---------------------------------------------------------------------
@@ -811,10 +865,11 @@ class PathTable:
 
 
 def _step_memory(
-    p: PathTableParams, mem: list[float], rows: list[tuple[QualitySource, WeightInputs]], top: float
+    p: PathTableParams, mem: list[float], raws: list[float], rqs: list[float | None], top: float
 ) -> None:
     """One step of the weight controller (function 6 in the module docstring), in place.
 
+    ``rqs``: the remote quality of each GLB next hop with a raw above 0, None for the others.
     For each GLB next hop with ratio ``r = raw / top`` and remote quality ``rq``:
     ``rq = 7`` (idle downstream) releases the memory to 1; ``rq >= memory_release_q`` adds
     ``memory_increase`` (the remote link has headroom); then, if ``r`` is below the memory and
@@ -825,9 +880,8 @@ def _step_memory(
     dec, inc, rel = p.memory_decrease, p.memory_increase, p.memory_release_q
     below = p.memory_attack_below
     top_mem = 0.0
-    for i, (source, wi) in enumerate(rows):
-        rq = wi.remote_quality
-        if source != QualitySource.GLB or wi.raw <= 0.0 or rq is None:
+    for i, rq in enumerate(rqs):
+        if rq is None:
             mem[i] = 1.0
             continue
         m = mem[i]
@@ -835,15 +889,15 @@ def _step_memory(
             m = 1.0
         elif rq >= rel:
             m = min(1.0, m + inc)
-        r = wi.raw / top
+        r = raws[i] / top
         if r < m and r < below:
             m = max(r, m * dec)
         mem[i] = m
         if m > top_mem:
             top_mem = m
     if 0.0 < top_mem < 1.0:
-        for i, (source, wi) in enumerate(rows):
-            if source == QualitySource.GLB and wi.raw > 0.0 and wi.remote_quality is not None:
+        for i, rq in enumerate(rqs):
+            if rq is not None:
                 mem[i] = min(1.0, mem[i] / top_mem)
 
 

@@ -19,12 +19,13 @@ from glbd.core.fibmodel import (
     Member,
     Observed,
 )
-from glbd.core.fibplan import GroupDel, GroupSet, IdMap, NhDel, RouteDel, RouteSet
+from glbd.core.fibplan import GroupDel, GroupSet, IdMap, NhDel, NhSet, RouteDel, RouteSet
 from glbd.core.fibsnap import snapshot
 
 P = 200
 M1 = Member(ipaddress.ip_address("198.18.10.2"), "eth1")
 M2 = Member(ipaddress.ip_address("198.18.10.6"), "eth2")
+M3 = Member(ipaddress.ip_address("198.18.10.10"), "eth1")
 PFX = ipaddress.ip_network("203.0.113.0/24")
 PFX2 = ipaddress.ip_network("198.51.100.0/24")
 
@@ -88,6 +89,26 @@ def test_failover_map_is_taken_only_when_it_changed() -> None:
     assert fc.take_failover_map() is None
     fc.failed_over(M1.gateway, "eth1")
     assert fc.map_dirty and fc.take_failover_map() == {(M2.gateway, "eth2"): (12,)}
+
+
+def test_the_failover_map_is_looked_at_again_only_when_member_ids_may_have_changed() -> None:
+    """The map follows member ids and member nexthops. A weights-only write (each BGP or
+    heartbeat step) changes neither and leaves it alone; a member write, a new id map or a
+    write error marks it for a new look."""
+    fc = cache()
+    fc.take_failover_map()
+    fc.written([GroupSet(21, "p", ((11, 3), (12, 1)), None, create=False)], {}, set(), True)
+    fc.failed([])
+    assert not fc.map_dirty
+    fc.written([NhSet(13, M3, 4, replace=False)], {}, set(), True)
+    fc.failed([])
+    assert fc.map_dirty
+    fc.take_failover_map()
+    fc.ids = IdMap(members={M1: 11}, groups={"p": 21, "solo": 22})
+    fc.failed([])
+    assert fc.map_dirty and fc.take_failover_map() == {(M1.gateway, "eth1"): (11,)}
+    fc.failed(["EPERM"])
+    assert fc.map_dirty
 
 
 def test_failover_ops_keep_the_other_members_and_delete_an_emptied_group() -> None:

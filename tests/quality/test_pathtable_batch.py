@@ -70,3 +70,27 @@ def test_batches_end_where_one_by_one_ends(bursts: list[list[tuple[int, object]]
             one_by_one.set_remote(s, entries)  # type: ignore[arg-type]
         batched.set_remotes(burst)  # type: ignore[arg-type]
         assert weights(batched) == weights(one_by_one)
+
+
+def test_a_heartbeat_looks_only_at_the_rows_of_its_helper() -> None:
+    """64 next hops, one helper's link changes: its row is rebuilt, the other 63 are not
+    looked at, and the weights are those of a table that saw the same inputs in one go."""
+    helpers = [wire.node_id(f"10.0.1.{i}") for i in range(1, 65)]
+    nhs = [NextHop(s, f"198.19.{i}.0", f"e{i}") for i, s in enumerate(helpers)]
+
+    def fabric(band_of_first: int) -> PathTable:
+        t = PathTable()
+        t.set_prefix("10.5.0.0/24", {nh: frozenset({L[0]}) for nh in nhs})
+        t.set_remotes([(s, snap(7)) for s in helpers[1:]] + [(helpers[0], snap(band_of_first))])
+        return t
+
+    t = fabric(7)
+    before = t.rows_examined
+    t.set_remote(helpers[0], snap(2))
+    assert t.rows_examined - before == 1
+    key = t.profile_of("10.5.0.0/24") or ""
+    want = fabric(2).weights(key)
+    assert {nh: w.value for nh, w in t.weights(key).items()} == {
+        nh: w.value for nh, w in want.items()
+    }
+    assert t.weights(key)[nhs[0]].value < t.weights(key)[nhs[1]].value
