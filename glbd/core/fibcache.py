@@ -634,7 +634,8 @@ class FibCache:
             log.warning("fib_op_errors", count=len(errors), first=errors[0])
         # the map follows member ids and member nexthops: ``account`` marks the latter, a new
         # id map the former; a weights-only write changes neither
-        if errors or self.ids.members is not self._map_members:
+        members = self.ids.members
+        if errors or (members is not self._map_members and members != self._map_members):
             self.map_dirty = True
 
 

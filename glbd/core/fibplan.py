@@ -59,6 +59,7 @@ __all__ = [
     "PlanParams",
     "RouteDel",
     "RouteSet",
+    "assign_group_ids",
     "assign_ids",
     "compatible",
     "plan",
@@ -260,16 +261,53 @@ def assign_ids(
     for m in sorted(wanted_members - set(out.members)):
         out.members[m] = _probe(ranges.member_base, ranges.size, m.label, taken)
         taken.add(out.members[m])
-    # groups: keep valid previous ids; only keys without one need the (O(routes)) votes
-    used: set[int] = set()
+    _assign_groups(desired, observed, prev.groups, desired.groups, out.groups, taken, ranges)
+    return out
+
+
+def assign_group_ids(
+    desired: Desired,
+    observed: Observed,
+    prev: IdMap,
+    keys: Collection[str],
+    ranges: IdRanges = IdRanges(),
+) -> IdMap:
+    """:func:`assign_ids` for an incremental step whose groups ``keys`` have members that all
+    have ids in ``prev``: the member ids are kept as they are (the same mapping; a member the
+    step left unused keeps its id until the next full assignment, as it keeps its nexthop
+    until the next full plan), the other desired groups keep theirs, ``keys`` are assigned
+    as :func:`assign_ids` would. O(the step), not O(every member of the table)."""
+    taken: set[int] = set(observed.foreign_ids)
+    taken.update(observed.nexthops)
+    taken.update(observed.groups)
+    taken.update(prev.members.values())
+    todo = set(keys)
+    out = IdMap(members=prev.members)
+    out.groups = {k: i for k, i in prev.groups.items() if k in desired.groups and k not in todo}
+    _assign_groups(desired, observed, prev.groups, todo, out.groups, taken, ranges)
+    return out
+
+
+def _assign_groups(
+    desired: Desired,
+    observed: Observed,
+    prev: Mapping[str, int],
+    keys: Collection[str],
+    out: dict[str, int],
+    taken: set[int],
+    ranges: IdRanges,
+) -> None:
+    """Ids for the desired groups ``keys`` into ``out`` (which holds the ids already given):
+    keep valid previous ids; only keys without one need the (O(routes)) votes."""
+    used: set[int] = set(out.values())
     missing: list[str] = []
-    for key in sorted(desired.groups):
+    for key in sorted(keys):
         spec = desired.groups[key]
-        i = prev.groups.get(key)
+        i = prev.get(key)
         if i is not None and i not in observed.foreign_ids and i not in used:
             kg = observed.groups.get(i)
             if kg is None or compatible(kg, spec.resilient):
-                out.groups[key] = i
+                out[key] = i
                 used.add(i)
                 continue
         missing.append(key)
@@ -280,7 +318,7 @@ def assign_ids(
             spec = desired.groups[key]
             for j, _n in votes.get(key, Counter()).most_common():
                 if j not in used and compatible(observed.groups[j], spec.resilient):
-                    out.groups[key] = j
+                    out[key] = j
                     used.add(j)
                     break
             else:
@@ -296,10 +334,9 @@ def assign_ids(
             return kg is not None and i not in used and compatible(kg, spec.resilient)
 
         gid = _probe(ranges.group_base, ranges.size, key, taken, reusable)
-        out.groups[key] = gid
+        out[key] = gid
         used.add(gid)
         taken.add(gid)
-    return out
 
 
 def _route_votes(desired: Desired, observed: Observed, keys: set[str]) -> dict[str, Counter[int]]:

@@ -71,6 +71,7 @@ from glbd.core.fibplan import (
     Op,
     PlanParams,
     RouteDel,
+    assign_group_ids,
     assign_ids,
     plan,
 )
@@ -334,12 +335,14 @@ class FibProgrammer:
             changed = dict(groups or {})
             before = fc.ids
             dying = [before.groups[k] for k in dropped if k in before.groups]
-            if not (
-                not dropped
-                and all(k in before.groups for k in changed)
-                and all(m in before.members for spec in changed.values() for m in spec.weights)
-            ):
+            members_known = all(
+                m in before.members for spec in changed.values() for m in spec.weights
+            )
+            if not members_known:
                 fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
+            elif dropped or not all(k in before.groups for k in changed):
+                # BGP churn: new groups of known members, old ones dropped
+                fc.ids = assign_group_ids(fc.desired, fc.obs, before, changed, self.id_ranges)
             fc.relearn(add, now)
             pl = plan(
                 fc.desired,

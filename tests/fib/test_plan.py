@@ -27,6 +27,7 @@ from glbd.core.fibplan import (
     PlanParams,
     RouteDel,
     RouteSet,
+    assign_group_ids,
     assign_ids,
     plan,
     route_metric,
@@ -359,3 +360,28 @@ def test_an_incremental_step_plans_its_groups_routes_and_deletions_only() -> Non
     # "a" is gone: deleted, or its id taken over by "b" (its route voted for it)
     assert ids.groups["a"] == b or ids.groups["a"] not in obs2.groups
     assert obs2.groups[ids2.groups["c"]].entries == ((ids.members[M3], 1),)  # not planned
+
+
+def test_churn_assigns_the_new_groups_as_a_full_assignment_would_and_keeps_member_ids() -> None:
+    """BGP churn at a leaf: a prefix loses one next hop, so a new group of known members
+    replaces its old one. The step's assignment gives the new key the id a full one gives
+    (the old group's, which the prefix's route votes for), keeps the other groups' ids and
+    hands back the very member mapping, so nothing that follows member ids is redone."""
+    d = Desired(
+        groups={"a": GroupSpec({M1: 1, M2: 1}), "c": GroupSpec({M2: 1, M3: 1})},
+        routes={PFX: "a", PFX2: "c"},
+    )
+    _ops, obs, ids = run(d, Observed(links=links()))
+    d2 = Desired(
+        groups={"a2": GroupSpec({M1: 1}), "c": GroupSpec({M2: 1, M3: 1})},
+        routes={PFX: "a2", PFX2: "c"},
+    )
+    step = assign_group_ids(d2, obs, ids, ["a2"])
+    full = assign_ids(d2, obs, ids)
+    assert step.groups == full.groups == {"a2": ids.groups["a"], "c": ids.groups["c"]}
+    assert step.members is ids.members
+    # a new key without a route to vote: its own probe id, clear of every id in use
+    d3 = Desired(groups={**d2.groups, "n": GroupSpec({M3: 1})}, routes=d2.routes)
+    step3 = assign_group_ids(d3, obs, step, ["n"])
+    assert step3.groups["n"] == assign_ids(d3, obs, step).groups["n"]
+    assert step3.groups["n"] not in set(obs.groups) | set(obs.nexthops)
