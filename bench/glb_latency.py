@@ -1307,16 +1307,22 @@ def commit() -> str:
     return r.stdout.strip() or "?"
 
 
-def hb_expirations(node: GlbdNode) -> int | None:
-    """The heartbeat expirations ``node``'s receiver has counted (None if unreadable)."""
+#: leaf1 counters the bench reports as a difference over the run: heartbeat expirations
+#: (0 on a box that keeps the feeder on time) and weight changes sent on the FIB's fast lane
+LEAF_COUNTERS = ("heartbeat_expirations", "fib_fast_weights")
+
+
+def leaf_counters(node: GlbdNode) -> dict[str, int] | None:
+    """``LEAF_COUNTERS`` of ``node`` (``glbctl counters``; None if unreadable)."""
     try:
         counters = node.request("counters", timeout=10)
     except Exception:
         return None
+    out = {}
     for section in counters.values():
-        if isinstance(section, dict) and "heartbeat_expirations" in section:
-            return int(section["heartbeat_expirations"])
-    return None
+        if isinstance(section, dict):
+            out.update({k: int(section[k]) for k in LEAF_COUNTERS if k in section})
+    return out
 
 
 def start_nodes(
@@ -1506,7 +1512,7 @@ def main() -> int:
                     meter = CpuMeter(roots)
                     spy = PySpy(args.py_spy, nodes["leaf1"]) if args.py_spy else None
                     meter.start()
-                    expired_before = hb_expirations(nodes["leaf1"])
+                    counted_before = leaf_counters(nodes["leaf1"])
                     if "congestion" in kinds and args.events > 0:
                         cong, info["congestion"] = b.run_congestion(args.events)
                         results += [(cong[0], "p99 <= 20"), (cong[1], "(info)")]
@@ -1537,9 +1543,10 @@ def main() -> int:
                         ]
                     info["cpu"] = meter.report()
                     info["python_watcher_late_ms"] = watcher_lateness(pywatch, watch)
-                    expired = hb_expirations(nodes["leaf1"])
-                    if expired is not None and expired_before is not None:
-                        info["leaf1_heartbeat_expirations"] = expired - expired_before
+                    counted = leaf_counters(nodes["leaf1"])
+                    if counted is not None and counted_before is not None:
+                        for k, v in counted.items():
+                            info[f"leaf1_{k}"] = v - counted_before.get(k, 0)
                     with contextlib.suppress(Exception):
                         st = nodes["leaf1"].request("status")
                         info["leaf1_loop"] = {

@@ -73,6 +73,7 @@ class Node:
         self.counters: dict[str, int] = {
             "fib_syncs": 0,
             "fib_sync_errors": 0,
+            "fib_fast_weights": 0,
             "fib_fast_failovers": 0,
             "bfd_engine_failovers": 0,
             "bfd_failover_arms": 0,
@@ -526,9 +527,26 @@ class Node:
     # ---- FIB sync (the decision is glbd.core.fibsync; this runs it) -------------------------
 
     def _table_changed(self, changes: Changes) -> None:
-        """Route what the path table returned to the FIB sync."""
+        """Route what the path table returned to the FIB sync. New weights of groups the
+        kernel has go out at once on the FIB's fast lane; the rest waits for the next step."""
         if not changes:
             return
+        if self.fib is not None and self.table is not None and not changes.prefixes:
+            specs = self.fibsync.fast_weights(
+                self.table,
+                changes,
+                params.resilient(self.cfg.fib, self.flowlet_timeout_s),
+                self.loop.time(),
+            )
+            if specs:
+                taken = self.fib.weights_now({k: s.weights for k, s in specs.items()})
+                if taken:
+                    self.counters["fib_fast_weights"] += 1
+                    since, self._remote_since = self._remote_since, None
+                    self.latency.sent_now(since, time.monotonic())
+                    changes = Changes(changes.updated - taken, changes.removed, changes.prefixes)
+                    if not changes:
+                        return
         self.fibsync.add(changes)
         self.schedule_fib_sync()
 

@@ -315,6 +315,10 @@ NODE_COUNTERS: dict[str, tuple[str, str]] = {
         "glbd_fib_sync_errors_total",
         "FIB sync steps the kernel refused (the next sync is full)",
     ),
+    "fib_fast_weights": (
+        "glbd_fib_fast_weights_total",
+        "weight changes written at once on the FIB's fast lane, not queued behind a sync step",
+    ),
     "fib_fast_failovers": (
         "glbd_fib_fast_failovers_total",
         "BFD failures that took a next hop out of the kernel groups before BGP reacted",
@@ -622,6 +626,12 @@ class Latencies:
     def synced(self, took: float, since: float | None, now: float) -> None:
         """A FIB sync step took ``took`` seconds; ``since``: the first heartbeat it carries."""
         self.fib_sync.observe(took)
+        if since is not None:
+            self.heartbeat_to_fib.observe(max(0.0, now - since))
+
+    def sent_now(self, since: float | None, now: float) -> None:
+        """Weights went out on the fast lane (no sync step); ``since``: the first heartbeat
+        they carry."""
         if since is not None:
             self.heartbeat_to_fib.observe(max(0.0, now - since))
 

@@ -94,6 +94,10 @@ class FibStats:
     full_reconciles: int = 0
     #: plans over every desired route (O(routes)); weight changes and BGP updates avoid them
     full_plans: int = 0
+    #: weight writes sent at once on the fast lane (``FibProgrammer.weights_now``), and those
+    #: the kernel refused
+    lane_writes: int = 0
+    lane_errors: int = 0
     ops: int = 0
     op_errors: int = 0
     failovers: int = 0

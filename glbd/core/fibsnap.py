@@ -82,6 +82,8 @@ def snapshot(
                 "reconciles",
                 "reconciles_unchanged",
                 "full_reconciles",
+                "lane_writes",
+                "lane_errors",
                 "ops",
                 "op_errors",
                 "failovers",

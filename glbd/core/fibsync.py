@@ -196,6 +196,31 @@ class FibSync:
             keys=frozenset(keys),
         )
 
+    def fast_weights(
+        self, table: PathTable, changes: Changes, resilient: Resilient | None, now: float
+    ) -> dict[str, GroupSpec] | None:
+        """The fast lane: the new weights of ``changes`` when they are weights only, of
+        groups the FIB has, to write at once instead of queueing behind the step in flight
+        (the app hands them to the FIB programmer and ``add``s back what it did not take).
+        None when the next step must carry them: the hold-down, a full sync due, a profile
+        new, removed, left out or with nothing usable, or a prefix that moved."""
+        if (
+            self.held(now)
+            or self.full
+            or changes.removed
+            or changes.prefixes
+            or not changes.updated
+            or any(k not in self._keys or k in self._left_out for k in changes.updated)
+        ):
+            return None
+        specs: dict[str, GroupSpec] = {}
+        for key in changes.updated:
+            spec = _group_spec(table, key, resilient)
+            if spec is None:
+                return None
+            specs[key] = spec
+        return specs
+
     def done(self, step: Step) -> None:
         """The FIB took ``step``."""
         if step.keys is not None:

@@ -178,6 +178,12 @@ class FibProgrammer:
         self._planned_routes: object = None  # the desired.routes mapping last planned in full
         self._realizable: dict[str, int] = {}
         self._lock = asyncio.Lock()
+        #: the group keys the write holding the lock names (an ``update``); None: any group
+        self._busy: frozenset[str] | None = None
+        #: (the desired state the last fast-lane write made, the one it started from): an
+        #: ``update`` that ran meanwhile still leaves the kernel clean for the lane's state
+        self._lane_parent: tuple[Desired, Desired] | None = None
+        self._lane_tasks: set[asyncio.Task[None]] = set()
         self._reading = asyncio.Lock()  # the dumps of a refresh (see _read)
         self._wake = asyncio.Event()
         self._adopted = 0
@@ -291,6 +297,102 @@ class FibProgrammer:
             groups={k: GroupSpec(dict(w), d.groups[k].resilient) for k, w in weights.items()}
         )
 
+    def weights_now(self, weights: Mapping[str, Mapping[Member, int]]) -> frozenset[str]:
+        """The fast lane of weight changes: replace these groups' weights now, in the
+        caller's callback, not after the write in flight and the next loop turn. Takes the
+        groups the kernel has with the same members (the change is one group replace each)
+        that the write holding the lock does not name; returns their keys. The others are
+        left to the caller's next :meth:`set_group_weights` or :meth:`update`. The kernel's
+        answers are folded in when they come; a refusal makes the next sync a full one."""
+        fc = self.cache
+        d = fc.desired
+        if d is None or self._req is None or (self._lock.locked() and self._busy is None):
+            return frozenset()
+        busy = self._busy if self._lock.locked() else None
+        take: dict[str, GroupSpec] = {}
+        for key, w in weights.items():
+            spec = d.groups.get(key)
+            gid = fc.ids.groups.get(key)
+            if (
+                spec is None
+                or gid is None
+                or gid not in fc.obs.groups
+                or (busy is not None and key in busy)
+                or spec.weights.keys() != w.keys()
+            ):
+                continue
+            take[key] = GroupSpec(dict(w), spec.resilient)
+        if not take:
+            return frozenset()
+        new = Desired(groups={**d.groups, **take}, routes=d.routes)
+        pl = plan(
+            new,
+            fc.obs,
+            fc.ids,
+            self._params(self._clock()),
+            groups=take.keys(),
+            known=self._realizable,
+        )
+        # anything but in-place group replaces (a member to create, a group that can no
+        # longer exist) is a structural change: the normal path plans it
+        if any(type(op) is not GroupSet or op.create for op in pl.ops) or any(
+            pl.realizable.get(k) != self._realizable.get(k) for k in take
+        ):
+            return frozenset()
+        root = self._lane_parent[1] if self._lane_parent and self._lane_parent[0] is d else d
+        self._lane_parent = (new, root)
+        if self._clean_for is d:
+            self._clean_for = new
+        fc.desired = new
+        self.stats.lane_writes += 1
+        ops = self.cache.strip_excluded(list(pl.ops))
+        if ops:
+            w16 = self._weight_bits == 16
+            msgs = ops_wire(ops, protocol=self.protocol, table=self.table, weight_16bit=w16)
+            self._writes += 1
+            fc.sending(ops)
+            try:
+                fut = self._req.send_now(msgs)
+            except OSError as e:
+                self._lane_failed([f"fast lane: {e}"])
+                return frozenset(take)
+            task = asyncio.get_running_loop().create_task(self._lane_answers(ops, fut, w16))
+            self._lane_tasks.add(task)
+            task.add_done_callback(self._lane_tasks.discard)
+        return frozenset(take)
+
+    async def _lane_answers(
+        self,
+        ops: Sequence[Op],
+        fut: asyncio.Future[list[tuple[int, NetlinkError]]],
+        w16: bool,
+    ) -> None:
+        try:
+            failed = dict(await fut)
+        except Exception as e:  # the socket failed: the kernel's state is not known
+            self._lane_failed([f"fast lane: {e!r}"])
+            return
+        errors, no_w16 = self.cache.written(ops, failed, set(), w16)
+        if no_w16:
+            self._weight_bits = 8
+        if errors:
+            self._lane_failed(errors)
+            return
+        self.cache.failed([])
+        self._kick()
+
+    def _lane_failed(self, errors: list[str]) -> None:
+        self._clean_for = None
+        self._lane_parent = None
+        self.stats.lane_errors += 1
+        self.cache.failed(errors)
+        self._kick()
+
+    def _descends(self, cur: Desired | None, base: Desired) -> bool:
+        """``cur`` is ``base`` or what fast-lane writes made of it (weights only)."""
+        lp = self._lane_parent
+        return cur is base or (lp is not None and lp[0] is cur and lp[1] is base)
+
     async def update(
         self,
         groups: Mapping[str, GroupSpec] | None = None,
@@ -304,86 +406,99 @@ class FibProgrammer:
         happens only when a group that some other route uses became (un)realizable. Routes
         move before their old group is deleted (the kernel would take a route down with its
         group). The group keys must exist in the desired state (set by :meth:`apply`)."""
+        remove_groups = frozenset(remove_groups)
         async with self._lock:
-            fc = self.cache
-            d = fc.desired
-            if d is None:
-                raise RuntimeError("apply() a desired state first")
-            add = dict(add or {})
-            gone = [pfx for pfx in remove if pfx not in add]
-            dropped = set(remove_groups)
-            new_groups = dict(d.groups)
-            new_groups.update(groups or {})
-            for key in dropped:
-                new_groups.pop(key, None)
-            routes: Mapping[IPNetwork, str] = d.routes
-            if add or gone:  # else the same mapping: a weight change plans no route
-                routes = {**d.routes, **add}
-                for pfx in gone:
-                    routes.pop(pfx, None)
-            clean = not fc.routes_dirty and d.routes is self._planned_routes
-            fc.desired = new_desired = Desired(groups=new_groups, routes=routes)
-            self.stats.applies += 1
-            if not clean:
-                return await self._sync()
-            t0 = time.perf_counter()
-            now = self._clock()
-            fc.expire_held(now)
-            only = [*add, *gone]
-            # an incremental step plans the named groups and routes alone (O(the change), not
-            # O(the table)); the groups it drops are deleted by their previous ids
-            changed = dict(groups or {})
-            before = fc.ids
-            dying = [before.groups[k] for k in dropped if k in before.groups]
-            members_known = all(
-                m in before.members for spec in changed.values() for m in spec.weights
-            )
-            if not members_known:
-                fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
-            elif dropped or not all(k in before.groups for k in changed):
-                # BGP churn: new groups of known members, old ones dropped
-                fc.ids = assign_group_ids(fc.desired, fc.obs, before, changed, self.id_ranges)
-            fc.relearn(add, now)
-            pl = plan(
-                fc.desired,
-                fc.obs,
-                fc.ids,
-                self._params(now),
-                only=only,
-                groups=changed.keys(),
-                known=self._realizable,
-                dying=dying,
-            )
-            realizable = dict(pl.realizable)
-            if realizable != self._realizable:
-                # a group that went, became (un)realizable or changed id: routes this step did
-                # not name may use it; a group new in this step has only named routes
-                was = self._realizable
-                moved = {
-                    k
-                    for k in realizable.keys() | was.keys()
-                    if realizable.get(k) != was.get(k) and (k in d.groups or k in was)
-                }
-                named = set(only)
-                if moved and any(k in moved for pfx, k in routes.items() if pfx not in named):
-                    return await self._sync()
-            self._planned_routes = routes
-            self._realizable = realizable
-            named_s = {str(pfx) for pfx in only}
-            kept = {
-                k: v
-                for k, v in fc.notes.items()
-                if k not in changed and k not in dropped and k not in named_s
+            self._busy = frozenset(groups or ()) | remove_groups
+            try:
+                return await self._update(groups, remove_groups, add, remove)
+            finally:
+                self._busy = None
+
+    async def _update(
+        self,
+        groups: Mapping[str, GroupSpec] | None,
+        remove_groups: Iterable[str],
+        add: Mapping[IPNetwork, str] | None,
+        remove: Iterable[IPNetwork],
+    ) -> ApplyResult:
+        """The body of :meth:`update`, under its lock."""
+        fc = self.cache
+        d = fc.desired
+        if d is None:
+            raise RuntimeError("apply() a desired state first")
+        add = dict(add or {})
+        gone = [pfx for pfx in remove if pfx not in add]
+        dropped = set(remove_groups)
+        new_groups = dict(d.groups)
+        new_groups.update(groups or {})
+        for key in dropped:
+            new_groups.pop(key, None)
+        routes: Mapping[IPNetwork, str] = d.routes
+        if add or gone:  # else the same mapping: a weight change plans no route
+            routes = {**d.routes, **add}
+            for pfx in gone:
+                routes.pop(pfx, None)
+        clean = not fc.routes_dirty and d.routes is self._planned_routes
+        fc.desired = new_desired = Desired(groups=new_groups, routes=routes)
+        self.stats.applies += 1
+        if not clean:
+            return await self._sync_all()
+        t0 = time.perf_counter()
+        now = self._clock()
+        fc.expire_held(now)
+        only = [*add, *gone]
+        # an incremental step plans the named groups and routes alone (O(the change), not
+        # O(the table)); the groups it drops are deleted by their previous ids
+        changed = dict(groups or {})
+        before = fc.ids
+        dying = [before.groups[k] for k in dropped if k in before.groups]
+        members_known = all(m in before.members for spec in changed.values() for m in spec.weights)
+        if not members_known:
+            fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
+        elif dropped or not all(k in before.groups for k in changed):
+            # BGP churn: new groups of known members, old ones dropped
+            fc.ids = assign_group_ids(fc.desired, fc.obs, before, changed, self.id_ranges)
+        fc.relearn(add, now)
+        pl = plan(
+            fc.desired,
+            fc.obs,
+            fc.ids,
+            self._params(now),
+            only=only,
+            groups=changed.keys(),
+            known=self._realizable,
+            dying=dying,
+        )
+        realizable = dict(pl.realizable)
+        if realizable != self._realizable:
+            # a group that went, became (un)realizable or changed id: routes this step did
+            # not name may use it; a group new in this step has only named routes
+            was = self._realizable
+            moved = {
+                k
+                for k in realizable.keys() | was.keys()
+                if realizable.get(k) != was.get(k) and (k in d.groups or k in was)
             }
-            fc.count_foreign(pl.notes)
-            fc.notes = {**kept, **pl.notes}
-            was_clean = self._clean_for is d
-            self._clean_for = None
-            errors = await self._execute(list(pl.ops))
-            # the step planned only what it changed: the rest is as clean as it was
-            if was_clean and not errors and fc.desired is new_desired:
-                self._clean_for = new_desired
-            return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
+            named = set(only)
+            if moved and any(k in moved for pfx, k in routes.items() if pfx not in named):
+                return await self._sync_all()
+        self._planned_routes = routes
+        self._realizable = realizable
+        named_s = {str(pfx) for pfx in only}
+        kept = {
+            k: v
+            for k, v in fc.notes.items()
+            if k not in changed and k not in dropped and k not in named_s
+        }
+        fc.count_foreign(pl.notes)
+        fc.notes = {**kept, **pl.notes}
+        was_clean = self._clean_for is d
+        self._clean_for = None
+        errors = await self._execute(list(pl.ops))
+        # the step planned only what it changed: the rest is as clean as it was
+        if was_clean and not errors and self._descends(fc.desired, new_desired):
+            self._clean_for = fc.desired
+        return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
 
     async def reconcile(self, full: bool = True) -> ApplyResult:
         """Re-read the kernel and repair (what the periodic task does); ``full`` also audits
@@ -509,6 +624,11 @@ class FibProgrammer:
                 except Exception:  # a consumer's bug must not break the FIB
                     log.exception("fib_failover_map_callback_failed")
 
+    async def _sync_all(self) -> ApplyResult:
+        """:meth:`_sync` from within :meth:`update`: it may write any group."""
+        self._busy = None
+        return await self._sync()
+
     async def _sync(self) -> ApplyResult:
         """Plan against the cached kernel view and apply. Caller holds the lock.
 
@@ -550,7 +670,7 @@ class FibProgrammer:
         self._realizable = dict(pl.realizable)
         self._clean_for = None
         errors = await self._execute(list(pl.ops))
-        self._clean_for = d if not errors and fc.desired is d else None
+        self._clean_for = fc.desired if not errors and self._descends(fc.desired, d) else None
         self._clean_links = links
         return ApplyResult(len(pl.ops), tuple(errors), time.perf_counter() - t0)
 

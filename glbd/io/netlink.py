@@ -294,52 +294,95 @@ class NetlinkSocket:
         A message may be given already encoded (bytes; its seq and NLM_F_REQUEST/NLM_F_ACK
         are patched in), which is the fast path for bulk route writes."""
         errors: list[tuple[int, NetlinkError]] = []
-        inflight: list[tuple[_Batch, int]] = []  # (batch, first index)
+        inflight: list[_Batch] = []
         seq_to_index: dict[int, int] = {}
         i = 0
         n = len(msgs)
         while i < n or inflight:
             while i < n and len(inflight) < window:
-                chunk: list[bytes] = []
-                seqs: list[int] = []
-                size = 0
-                first = i
-                while i < n and size < max_bytes:
-                    seq = self._next_seq()
-                    seqs.append(seq)
-                    seq_to_index[seq] = i
-                    m = msgs[i]
-                    b = m if isinstance(m, bytes) else m.encode()
-                    chunk.append(b)
-                    size += len(b)
-                    i += 1
-                # seq and NLM_F_REQUEST patched in place in the datagram; only its last
-                # message asks for an ACK
-                buf = bytearray(b"".join(chunk))
-                off = 0
-                for b, seq in zip(chunk, seqs, strict=True):
-                    flags = _FLAGS.unpack_from(buf, off + 6)[0] | c.NLM_F_REQUEST
-                    _FLAGS_SEQ.pack_into(buf, off + 6, flags, seq)
-                    off += len(b)
-                last = off - len(chunk[-1]) + 6
-                _FLAGS.pack_into(buf, last, _FLAGS.unpack_from(buf, last)[0] | c.NLM_F_ACK)
-                bt = _Batch(self._loop.create_future(), seqs[-1])
-                for s in seqs:
-                    self._pending[s] = bt
-                try:
-                    self._send(bytes(buf))
-                except OSError:
-                    for s in seqs:
-                        self._pending.pop(s, None)
-                    raise
-                inflight.append((bt, first))
-                bt.fut.add_done_callback(functools.partial(self._drop_seqs, seqs))
-            bt, _first = inflight.pop(0)
+                bt, i = self._send_chunk(msgs, i, max_bytes, seq_to_index)
+                inflight.append(bt)
+            bt = inflight.pop(0)
             await bt.fut
             for s, e in bt.errors.items():
                 errors.append((seq_to_index[s], e))
         errors.sort(key=lambda t: t[0])
         return errors
+
+    def send_now(
+        self, msgs: Sequence[Message | bytes], *, max_bytes: int = _BATCH_BYTES
+    ) -> asyncio.Future[list[tuple[int, NetlinkError]]]:
+        """:meth:`batch` for a few requests that must reach the kernel within the caller's
+        callback, not at the next loop turn: every datagram is sent before this returns (no
+        window). The future resolves to what :meth:`batch` would return (or its error)."""
+        seq_to_index: dict[int, int] = {}
+        bts: list[_Batch] = []
+        i = 0
+        while i < len(msgs):
+            bt, i = self._send_chunk(msgs, i, max_bytes, seq_to_index)
+            bts.append(bt)
+        out: asyncio.Future[list[tuple[int, NetlinkError]]] = self._loop.create_future()
+        left = [len(bts)]
+
+        def one_done(_f: object) -> None:
+            left[0] -= 1
+            if left[0] or out.done():
+                return
+            failed = next((b.fut.exception() for b in bts if b.fut.exception()), None)
+            if failed is not None:
+                out.set_exception(failed)
+                return
+            errs = [(seq_to_index[s], e) for b in bts for s, e in b.errors.items()]
+            out.set_result(sorted(errs, key=lambda t: t[0]))
+
+        for bt in bts:
+            bt.fut.add_done_callback(one_done)
+        if not bts:
+            out.set_result([])
+        return out
+
+    def _send_chunk(
+        self,
+        msgs: Sequence[Message | bytes],
+        i: int,
+        max_bytes: int,
+        seq_to_index: dict[int, int],
+    ) -> tuple[_Batch, int]:
+        """Send one datagram of requests from ``msgs[i]`` on; the batch and the next index."""
+        n = len(msgs)
+        chunk: list[bytes] = []
+        seqs: list[int] = []
+        size = 0
+        while i < n and size < max_bytes:
+            seq = self._next_seq()
+            seqs.append(seq)
+            seq_to_index[seq] = i
+            m = msgs[i]
+            b = m if isinstance(m, bytes) else m.encode()
+            chunk.append(b)
+            size += len(b)
+            i += 1
+        # seq and NLM_F_REQUEST patched in place in the datagram; only its last message asks
+        # for an ACK
+        buf = bytearray(b"".join(chunk))
+        off = 0
+        for b, seq in zip(chunk, seqs, strict=True):
+            flags = _FLAGS.unpack_from(buf, off + 6)[0] | c.NLM_F_REQUEST
+            _FLAGS_SEQ.pack_into(buf, off + 6, flags, seq)
+            off += len(b)
+        last = off - len(chunk[-1]) + 6
+        _FLAGS.pack_into(buf, last, _FLAGS.unpack_from(buf, last)[0] | c.NLM_F_ACK)
+        bt = _Batch(self._loop.create_future(), seqs[-1])
+        for s in seqs:
+            self._pending[s] = bt
+        try:
+            self._send(bytes(buf))
+        except OSError:
+            for s in seqs:
+                self._pending.pop(s, None)
+            raise
+        bt.fut.add_done_callback(functools.partial(self._drop_seqs, seqs))
+        return bt, i
 
     def _drop_seqs(self, seqs: list[int], _fut: object) -> None:
         for s in seqs:

@@ -83,14 +83,20 @@ class ModelFib:
 class Rig:
     """The node's part of the loop: routes table changes in, runs the planned steps."""
 
-    def __init__(self, incremental: bool = True, hold_s: float = 0.0) -> None:
+    def __init__(self, incremental: bool = True, hold_s: float = 0.0, lane: bool = False) -> None:
         self.sync = FibSync(hold_s, incremental_profiles=incremental)
+        self.lane = lane  # weights-only changes go out at once (``Node._table_changed``)
         self.fib = ModelFib()
         self.table = PathTable()
         self.now = 0.0
         self.steps: list[Step] = []
 
     def changed(self, ch: Changes) -> bool:
+        specs = self.sync.fast_weights(self.table, ch, None, self.now) if self.lane else None
+        if specs:
+            for key, spec in specs.items():
+                self.fib.set_weights(key, spec.weights)
+            ch = Changes(ch.updated - specs.keys(), ch.removed, ch.prefixes)
         self.sync.add(ch)
         return self.sync.request(self.now)
 
@@ -143,8 +149,8 @@ def sync(rig: Rig) -> None:
     rig.run()
 
 
-def play(ops: list[tuple[str, str, Any]], incremental: bool) -> None:
-    rig = Rig(incremental)
+def play(ops: list[tuple[str, str, Any]], incremental: bool, lane: bool = False) -> None:
+    rig = Rig(incremental, lane=lane)
     rig.sync.bgp_up(rig.now)  # no hold-down here
     table, fib = rig.table, rig.fib
     for ifname in ("spine1", "spine2"):
@@ -167,15 +173,40 @@ def play(ops: list[tuple[str, str, Any]], incremental: bool) -> None:
     assert canon(fib.desired) == canon(rig.desired()), fib.calls
 
 
+@pytest.mark.parametrize("lane", [False, True], ids=["steps", "lane"])
 @pytest.mark.parametrize("incremental", [True, False], ids=["update", "apply"])
 @settings(max_examples=300, deadline=None)
 @given(ops=hs.lists(_op, max_size=25))
 def test_incremental_sync_equals_a_full_sync(
-    incremental: bool, ops: list[tuple[str, str, Any]]
+    incremental: bool, lane: bool, ops: list[tuple[str, str, Any]]
 ) -> None:
     """``incremental``: new/removed profiles as ``update`` steps (the path switched off by
-    default) or as full applies."""
-    play(ops, incremental)
+    default) or as full applies; ``lane``: weights-only changes of groups the FIB has are
+    written at once, the rest by the steps."""
+    play(ops, incremental, lane)
+
+
+def test_the_fast_lane_takes_new_weights_of_groups_the_fib_has_only() -> None:
+    rig = Rig(hold_s=5.0)
+    rig.sync.bgp_up(0.0)
+    t = rig.table
+    rig.changed(t.set_local("spine1", LocalLink(7)))
+    rig.changed(t.set_local("spine2", LocalLink(7)))
+    ch = t.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[1]: None})
+    assert rig.sync.fast_weights(t, ch, None, 1.0) is None  # a new profile, in the hold-down
+    rig.changed(ch)
+    rig.now = 5.0
+    rig.sync.on_timer(rig.now)
+    rig.run()
+    (key,) = rig.fib.desired.groups  # type: ignore[union-attr]
+    weights = t.set_local("spine2", LocalLink(3))
+    specs = rig.sync.fast_weights(t, weights, None, 5.0)
+    assert specs is not None and set(specs) == {key}
+    assert specs[key].weights == {m: v for m, v in rig.desired().groups[key].weights.items()}
+    moved = t.set_prefix(PREFIXES[1], {NHS[0]: None, NHS[1]: None})  # an existing profile
+    assert rig.sync.fast_weights(t, moved | weights, None, 5.0) is None  # a route moves
+    rig.sync.failed()
+    assert rig.sync.fast_weights(t, weights, None, 5.0) is None  # a full sync is due
 
 
 def test_profile_back_from_no_usable_member_gets_its_routes() -> None:

@@ -536,3 +536,35 @@ async def _reconcile_cases(rig: Rig, fib: FibProgrammer) -> None:
     assert group_weights(rig, nhid) == {"198.18.10.2": 3, "198.18.10.6": 1}
     assert (await fib.reconcile(full=False)).ops == 0
     assert fib.stats.reconciles_unchanged == unchanged + 2
+
+
+async def test_new_weights_go_out_on_the_fast_lane_beside_a_step_in_flight(
+    rig: Rig, fib: FibProgrammer
+) -> None:
+    """A BGP step is waiting for the kernel's answers when a heartbeat changes another
+    group's weights: the lane writes that group before the call returns, without waiting for
+    the step. The group the step names, a change of members and a group the kernel does not
+    have are not taken. In the end the cache agrees with the kernel."""
+    m1, m2, m3 = member(1), member(2), member(3)
+    await fib.apply(
+        Desired(
+            groups={"a": GroupSpec({m1: 1, m2: 1}), "c": GroupSpec({m2: 1, m3: 1})},
+            routes={PFX_A: "a", PFX_B: "c"},
+        )
+    )
+    gid_c = route_nhid(rig, "198.51.100.0/24")
+    assert gid_c is not None
+    await fib.reconcile(full=True)  # settled: the step below is incremental
+    step = asyncio.get_running_loop().create_task(
+        fib.update(groups={"a": GroupSpec({m1: 4, m2: 1})})
+    )
+    await asyncio.sleep(0)  # one turn: the step has sent its write and waits for the answer
+    taken = fib.weights_now({"a": {m1: 1, m2: 9}, "c": {m2: 5, m3: 1}, "x": {m1: 1}, "c2": {m3: 1}})
+    assert not step.done()
+    assert taken == {"c"}
+    assert group_weights(rig, gid_c) == {"198.18.10.6": 5, "198.18.10.10": 1}
+    assert fib.weights_now({"c": {m2: 1}}) == set()  # m3 leaves: a structural change
+    await step
+    await eventually(lambda: fib.snapshot()["counters"]["lane_writes"] == 1)
+    assert (await fib.reconcile(full=True)).ops == 0
+    assert fib.snapshot()["counters"]["lane_errors"] == 0
