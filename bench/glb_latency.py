@@ -586,7 +586,10 @@ class Bench:
                     time.sleep(0.1)  # let the log catch up
                     lat = self.pair(t_sw, t_nh, None, s, wire_s, log_s)
                     if self.verbose and lat is not None:
-                        print(f"  {'on ' if on else 'off'} nh +{lat:.1f} ms", flush=True)
+                        print(
+                            f"  {'on ' if on else 'off'} nh +{lat:.1f} ms at {t_nh:.4f}",
+                            flush=True,
+                        )
                 time.sleep(self.args.hold)
                 if on:
                     on = False

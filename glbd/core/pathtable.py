@@ -365,13 +365,28 @@ class _Profile:
         return w
 
 
-def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
-    parts = []
-    for nh in sorted(nhs, key=lambda n: (n.bgp_id, n.address, n.ifname or "")):
-        nnh = nhs[nh]
+#: (next hop, NNH set) -> (its sort key, its part of the canonical form): BGP churn makes a new
+#: profile of mostly the same next hops at each step; cleared when full (a bound)
+_PARTS: dict[tuple[NextHop, frozenset[int] | None], tuple[tuple[int, str, str], str]] = {}
+PARTS_CACHE_SIZE = 1 << 14
+
+
+def _part(nh: NextHop, nnh: frozenset[int] | None) -> tuple[tuple[int, str, str], str]:
+    got = _PARTS.get((nh, nnh))
+    if got is None:
+        if len(_PARTS) >= PARTS_CACHE_SIZE:
+            _PARTS.clear()
         s = "-" if nnh is None else ",".join(f"{i:08x}" for i in sorted(nnh))
-        parts.append(f"{nh.bgp_id:08x}/{nh.address}/{nh.ifname or ''}>{s}")
-    return ";".join(parts)
+        got = _PARTS[(nh, nnh)] = (
+            (nh.bgp_id, nh.address, nh.ifname or ""),
+            f"{nh.bgp_id:08x}/{nh.address}/{nh.ifname or ''}>{s}",
+        )
+    return got
+
+
+def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:
+    """Next hops sorted by (BGP id, address, interface), each with its sorted NNH ids."""
+    return ";".join([p for _k, p in sorted([_part(nh, nnh) for nh, nnh in nhs.items()])])
 
 
 def profile_key(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:

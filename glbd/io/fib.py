@@ -7,6 +7,7 @@ Life cycle::
     await fib.apply(Desired(groups=..., routes=...))   # plan + apply (idempotent)
     await fib.update(groups=..., add=..., remove=...)  # one incremental step (BGP, profiles)
     await fib.set_weights("prof-a", weights)             # one group's weights: an update
+    fib.weights_now({"prof-a": weights})   # the fast lane: sent before it returns
     await fib.remove_nexthop("198.18.10.2")            # fast failover, one message per group
     await fib.restore_nexthop("198.18.10.2")           # let it back in (next reconcile)
     fib.on_failover_map = arm                  # nexthop ids per (gateway, ifname), on change

@@ -272,3 +272,31 @@ def test_vector_file_pins_bytes_and_json_keys() -> None:
         assert msg.encode() == data
         if row["secret"] is not None:
             assert wire.verify(data, HmacKey(row["json"]["auth"]["key_id"], row["secret"].encode()))
+
+
+_entry = st.builds(
+    Entry,
+    st.integers(0, 3),
+    st.integers(0, 2),
+    st.sampled_from([10, 100]),
+    st.integers(0, 7),
+    st.sampled_from([0, wire.ENTRY_FLAG_DOWN]),
+    st.integers(0, 10_000),
+    st.integers(0, 1 << 20),
+)
+
+
+@given(st.lists(_entry, max_size=6), st.lists(_entry, max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_entry_keys_are_equal_when_what_weights_use_is_equal(
+    a: list[Entry], b: list[Entry]
+) -> None:
+    """``Entries.key``: ids, capacity, band and flags in order; the load and queue figures,
+    which change with every heartbeat, are left out."""
+
+    def used(es: list[Entry]) -> list[tuple[int, ...]]:
+        return [(e.far_end_id, e.link_id, e.capacity_mbps, e.band, e.flags) for e in es]
+
+    assert (wire.Entries(a).key() == wire.Entries(b).key()) == (used(a) == used(b))
+    calm = [e._replace(load_bp=0, queue_bytes=0) for e in a]
+    assert wire.Entries(calm).key() == wire.Entries(a).key()

@@ -398,3 +398,16 @@ def test_memory_is_deterministic_bounded_and_forgets_when_idle(
             set_l2(t, s, 7)
         assert w(t, "p2") == [255] * 4
     assert runs[0] == runs[1]
+
+
+def test_profile_keys_stay_the_same_across_versions() -> None:
+    """The key names the kernel group (its id is probed from it and re-found after a
+    restart): a golden vector, so that a faster way of computing it cannot change it."""
+    nhs = {
+        NextHop(0x0A000001, "10.0.0.10", "eth2"): frozenset({0x0A010002, 0x0A010001}),
+        NextHop(0x0A000001, "10.0.0.1", "eth1"): frozenset({0x0A010001}),
+        NextHop(0x0A000002, "fe80::1", "eth3"): None,
+        NextHop(0, "192.0.2.1", None): None,
+    }
+    assert profile_key(nhs) == "pf-1c92efa5cbd90587"
+    assert profile_key(nhs) == profile_key(dict(reversed(list(nhs.items()))))
