@@ -61,9 +61,10 @@ Weight of next hop *n* in a profile (documented functions; see docs/heartbeat.md
    weight 1 (``guard`` in inputs).
 
 Incremental: an index from interface and from (helper, NNH) to profiles means one changed link
-recomputes only the profiles that depend on it; each call returns the profiles whose weights
-changed, the profiles removed and the prefixes whose profile changed, and keeps no copy: the caller
-routes them once.
+recomputes only the profiles that depend on it, and a heartbeat rebuilds only its helper's rows
+in them (the others keep their cached rows while the local inputs are unchanged). Each call
+returns the profiles whose weights changed, the profiles removed and the prefixes whose profile
+changed, and keeps no copy: the caller routes them once.
 
 Size: one module over 600 lines on purpose: the profiles, their index and the weight function
 share private state that a split would have to expose. ``_compute`` is one function over 80
