@@ -431,9 +431,14 @@ def _plan_groups(
         if not weights:
             notes[key] = "no_usable_member"
             continue
-        entries = tuple(sorted((ids.members[m], w) for m, w in weights.items()))
-        for m in weights:
-            needed_members[ids.members[m]] = m
+        mids = ids.members
+        ent: list[tuple[int, int]] = []
+        for m, w in weights.items():  # one lookup of each member (hashing one is a call)
+            i = mids[m]
+            ent.append((i, w))
+            needed_members[i] = m
+        ent.sort()
+        entries = tuple(ent)
         realizable[key] = gid
         kg = observed.groups.get(gid)
         if kg is None:

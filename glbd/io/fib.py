@@ -256,6 +256,8 @@ class FibProgrammer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._lane_tasks:  # the fast lane's answers (they come at once from the kernel)
+            await asyncio.gather(*self._lane_tasks, return_exceptions=True)
         try:
             if not keep and self._req is not None:
                 async with self._lock:
