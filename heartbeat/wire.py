@@ -92,8 +92,8 @@ AUTH_TRAILER_LEN = 1 + DIGEST_LEN
 MAX_ENTRIES = 0xFFFF
 _BAND_OFF = 12
 _FLAGS_OFF = 13
-#: entry count -> the struct that reads the weight-relevant octets of that many entries
-_KEY_STRUCTS: dict[int, struct.Struct] = {}
+#: an entry's weight-relevant octets (up to the flags), the load and queue figures skipped
+_KEY = struct.Struct(f"{_FLAGS_OFF + 1}s{ENTRY_LEN - _FLAGS_OFF - 1}x")
 _OK_ENTRY_FLAGS = bytes((0, ENTRY_FLAG_DOWN))
 
 SERIAL_BITS = 32
@@ -225,18 +225,9 @@ class Entries(Sequence[Entry]):
 
     def key(self) -> bytes:
         """The octets that matter for weights (ids, capacity, band, down flag) of every entry,
-        without the raw load/queue figures: equal keys mean equal weights. One C call per
-        message (a struct of the entries with the other octets skipped): the receiver takes
-        it for every heartbeat."""
-        n = self._n
-        st = _KEY_STRUCTS.get(n)
-        if st is None:
-            if len(_KEY_STRUCTS) >= 64:  # counts a sender can vary: bounded
-                _KEY_STRUCTS.clear()
-            st = _KEY_STRUCTS[n] = struct.Struct(
-                f"{_FLAGS_OFF + 1}s{ENTRY_LEN - _FLAGS_OFF - 1}x" * n
-            )
-        return b"".join(st.unpack(self.raw))
+        without the raw load/queue figures: equal keys mean equal weights. The receiver takes
+        it for every heartbeat: one fixed struct over the entries, nothing built per count."""
+        return b"".join([k for (k,) in _KEY.iter_unpack(self.raw)])
 
     def max_queue_delay_us(self) -> float:
         """The longest time any of these links needs to drain its reported backlog: the

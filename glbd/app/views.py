@@ -626,12 +626,11 @@ class Latencies:
     def synced(self, took: float, since: float | None, now: float) -> None:
         """A FIB sync step took ``took`` seconds; ``since``: the first heartbeat it carries."""
         self.fib_sync.observe(took)
-        if since is not None:
-            self.heartbeat_to_fib.observe(max(0.0, now - since))
+        self.sent_now(since, now)
 
     def sent_now(self, since: float | None, now: float) -> None:
-        """Weights went out on the fast lane (no sync step); ``since``: the first heartbeat
-        they carry."""
+        """Weights reached the kernel (a sync step, or the fast lane with no step);
+        ``since``: the first heartbeat they carry."""
         if since is not None:
             self.heartbeat_to_fib.observe(max(0.0, now - since))
 

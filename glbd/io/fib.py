@@ -347,9 +347,9 @@ class FibProgrammer:
         if self._clean_for is d:
             self._clean_for = new
         fc.desired = new
-        self.stats.lane_writes += 1
         ops = self.cache.strip_excluded(list(pl.ops))
         if ops:
+            self.stats.lane_writes += 1
             w16 = self._weight_bits == 16
             msgs = ops_wire(ops, protocol=self.protocol, table=self.table, weight_16bit=w16)
             self._writes += 1

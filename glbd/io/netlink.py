@@ -322,23 +322,19 @@ class NetlinkSocket:
             bt, i = self._send_chunk(msgs, i, max_bytes, seq_to_index)
             bts.append(bt)
         out: asyncio.Future[list[tuple[int, NetlinkError]]] = self._loop.create_future()
-        left = [len(bts)]
 
-        def one_done(_f: object) -> None:
-            left[0] -= 1
-            if left[0] or out.done():
+        def answered(g: asyncio.Future[list[None]]) -> None:
+            if out.done():
                 return
-            failed = next((b.fut.exception() for b in bts if b.fut.exception()), None)
-            if failed is not None:
-                out.set_exception(failed)
-                return
-            errs = [(seq_to_index[s], e) for b in bts for s, e in b.errors.items()]
-            out.set_result(sorted(errs, key=lambda t: t[0]))
+            if g.cancelled():
+                out.cancel()
+            elif (err := g.exception()) is not None:
+                out.set_exception(err)
+            else:
+                errs = [(seq_to_index[s], e) for b in bts for s, e in b.errors.items()]
+                out.set_result(sorted(errs, key=lambda t: t[0]))
 
-        for bt in bts:
-            bt.fut.add_done_callback(one_done)
-        if not bts:
-            out.set_result([])
+        asyncio.gather(*(b.fut for b in bts)).add_done_callback(answered)
         return out
 
     def _send_chunk(
