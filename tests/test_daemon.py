@@ -141,6 +141,24 @@ async def test_gc_pauses_are_measured_while_running(tmp_path: Path) -> None:
     assert gc.get_threshold() == before
 
 
+async def test_what_exists_once_started_is_frozen_out_of_the_collectors_passes(
+    tmp_path: Path,
+) -> None:
+    f = _write_cfg(tmp_path)
+    d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
+    assert gc.get_freeze_count() == 0
+    await d.start()
+    try:
+        frozen = d.status()["gc"]["frozen"]
+        # the modules and the parts built at start: a pass no longer walks them
+        assert frozen > 10_000 and gc.get_freeze_count() > 10_000
+        assert gc.get_count()[1:] == (0, 0)  # the imports' generation counts are gone
+    finally:
+        await d.stop()
+    assert gc.get_freeze_count() == 0  # given back to an embedding process
+    assert d.status()["gc"]["frozen"] == 0
+
+
 def policy() -> int:
     return os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
 
