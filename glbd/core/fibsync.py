@@ -89,6 +89,8 @@ class FibSync:
         # profile keys the last full sync left out (no member it could program), routes too
         self._left_out: set[str] = set()
         self._changes = ChangeSet()
+        #: profile key -> (its next hops, their members): see _group_spec
+        self._rows: dict[str, tuple[object, list[Member | None]]] = {}
 
     # ---- inputs -----------------------------------------------------------------------------
 
@@ -96,6 +98,8 @@ class FibSync:
         """Path-table changes the next sync has to bring over."""
         if changes:
             self._changes.add(changes)
+            for key in changes.removed:
+                self._rows.pop(key, None)
 
     def pending(self) -> Changes:
         """What the next sync would bring over (a copy)."""
@@ -158,7 +162,7 @@ class FibSync:
         specs: dict[str, GroupSpec] = {}
         self._left_out -= ch.removed
         for key in sorted(ch.updated):
-            spec = _group_spec(table, key, res)
+            spec = _group_spec(table, key, res, self._rows)
             # nothing usable left, or usable again after a full sync left the profile out
             # together with its routes (those prefixes did not move, so ch.prefixes does not
             # name them): let the full path decide
@@ -215,7 +219,7 @@ class FibSync:
             return None
         specs: dict[str, GroupSpec] = {}
         for key in changes.updated:
-            spec = _group_spec(table, key, resilient)
+            spec = _group_spec(table, key, resilient, self._rows)
             if spec is None:
                 return None
             specs[key] = spec
@@ -237,7 +241,7 @@ class FibSync:
         routes of those profiles."""
         groups = {}
         for key in table.profiles():
-            spec = _group_spec(table, key, resilient)
+            spec = _group_spec(table, key, resilient, self._rows)
             if spec is not None:
                 groups[key] = spec
         prefixes = table.prefixes()
@@ -261,10 +265,31 @@ def _member(address: str, ifname: str) -> Member:
     return m
 
 
-def _group_spec(table: PathTable, key: str, res: Resilient | None) -> GroupSpec | None:
+ROWS_CACHE_SIZE = 1 << 16
+
+
+def _group_spec(
+    table: PathTable,
+    key: str,
+    res: Resilient | None,
+    rows: dict[str, tuple[object, list[Member | None]]],
+) -> GroupSpec | None:
+    """The group of profile ``key``: its next hops with a weight above 0, as members. A
+    profile's next hops never change, so their members are looked up once per profile and
+    kept in ``rows`` (a weight change then maps values onto them; bounded by the profiles)."""
+    got = table.weight_values(key)
+    if got is None:
+        return None
+    items, vals = got
+    hit = rows.get(key)
+    if hit is not None and hit[0] is items:
+        members = hit[1]
+    else:
+        if len(rows) >= ROWS_CACHE_SIZE:
+            rows.clear()  # a bound; removed profiles leave at ``add``
+        members = [_member(nh.address, nh.ifname) if nh.ifname else None for nh, _ in items]
+        rows[key] = (items, members)
     weights: dict[Member, int] = {
-        _member(nh.address, nh.ifname): v
-        for nh, v in table.weight_values(key)
-        if v > 0 and nh.ifname
+        m: v for m, v in zip(members, vals, strict=True) if v > 0 and m is not None
     }
     return GroupSpec(weights=weights, resilient=res) if weights else None

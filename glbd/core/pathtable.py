@@ -79,7 +79,7 @@ import ipaddress
 import itertools
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -607,14 +607,14 @@ class PathTable:
         prof = self._profiles.get(key)
         return {} if prof is None else dict(prof.weights)
 
-    def weight_values(self, key: str) -> list[tuple[NextHop, int]]:
-        """(next hop, weight value) of a profile: what the FIB needs, without the inputs."""
+    def weight_values(
+        self, key: str
+    ) -> tuple[Sequence[tuple[NextHop, tuple[int, ...] | None]], Sequence[int]] | None:
+        """A profile's next hops (each with its sorted NNH ids) and their weight values, in
+        the same order: what the FIB needs, without the inputs. Read-only. The next hops are
+        one sequence object for the profile's life, so a caller may key a cache on it."""
         prof = self._profiles.get(key)
-        return (
-            []
-            if prof is None
-            else [(nh, v) for (nh, _), v in zip(prof.items, prof.vals, strict=True)]
-        )
+        return None if prof is None else (prof.items, prof.vals)
 
     def next_hops(self, key: str) -> Mapping[NextHop, frozenset[int] | None]:
         prof = self._profiles.get(key)

@@ -9,6 +9,7 @@ or a config change run on a clock passed in."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -352,3 +353,30 @@ def test_members_are_built_once_and_hash_like_equal_ones() -> None:
     for m in spec.weights:
         fresh = Member(m.gateway, m.ifname, m.onlink)
         assert fresh == m and hash(fresh) == hash(m) and fresh is not m
+
+
+def _expected(table: PathTable, key: str) -> dict[Member, int]:
+    """A profile's group from the table's own view, next hop by next hop."""
+    return {
+        Member(ipaddress.ip_address(nh.address), nh.ifname): w.value
+        for nh, w in table.weights(key).items()
+        if w.value > 0 and nh.ifname
+    }
+
+
+def test_a_profile_made_again_maps_its_weights_onto_its_own_next_hops() -> None:
+    """The sync keeps each profile's members in the profile's row order. A profile removed and
+    made again under the same key may list its next hops in another order: each weight must
+    still go to its own next hop."""
+    rig = Rig()
+    t = rig.table
+    rig.changed(t.set_local("spine1", LocalLink(7)))
+    rig.changed(t.set_local("spine2", LocalLink(2)))
+    t.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[1]: None})
+    (key,) = t.profiles()
+    first = rig.desired().groups[key].weights
+    assert first == _expected(t, key) and len(set(first.values())) == 2
+    t.remove_prefix(PREFIXES[0])  # (not told to the sync: the rows alone must tell)
+    t.set_prefix(PREFIXES[0], {NHS[1]: None, NHS[0]: None})  # same key, rows the other way
+    assert t.profiles() == [key]
+    assert rig.desired().groups[key].weights == _expected(t, key) == first
