@@ -69,7 +69,7 @@ ENCODERS: dict[type, Encoder] = {
     NhSet: lambda op, proto, _t, _w: fibmsg.nexthop_set(
         op.id, op.member.gateway, op.ifindex, op.member.onlink, protocol=proto, replace=op.replace
     ),
-    GroupSet: lambda op, proto, _t, w16: fibmsg.group_set(
+    GroupSet: lambda op, proto, _t, w16: fibmsg.group_set_wire(
         op.id,
         op.entries,
         protocol=proto,

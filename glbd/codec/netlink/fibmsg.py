@@ -28,6 +28,7 @@ __all__ = [
     "encode_group",
     "failover_wire",
     "group_set",
+    "group_set_wire",
     "nexthop_del",
     "nexthop_set",
     "parse_group_entries",
@@ -57,13 +58,27 @@ def _family(addr: IPAddress) -> int:
 def encode_group(entries: Iterable[tuple[int, int]], weight_16bit: bool) -> bytes:
     """NHA_GROUP payload of ``(member id, weight)`` pairs; the wire carries weight - 1 (16 bits
     with weight_high on kernels >= 6.12, else 8)."""
-    out = bytearray()
+    top = 0xFFFE if weight_16bit else 0xFF
+    flat: list[int] = []
     for nhid, w in entries:
         wire = w - 1
-        if wire < 0 or wire > (0xFFFE if weight_16bit else 0xFF):
+        if wire < 0 or wire > top:
             raise ValueError(f"weight {w} out of range")
-        out += _GRP.pack(nhid, wire & 0xFF, wire >> 8, 0)
-    return bytes(out)
+        flat += (nhid, wire & 0xFF, wire >> 8, 0)
+    return _grp_struct(len(flat) >> 2).pack(*flat)
+
+
+#: struct nexthop_grp x n, per n (a group write packs its members in one call)
+_GRP_N: dict[int, struct.Struct] = {}
+
+
+def _grp_struct(n: int) -> struct.Struct:
+    st = _GRP_N.get(n)
+    if st is None:
+        if len(_GRP_N) >= 256:
+            _GRP_N.clear()  # a bound: group sizes seen
+        st = _GRP_N[n] = struct.Struct("=" + "IBBH" * n)
+    return st
 
 
 def parse_group_entries(data: bytes) -> tuple[tuple[int, int], ...]:
@@ -126,6 +141,52 @@ def group_set(
         )
     flags = CREATE_FLAGS if create else REPLACE_FLAGS
     return Message(c.RTM_NEWNEXTHOP, flags, header=NhMsg(0, 0, protocol, 0), attrs=tuple(attrs))
+
+
+#: nlmsghdr + nhmsg + NHA_ID + the NHA_GROUP attribute's header: a plain group write in one pack
+_GRP_HDR = struct.Struct("=IHHIIBBBxIHHIHH")
+
+
+def group_set_wire(
+    gid: int,
+    entries: Iterable[tuple[int, int]],
+    *,
+    protocol: int,
+    create: bool,
+    weight_16bit: bool,
+    resilient: tuple[int, int, int] | None = None,
+) -> bytes:
+    """:func:`group_set`, encoded: the same bytes, without building attribute objects for the
+    common write (weights of a hash-threshold group, several per heartbeat that moves them)."""
+    if resilient is not None:
+        return group_set(
+            gid,
+            entries,
+            protocol=protocol,
+            create=create,
+            weight_16bit=weight_16bit,
+            resilient=resilient,
+        ).encode()
+    grp = encode_group(entries, weight_16bit)
+    return (
+        _GRP_HDR.pack(
+            _GRP_HDR.size + len(grp),
+            c.RTM_NEWNEXTHOP,
+            CREATE_FLAGS if create else REPLACE_FLAGS,
+            0,
+            0,
+            0,
+            0,
+            protocol,
+            0,
+            8,
+            c.NHA_ID,
+            gid,
+            4 + len(grp),
+            c.NHA_GROUP,
+        )
+        + grp
+    )
 
 
 def nexthop_del(nid: int, *, flags: int = c.NLM_F_REQUEST, seq: int = 0) -> Message:
