@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import wire
+from .reasons import UpdateReason
 from .receiver import Neighbor, Receiver, RemoteUpdate
 from .sender import Sender, Transmit
 
@@ -359,9 +360,11 @@ class HeartbeatEndpoint:
 
     ``on_remote`` receives every :class:`RemoteUpdate` (feed it to the path table); it is a
     public attribute, so a caller may route the updates elsewhere after construction. The
-    updates of the datagrams read in one event-loop turn (every socket that was readable) come
-    in one call, right after that turn, in arrival order: a burst of heartbeats from many
-    helpers costs the consumer one recompute, not one per helper."""
+    first change of a known helper in an event-loop turn goes to it at once, from the socket's
+    reader: a band change does not wait for the rest of the turn's callbacks. Every other
+    update of that turn (new helpers, the turn's further changes) comes in one call right after
+    the turn, in arrival order: a burst of heartbeats from many helpers costs the consumer two
+    recomputes, not one per helper, and a helper flooding changes gets one at once per turn."""
 
     def __init__(
         self,
@@ -385,6 +388,8 @@ class HeartbeatEndpoint:
         #: updates read this loop turn, delivered together by ``_flush``
         self._pending: list[RemoteUpdate] = []
         self._flush_at: asyncio.Handle | None = None
+        #: a change already went out at once this loop turn
+        self._hot = False
 
     # --- inputs from the daemon ----------------------------------------------------------
 
@@ -452,6 +457,12 @@ class HeartbeatEndpoint:
         if self.receiver is None:
             return
         ups = self.receiver.on_datagram(data, ifname=ifname, src=src, ttl=ttl, now=now)
+        if ups and not (self._hot or self._pending) and ups[0].reason is UpdateReason.CHANGED:
+            self._hot = True
+            self._loop.call_soon(self._cool)  # after this turn's callbacks
+            self._rearm()
+            self.on_remote(ups)  # (a consumer's exception is counted by the reader)
+            return
         if ups:
             self._pending += ups
             if self._flush_at is None:
@@ -460,6 +471,9 @@ class HeartbeatEndpoint:
             self._rearm()
         elif self._timer is None:
             self._rearm()
+
+    def _cool(self) -> None:
+        self._hot = False
 
     def _deliver(self, ups: list[RemoteUpdate]) -> None:
         """``ups`` now, after whatever datagrams are still pending (order is kept)."""

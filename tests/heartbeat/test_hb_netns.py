@@ -273,3 +273,45 @@ async def test_a_burst_from_many_helpers_is_delivered_in_one_call(netns_lab: Lab
         assert {u.reason for u in calls[0]} == {"new"}
     finally:
         rx.close()
+
+
+@pytest.mark.netns
+async def test_the_first_change_of_a_turn_goes_at_once_the_rest_together(
+    netns_lab: Lab,
+) -> None:
+    """A band change is handed over from the socket's reader, not after the turn's other
+    callbacks; further changes read in the same turn wait for its end and come together (a
+    burst, or a helper flooding changes, costs two recomputes a turn)."""
+    leaf = netns_lab.netns("leaf")
+    helpers = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]
+    spines, neighbors = [], []
+    for i, hid in enumerate(helpers):
+        sp = netns_lab.netns(f"s{i}")
+        netns_lab.veth(
+            leaf, f"l-s{i}", sp, f"s{i}-l", a_addr=f"198.18.{i}.2/30", b_addr=f"198.18.{i}.1/30"
+        )
+        spines.append(sp)
+        neighbors.append(Neighbor(f"l-s{i}", hid, f"198.18.{i}.1"))
+    loop = asyncio.get_running_loop()
+    calls: list[list[RemoteUpdate]] = []
+    receiver = Receiver(ReceiverParams(keys={KEY.key_id: KEY}))
+    rx = HeartbeatEndpoint(loop, sender=None, receiver=receiver, on_remote=calls.append)
+    changed = [ENTRIES[0]._replace(band=3)]
+    try:
+        with leaf.entered():
+            rx.set_neighbors(neighbors)
+        for i, (sp, hid) in enumerate(zip(spines, helpers, strict=True)):
+            _send_udp(sp, f"s{i}-l", Heartbeat(hid, 1, 20_000, ENTRIES).encode(KEY))
+        await _until(lambda: sum(map(len, calls)) >= len(helpers))
+        assert len(calls) == 1  # new helpers: together
+        # the stimulus: a change from every helper (and a second one from the first), all
+        # waiting on their sockets before the loop runs again
+        for i, (sp, hid) in enumerate(zip(spines, helpers, strict=True)):
+            _send_udp(sp, f"s{i}-l", Heartbeat(hid, 2, 20_000, changed).encode(KEY))
+        _send_udp(spines[0], "s0-l", Heartbeat(helpers[0], 3, 20_000, ENTRIES).encode(KEY))
+        await _until(lambda: sum(map(len, calls)) >= 2 * len(helpers) + 1)
+        assert [len(c) for c in calls[1:]] == [1, len(helpers)]
+        assert {u.reason for c in calls[1:] for u in c} == {"changed"}
+        assert sorted(u.node_id for c in calls[1:] for u in c) == sorted([*helpers, helpers[0]])
+    finally:
+        rx.close()
