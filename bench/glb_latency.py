@@ -1328,6 +1328,15 @@ def leaf_counters(node: GlbdNode) -> dict[str, int] | None:
     return out
 
 
+def leaf_gc(node: GlbdNode) -> dict[str, Any] | None:
+    """``node``'s garbage-collector passes so far (``glbctl status``; None if unreadable)."""
+    try:
+        gc = node.request("status", timeout=10).get("gc")
+    except Exception:
+        return None
+    return gc if isinstance(gc, dict) and "collections" in gc else None
+
+
 def start_nodes(
     fab: Fabric,
     run_dir: Path,
@@ -1516,6 +1525,7 @@ def main() -> int:
                     spy = PySpy(args.py_spy, nodes["leaf1"]) if args.py_spy else None
                     meter.start()
                     counted_before = leaf_counters(nodes["leaf1"])
+                    gc_before = leaf_gc(nodes["leaf1"])
                     if "congestion" in kinds and args.events > 0:
                         cong, info["congestion"] = b.run_congestion(args.events)
                         results += [(cong[0], "p99 <= 20"), (cong[1], "(info)")]
@@ -1550,6 +1560,18 @@ def main() -> int:
                     if counted is not None and counted_before is not None:
                         for k, v in counted.items():
                             info[f"leaf1_{k}"] = v - counted_before.get(k, 0)
+                    gc_after = leaf_gc(nodes["leaf1"])
+                    if gc_before is not None and gc_after is not None:
+                        # the passes that could hold an event: those during the events
+                        info["leaf1_gc_during_events"] = {
+                            "collections": [
+                                a - b
+                                for a, b in zip(
+                                    gc_after["collections"], gc_before["collections"], strict=True
+                                )
+                            ],
+                            "over_5ms": gc_after["over_5ms"] - gc_before["over_5ms"],
+                        }
                     with contextlib.suppress(Exception):
                         st = nodes["leaf1"].request("status")
                         info["leaf1_loop"] = {
