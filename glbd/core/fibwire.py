@@ -43,6 +43,7 @@ from glbd.core.fibplan import GroupDel, GroupSet, NhDel, NhSet, Op, RouteDel, Ro
 
 __all__ = [
     "ENCODERS",
+    "LINK_KEEP",
     "ROUTE_WANT",
     "RowMemo",
     "observe",
@@ -125,10 +126,25 @@ def _encode(op: Op, protocol: int, table: int, weight_16bit: bool) -> Message | 
 # --- dumps -> model --------------------------------------------------------------------------
 
 
-def parse_link(msg: Message) -> KLink | None:
+#: what the FIB reads of a link: the fast dump (:func:`parse_link` of a :class:`Selected`)
+LINK_KEEP = frozenset({c.IFLA_IFNAME, c.IFLA_CARRIER})
+
+
+def parse_link(msg: Message | Selected) -> KLink | None:
+    """A link from a message, or from a fast dump's row of :data:`LINK_KEEP` (the audit reads
+    every link every few seconds: a full message decodes some 40 attributes a link)."""
     h = msg.header
     if not isinstance(h, IfInfoMsg):
         return None
+    if isinstance(msg, Selected):
+        raw = msg.attrs
+        nm = raw.get(c.IFLA_IFNAME)
+        name = (
+            nm.split(b"\0", 1)[0].decode("utf-8", "replace") if nm is not None else f"if{h.index}"
+        )
+        cr = raw.get(c.IFLA_CARRIER)
+        carrier = cr[0] != 0 if cr else bool(h.flags & c.IFF_LOWER_UP)
+        return KLink(h.index, name, bool(h.flags & c.IFF_UP), carrier)
     a = msg.attr_map()
     name = a[c.IFLA_IFNAME].as_str() if c.IFLA_IFNAME in a else f"if{h.index}"
     carrier = (
@@ -261,7 +277,7 @@ def _route_row(
 
 
 def observe(
-    links: Iterable[Message],
+    links: Iterable[Message | Selected],
     nexthops: Iterable[Message],
     routes: Iterable[Message] | None,
     *,

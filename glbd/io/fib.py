@@ -49,7 +49,7 @@ import structlog
 
 from glbd.codec.netlink import const as c
 from glbd.codec.netlink import fibmsg
-from glbd.codec.netlink.codec import Message, RtMsg
+from glbd.codec.netlink.codec import IfInfoMsg, Message, RtMsg, Selected
 from glbd.core.fibcache import FailoverMap, FibCache, FibStats, StaleKeep, route_sort_key
 from glbd.core.fibmodel import (
     Desired,
@@ -77,7 +77,14 @@ from glbd.core.fibplan import (
     plan,
 )
 from glbd.core.fibsnap import RouteLookup, snapshot
-from glbd.core.fibwire import ROUTE_WANT, RowMemo, observe, ops_wire, routes_from_rows
+from glbd.core.fibwire import (
+    LINK_KEEP,
+    ROUTE_WANT,
+    RowMemo,
+    observe,
+    ops_wire,
+    routes_from_rows,
+)
 from glbd.io.fibkernel import get_compat_mode, set_compat_mode
 from glbd.io.netlink import NetlinkError, NetlinkSocket
 from glbd.io.rtnl import (
@@ -724,7 +731,7 @@ class FibProgrammer:
         fast select dump: only the header and four attributes per route)."""
         self._take(*await self._read(full))
 
-    def _take(self, links: list[Message], nhs: list[Message], audit: _Audit | None) -> None:
+    def _take(self, links: list[Selected], nhs: list[Message], audit: _Audit | None) -> None:
         """Fold a refresh's dumps into the cache (routes carried over unless audited)."""
         fc = self.cache
         obs = observe(
@@ -733,16 +740,16 @@ class FibProgrammer:
         self._weight_bits = fc.load(obs, audit, self._weight_bits)
         self._kick()
 
-    async def _read(self, full: bool) -> tuple[list[Message], list[Message], _Audit | None]:
+    async def _read(self, full: bool) -> tuple[list[Selected], list[Message], _Audit | None]:
         """The dumps of :meth:`_refresh` (links, nexthops, the route audit), not yet in the
         cache. One at a time: the kernel runs one dump per socket."""
         async with self._reading:
             return await self._read_locked(full)
 
-    async def _read_locked(self, full: bool) -> tuple[list[Message], list[Message], _Audit | None]:
+    async def _read_locked(self, full: bool) -> tuple[list[Selected], list[Message], _Audit | None]:
         assert self._req is not None
         fc = self.cache
-        links = await self._req.dump(link_dump(skip_stats=True))
+        links = await self._req.dump_select(link_dump(skip_stats=True), IfInfoMsg, LINK_KEEP)
         nhs = await self._req.dump(nexthop_dump())
         audit: _Audit | None = None
         if full:

@@ -140,3 +140,37 @@ def test_routes_from_select_rows_match_full_parse() -> None:
     msgs = [decode(bytes.fromhex(json.loads(x)["hex"])) for x in VECTORS.read_text().splitlines()]
     full = observe([], [], [m for m in msgs if m.type == c.RTM_NEWROUTE], protocol=200, table=254)
     assert ours == full.routes and foreign == full.foreign_routes
+
+
+@pytest.mark.parametrize(
+    "flags, name, carrier",
+    [
+        (c.IFF_UP | c.IFF_LOWER_UP, b"l-s12\0", b"\x01"),
+        (c.IFF_UP, b"l-s12\0", b"\x00"),
+        (c.IFF_UP | c.IFF_LOWER_UP, b"eth0\0", None),  # no IFLA_CARRIER: the flag says
+        (0, None, None),
+    ],
+)
+def test_a_link_from_the_fast_dump_is_the_link_of_the_full_message(
+    flags: int, name: bytes | None, carrier: bytes | None
+) -> None:
+    """The audit reads links with the fast dump (``LINK_KEEP`` only): the same link as the
+    full message's, among the attributes a kernel sends that the FIB does not read."""
+    from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, Selected, iter_frames, pick_attrs
+    from glbd.core.fibwire import LINK_KEEP, parse_link
+
+    af_spec = Attr(26, b"\x08\x00\x02\x00" + b"\0" * 4)  # IFLA_AF_SPEC: one the FIB skips
+    attrs = [Attr.u32(c.IFLA_MTU, 9000), af_spec]
+    if name is not None:
+        attrs.insert(0, Attr(c.IFLA_IFNAME, name))
+    if carrier is not None:
+        attrs.append(Attr(c.IFLA_CARRIER, carrier))
+    raw = Message(c.RTM_NEWLINK, 0, 1, 0, IfInfoMsg(0, 1, 12, flags, 0), tuple(attrs)).encode()
+    (fr,) = iter_frames(raw)
+    hs = IfInfoMsg.ST.size
+    row = Selected(
+        fr.type, IfInfoMsg.decode(raw, fr.start), pick_attrs(raw, fr.start + hs, fr.end, LINK_KEEP)
+    )
+    fast, full = parse_link(row), parse_link(decode(raw))
+    assert fast == full and fast is not None
+    assert fast.name == ("if12" if name is None else name[:-1].decode())
