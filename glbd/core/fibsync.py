@@ -17,6 +17,7 @@ accumulated into one :class:`Step` for the FIB programmer; the app runs it and r
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass, field
 from typing import Literal
@@ -250,19 +251,11 @@ class FibSync:
         return Desired(groups=groups, routes=routes)
 
 
-#: members by (address text, interface): a full sync builds every group's members, and parsing
-#: each member's address was most of it; a full table starts over (a bound under churn)
-_MEMBERS: dict[tuple[str, str], Member] = {}
-MEMBER_CACHE_SIZE = 1 << 14
-
-
+@functools.lru_cache(maxsize=1 << 14)
 def _member(address: str, ifname: str) -> Member:
-    m = _MEMBERS.get((address, ifname))
-    if m is None:
-        if len(_MEMBERS) >= MEMBER_CACHE_SIZE:
-            _MEMBERS.clear()
-        m = _MEMBERS[(address, ifname)] = Member(ipaddress.ip_address(address), ifname)
-    return m
+    """The member of a next hop, kept: a full sync builds every group's members, and parsing
+    each member's address was most of it."""
+    return Member(ipaddress.ip_address(address), ifname)
 
 
 ROWS_CACHE_SIZE = 1 << 16

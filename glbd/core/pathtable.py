@@ -74,6 +74,7 @@ would add a call per next hop to every recompute (``bench/quality_bench.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import itertools
@@ -366,23 +367,15 @@ class _Profile:
         return w
 
 
-#: (next hop, NNH set) -> (its sort key, its part of the canonical form): BGP churn makes a new
-#: profile of mostly the same next hops at each step; cleared when full (a bound)
-_PARTS: dict[tuple[NextHop, frozenset[int] | None], tuple[tuple[int, str, str], str]] = {}
-PARTS_CACHE_SIZE = 1 << 14
-
-
+@functools.lru_cache(maxsize=1 << 14)
 def _part(nh: NextHop, nnh: frozenset[int] | None) -> tuple[tuple[int, str, str], str]:
-    got = _PARTS.get((nh, nnh))
-    if got is None:
-        if len(_PARTS) >= PARTS_CACHE_SIZE:
-            _PARTS.clear()
-        s = "-" if nnh is None else ",".join(f"{i:08x}" for i in sorted(nnh))
-        got = _PARTS[(nh, nnh)] = (
-            (nh.bgp_id, nh.address, nh.ifname or ""),
-            f"{nh.bgp_id:08x}/{nh.address}/{nh.ifname or ''}>{s}",
-        )
-    return got
+    """A next hop's sort key and its part of the canonical form, kept: BGP churn makes a new
+    profile of mostly the same next hops at each step."""
+    s = "-" if nnh is None else ",".join(f"{i:08x}" for i in sorted(nnh))
+    return (
+        (nh.bgp_id, nh.address, nh.ifname or ""),
+        f"{nh.bgp_id:08x}/{nh.address}/{nh.ifname or ''}>{s}",
+    )
 
 
 def _canonical(nhs: Mapping[NextHop, frozenset[int] | None]) -> str:

@@ -13,6 +13,7 @@ a 100k-route install. :func:`route_message` is its decoded form (tests, ``glbctl
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -68,17 +69,10 @@ def encode_group(entries: Iterable[tuple[int, int]], weight_16bit: bool) -> byte
     return _grp_struct(len(flat) >> 2).pack(*flat)
 
 
-#: struct nexthop_grp x n, per n (a group write packs its members in one call)
-_GRP_N: dict[int, struct.Struct] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _grp_struct(n: int) -> struct.Struct:
-    st = _GRP_N.get(n)
-    if st is None:
-        if len(_GRP_N) >= 256:
-            _GRP_N.clear()  # a bound: group sizes seen
-        st = _GRP_N[n] = struct.Struct("=" + "IBBH" * n)
-    return st
+    """struct nexthop_grp x n (a group write packs its members in one call)."""
+    return struct.Struct("=" + "IBBH" * n)
 
 
 def parse_group_entries(data: bytes) -> tuple[tuple[int, int], ...]:
