@@ -243,28 +243,38 @@ async def test_ipv6_heartbeats_from_the_session_address_on_a_numbered_link(
         rx.close()
 
 
+def _leaf_under_four_helpers(
+    lab: Lab,
+) -> tuple[list[Netns], list[int], HeartbeatEndpoint, list[list[RemoteUpdate]]]:
+    """A leaf with one link to each of four helpers and a receiving endpoint on it that
+    records each ``on_remote`` call: (the helpers' namespaces, their ids, endpoint, calls)."""
+    leaf = lab.netns("leaf")
+    helpers = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]
+    spines, neighbors = [], []
+    for i, hid in enumerate(helpers):
+        sp = lab.netns(f"s{i}")
+        lab.veth(
+            leaf, f"l-s{i}", sp, f"s{i}-l", a_addr=f"198.18.{i}.2/30", b_addr=f"198.18.{i}.1/30"
+        )
+        spines.append(sp)
+        neighbors.append(Neighbor(f"l-s{i}", hid, f"198.18.{i}.1"))
+    calls: list[list[RemoteUpdate]] = []
+    receiver = Receiver(ReceiverParams(keys={KEY.key_id: KEY}))
+    rx = HeartbeatEndpoint(
+        asyncio.get_running_loop(), sender=None, receiver=receiver, on_remote=calls.append
+    )
+    with leaf.entered():
+        rx.set_neighbors(neighbors)
+    return spines, helpers, rx, calls
+
+
 @pytest.mark.netns
 async def test_a_burst_from_many_helpers_is_delivered_in_one_call(netns_lab: Lab) -> None:
     """Heartbeats that wait on several ports when the loop gets to them (one per helper) reach
     ``on_remote`` together, once every port was read: the path table recomputes once for the
     burst, not once per helper (what kept a leaf under 64 spines behind its own expiry)."""
-    leaf = netns_lab.netns("leaf")
-    helpers = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]
-    spines, neighbors = [], []
-    for i, hid in enumerate(helpers):
-        sp = netns_lab.netns(f"s{i}")
-        netns_lab.veth(
-            leaf, f"l-s{i}", sp, f"s{i}-l", a_addr=f"198.18.{i}.2/30", b_addr=f"198.18.{i}.1/30"
-        )
-        spines.append(sp)
-        neighbors.append(Neighbor(f"l-s{i}", hid, f"198.18.{i}.1"))
-    loop = asyncio.get_running_loop()
-    calls: list[list[RemoteUpdate]] = []
-    receiver = Receiver(ReceiverParams(keys={KEY.key_id: KEY}))
-    rx = HeartbeatEndpoint(loop, sender=None, receiver=receiver, on_remote=calls.append)
+    spines, helpers, rx, calls = _leaf_under_four_helpers(netns_lab)
     try:
-        with leaf.entered():
-            rx.set_neighbors(neighbors)
         # all four are sent before the loop runs again: they wait on four sockets
         for i, (sp, hid) in enumerate(zip(spines, helpers, strict=True)):
             _send_udp(sp, f"s{i}-l", Heartbeat(hid, 1, 20_000, ENTRIES).encode(KEY))
@@ -282,24 +292,9 @@ async def test_the_first_change_of_a_turn_goes_at_once_the_rest_together(
     """A band change is handed over from the socket's reader, not after the turn's other
     callbacks; further changes read in the same turn wait for its end and come together (a
     burst, or a helper flooding changes, costs two recomputes a turn)."""
-    leaf = netns_lab.netns("leaf")
-    helpers = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]
-    spines, neighbors = [], []
-    for i, hid in enumerate(helpers):
-        sp = netns_lab.netns(f"s{i}")
-        netns_lab.veth(
-            leaf, f"l-s{i}", sp, f"s{i}-l", a_addr=f"198.18.{i}.2/30", b_addr=f"198.18.{i}.1/30"
-        )
-        spines.append(sp)
-        neighbors.append(Neighbor(f"l-s{i}", hid, f"198.18.{i}.1"))
-    loop = asyncio.get_running_loop()
-    calls: list[list[RemoteUpdate]] = []
-    receiver = Receiver(ReceiverParams(keys={KEY.key_id: KEY}))
-    rx = HeartbeatEndpoint(loop, sender=None, receiver=receiver, on_remote=calls.append)
+    spines, helpers, rx, calls = _leaf_under_four_helpers(netns_lab)
     changed = [ENTRIES[0]._replace(band=3)]
     try:
-        with leaf.entered():
-            rx.set_neighbors(neighbors)
         for i, (sp, hid) in enumerate(zip(spines, helpers, strict=True)):
             _send_udp(sp, f"s{i}-l", Heartbeat(hid, 1, 20_000, ENTRIES).encode(KEY))
         await _until(lambda: sum(map(len, calls)) >= len(helpers))
