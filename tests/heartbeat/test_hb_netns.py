@@ -13,6 +13,7 @@ from glbdlab.netns import Lab, Netns
 from glbdlab.waits import until as _until
 
 from heartbeat import wire
+from heartbeat.reasons import DropReason
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams, RemoteUpdate
 from heartbeat.sender import Sender, SenderParams, initial_sequence
 from heartbeat.transport import DEFAULT_GROUP, DEFAULT_GROUP6, DEFAULT_PORT, HeartbeatEndpoint
@@ -82,7 +83,7 @@ async def test_heartbeats_over_veth_with_rejections(netns_lab: Lab) -> None:
         _send_udp(spine, s_if, b"GH\x01")
         want = {"bad_ttl", "wrong_sender", "stale_sequence", "auth_bad_digest", "malformed"}
         await _until(lambda: want <= set(receiver.drops))
-        assert all(receiver.drops[k] == 1 for k in want), dict(receiver.drops)
+        assert all(receiver.drops[DropReason(k)] == 1 for k in want), dict(receiver.drops)
         # none of the forged datagrams advanced the sequence: the real sender is still accepted
         n = receiver.accepted
         await _until(lambda: receiver.accepted >= n + 3)
@@ -183,7 +184,7 @@ async def test_ipv6_heartbeats_over_link_local_veth_with_rejections(netns_lab: L
             "malformed",
         }
         await _until(lambda: want <= set(receiver.drops))
-        assert all(receiver.drops[k] == 1 for k in want), dict(receiver.drops)
+        assert all(receiver.drops[DropReason(k)] == 1 for k in want), dict(receiver.drops)
         # none of the forged datagrams advanced the sequence: the real sender is still accepted
         n = receiver.accepted
         await _until(lambda: receiver.accepted >= n + 3)
@@ -232,7 +233,7 @@ async def test_ipv6_heartbeats_from_the_session_address_on_a_numbered_link(
             rx.set_neighbors([Neighbor(l_if, SPINE, "2001:db8:ff::1")])
         with spine.entered():  # no pin: the kernel's choice of source
             tx.set_neighbors([Neighbor(s_if, LEAF, "2001:db8:ff::2")])
-        await _until(lambda: receiver.drops["wrong_source"] >= 2)
+        await _until(lambda: receiver.drops[DropReason.WRONG_SOURCE] >= 2)
         assert receiver.accepted == 0
         with spine.entered():  # the pin (what glbd's wiring passes: the BGP local address)
             tx.set_neighbors([Neighbor(s_if, LEAF, "2001:db8:ff::2", local="2001:db8:ff::1")])
