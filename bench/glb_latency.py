@@ -191,7 +191,11 @@ class Generator:
 class NftShell:
     """A persistent ``nft -i`` in one namespace with its own table (``glbbench``): adding or
     removing the interface from the drop set is acknowledged by a listing, so the moment the
-    drop takes effect is bracketed to ~1 ms (a fresh ``nft`` process takes 10-30 ms)."""
+    drop takes effect is bracketed to ~1 ms (a fresh ``nft`` process takes 10-30 ms).
+
+    Without ``egress``: what goes in and out of the interfaces in the set, at the input and
+    output hooks. With ``egress`` (an interface): what leaves it, at its netdev egress hook, as a
+    wire would lose it (the peer's BFD kernel path runs before any input hook)."""
 
     SETUP = (
         "add table inet glbbench\n"
@@ -201,14 +205,21 @@ class NftShell:
         "add rule inet glbbench input iifname @dropif drop\n"
         "add rule inet glbbench output oifname @dropif drop\n"
     )
+    EGRESS = (
+        "add table netdev glbbench\n"
+        "add set netdev glbbench dropif {{ type ifname; }}\n"
+        'add chain netdev glbbench out {{ type filter hook egress device "{dev}" priority -20; }}\n'
+        "add rule netdev glbbench out oifname @dropif drop\n"
+    )
 
-    def __init__(self, fab: Fabric, node: str) -> None:
+    def __init__(self, fab: Fabric, node: str, egress: str | None = None) -> None:
+        self.family = "netdev" if egress else "inet"
         self.proc = fab.ns(node).popen(["nft", "-i"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self._cmd(self.SETUP)
+        self._cmd(self.EGRESS.format(dev=egress) if egress else self.SETUP)
 
     def _cmd(self, text: str) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write((text + "list set inet glbbench dropif\n").encode())
+        self.proc.stdin.write((text + f"list set {self.family} glbbench dropif\n").encode())
         self.proc.stdin.flush()
         while True:
             line = self.proc.stdout.readline()
@@ -218,10 +229,10 @@ class NftShell:
                 return
 
     def drop(self, ifname: str) -> None:
-        self._cmd(f'add element inet glbbench dropif {{ "{ifname}" }}\n')
+        self._cmd(f'add element {self.family} glbbench dropif {{ "{ifname}" }}\n')
 
     def undrop(self, ifname: str) -> None:
-        self._cmd(f'delete element inet glbbench dropif {{ "{ifname}" }}\n')
+        self._cmd(f'delete element {self.family} glbbench dropif {{ "{ifname}" }}\n')
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -895,29 +906,42 @@ class Bench:
         out = [fail, drop, det, react, engine]
         for s in out:
             s.load_start = load()
+        # the cut: leaf1's end of the link, and what spine1 sends into it (as a wire loses it)
+        sp_if = self.fab.ifname("spine1", "leaf1")
         nft = NftShell(self.fab, "leaf1")
+        nft_sp = NftShell(self.fab, "spine1", egress=sp_if)
         sniff = BfdSniffer(self.fab, "leaf1", self.fab.ifname("leaf1", "spine1"))
         time.sleep(0.3)  # a few BFD packets seen before the first drop
         try:
-            self._bfd_loop(n, detect_ms, nft, sniff, out)
+            self._bfd_loop(n, detect_ms, (nft, nft_sp, sp_if), sniff, out)
         finally:
             with contextlib.suppress(Exception):
                 nft.undrop("spine1")
+            with contextlib.suppress(Exception):
+                nft_sp.undrop(sp_if)
             nft.close()
+            nft_sp.close()
             sniff.close()
         for s in out:
             s.load_end = load()
         return out
 
     def _bfd_loop(
-        self, n: int, detect_ms: float, nft: NftShell, sniff: BfdSniffer, out: list[Series]
+        self,
+        n: int,
+        detect_ms: float,
+        cut: tuple[NftShell, NftShell, str],
+        sniff: BfdSniffer,
+        out: list[Series],
     ) -> None:
+        nft, nft_sp, sp_if = cut
         fail, drop, det, react, engine = out
         engine_sent = 0
         bracket: list[float] = []
         ambiguous = 0
         for i in range(n):
             t0 = time.time()
+            nft_sp.drop(sp_if)
             nft.drop("spine1")
             t0b = time.time()
             bracket.append((t0b - t0) * 1e3)
@@ -930,6 +954,7 @@ class Bench:
                 ),
             )
             nft.undrop("spine1")
+            nft_sp.undrop(sp_if)
             t_rx = sniff.last_before(t0)
             if sniff.any_between(t0, t0b):
                 # a packet arrived while the nft command ran: the sniffer (ahead of nftables)

@@ -173,6 +173,11 @@ def _setns(fd: int) -> None:
 # --------------------------------------------------------------------------- objects
 
 
+def _egress_table(ifname: str) -> str:
+    """The netdev table :meth:`Netns.drop_egress` makes for ``ifname`` (one per interface)."""
+    return "glblab_egress_" + "".join(c if c.isalnum() else "_" for c in ifname)
+
+
 @dataclass
 class Netns:
     """One network namespace created by a :class:`Lab`. ``node`` is the short logical name."""
@@ -287,6 +292,24 @@ class Netns:
 
     def link_up(self, ifname: str) -> None:
         self.ip("link", "set", ifname, "up")
+
+    def drop_egress(self, ifname: str, match: str = "") -> None:
+        """Silently drop what leaves ``ifname`` (optionally only what nft ``match`` selects,
+        e.g. ``udp dport 3784``): an nftables netdev egress hook, after every local hook and
+        socket (senders see no error), so the other end receives nothing, not even at its tc
+        ingress, where a BPF program could take packets before an input-hook drop."""
+        rule = f"{match} drop" if match else "drop"
+        self.run(
+            ["nft", "-f", "-"],
+            input=(
+                f"table netdev {_egress_table(ifname)} {{\n"
+                f'  chain out {{\n    type filter hook egress device "{ifname}" priority -10;\n'
+                f"  }}\n}}\nadd rule netdev {_egress_table(ifname)} out {rule}\n"
+            ),
+        )
+
+    def undrop_egress(self, ifname: str) -> None:
+        self.run(["nft", "delete", "table", "netdev", _egress_table(ifname)], check=False)
 
     def link_down(self, ifname: str) -> None:
         self.ip("link", "set", ifname, "down")

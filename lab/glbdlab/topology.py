@@ -368,7 +368,9 @@ class Fabric:
 
     def drop(self, a: str, b: str, *, end: str | None = None) -> None:
         """nftables: drop every packet in and out of ``end``'s (default ``a``) interface of link
-        a--b, while the link stays up."""
+        a--b, while the link stays up. What the peer sends towards ``end`` is dropped on the
+        peer's egress too, as a wire would lose it: a tc ingress BPF program at ``end`` (glbd's
+        BFD kernel path) runs before the input hook."""
         end = end or a
         peer = b if end == a else a
         ns = self.ns(end)
@@ -377,6 +379,7 @@ class Fabric:
             self._nft_ready.add(end)
         dev = self.ifname(end, peer)
         ns.run(["nft", "add", "element", "inet", _NFT_TABLE, "dropif", f"{{ {dev} }}"])
+        self.ns(peer).drop_egress(self.ifname(peer, end))
         self._st(a, b).dropped.add(end)
 
     def undrop(self, a: str, b: str) -> None:
@@ -384,6 +387,7 @@ class Fabric:
         for end in list(st.dropped):
             peer = b if end == a else a
             dev = self.ifname(end, peer)
+            self.ns(peer).undrop_egress(self.ifname(peer, end))
             self.ns(end).run(
                 ["nft", "delete", "element", "inet", _NFT_TABLE, "dropif", f"{{ {dev} }}"]
             )

@@ -110,19 +110,14 @@ def _up(a: Side, b: Side, pa: str, pb: str, params: SessionParams = FAST) -> Non
     b.wait(pb, State.UP)
 
 
-def _nft_drop(ns: Netns) -> None:
-    ns.run(["nft", "add table inet glbdtest"])
-    ns.run(
-        [
-            "nft",
-            "add chain inet glbdtest in { type filter hook input priority 0 ; policy accept ; }",
-        ]
-    )
-    ns.run(["nft", "add rule inet glbdtest in udp dport 3784 drop"])
+def _cut(sender: Side) -> None:
+    """Lose every BFD packet ``sender`` sends, on the wire (its egress): the receiver's kernel
+    path would take the steady state's repeats before an input-hook drop."""
+    sender.ns.drop_egress(sender.ifname, "udp dport 3784")
 
 
-def _nft_clear(ns: Netns) -> None:
-    ns.run(["nft", "delete table inet glbdtest"])
+def _uncut(sender: Side) -> None:
+    sender.ns.undrop_egress(sender.ifname)
 
 
 def test_up_ipv4_and_ipv6_then_drop_detected(sides: tuple[Side, Side]) -> None:
@@ -139,7 +134,7 @@ def test_up_ipv4_and_ipv6_then_drop_detected(sides: tuple[Side, Side]) -> None:
         assert s["packets_in"] > 5 and s["flaps"] == 0
     # cut b's receive path: b detects within its detection time, a hears b's Down
     t0 = time.monotonic()
-    _nft_drop(b.ns)
+    _cut(a)
     ev = b.wait(A4, State.DOWN, timeout=3.0)
     assert ev.reason == "detection_timeout" and ev.failure
     # last accepted packet -> Down: never before a whole detection time without packets
@@ -151,7 +146,7 @@ def test_up_ipv4_and_ipv6_then_drop_detected(sides: tuple[Side, Side]) -> None:
     assert ev6.failure
     eva = a.wait(B4, State.DOWN, timeout=3.0)
     assert eva.reason == "neighbor_down" and eva.failure
-    _nft_clear(b.ns)
+    _uncut(a)
     a.wait(B4, State.UP, timeout=5.0)
     b.wait(A4, State.UP, timeout=5.0)
     assert b.session(A4)["flaps"] == 1
@@ -216,7 +211,7 @@ def test_thread_mode(netns_lab: Lab) -> None:
     _up(a, b, B4, A4)
     snap = a.snap()
     assert snap["engine"]["mode"] == "thread" and snap["sessions"][0]["state"] == "up"
-    _nft_drop(a.ns)
+    _cut(b)
     assert a.wait(B4, State.DOWN, timeout=3.0).failure
 
 
@@ -305,7 +300,7 @@ def test_armed_failover_reaches_the_kernel_before_the_event(netns_lab: Lab, mode
     assert 901 in _nexthops(a.ns)
     b.engine.admin_up("b-a", A4)
     a.wait(B4, State.UP)
-    _nft_drop(a.ns)
+    _cut(b)
     ev = a.wait(B4, State.DOWN, timeout=3.0)
     # the event was emitted after the send: the kernel already has the result
     nhs = _nexthops(a.ns)
@@ -319,10 +314,10 @@ def test_armed_failover_reaches_the_kernel_before_the_event(netns_lab: Lab, mode
     assert "seq 999" in fo["last_error"] and "ENOENT" in fo["last_error"]
     assert a.session(B4)["failovers"] == 1
     # disarmed: the next failure sends nothing
-    _nft_clear(a.ns)
+    _uncut(b)
     a.wait(B4, State.UP, timeout=5.0)
     assert a.engine.set_failover("a-b", B4, b"") == 0
-    _nft_drop(a.ns)
+    _cut(b)
     ev = a.wait(B4, State.DOWN, timeout=3.0)
     assert ev.failure and not ev.failover_sent
     assert a.snap()["engine"]["failover"]["sent"] == 1

@@ -127,13 +127,18 @@ class Rig:
                     raise
             time.sleep(0.05)  # poll interval
 
-    def nft_drop(self, ns: Netns) -> None:
-        ns.run(["nft", "add table inet glbdtest"])
-        ns.run(["nft", "add chain inet glbdtest in { type filter hook input priority 0 ; }"])
-        ns.run(["nft", "add rule inet glbdtest in udp dport 3784 drop"])
+    def _sender(self, receiver: Netns) -> tuple[Netns, str]:
+        return (self.b, "b-a") if receiver is self.a else (self.a, "a-b")
 
-    def nft_clear(self, ns: Netns) -> None:
-        ns.run(["nft", "delete table inet glbdtest"])
+    def nft_drop(self, receiver: Netns) -> None:
+        """Lose every BFD packet sent to ``receiver``, on the sender's egress (glbd's kernel
+        path takes the steady state's repeats before an input-hook drop would)."""
+        sender, dev = self._sender(receiver)
+        sender.drop_egress(dev, "udp dport 3784")
+
+    def nft_clear(self, receiver: Netns) -> None:
+        sender, dev = self._sender(receiver)
+        sender.undrop_egress(dev)
 
 
 @pytest.fixture
