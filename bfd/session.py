@@ -348,18 +348,23 @@ class Session:
             self._quiet_det = self.detect_time
         return out
 
-    def rx_repeat(self, pkt: ControlPacket, now: float) -> bool:
+    @property
+    def repeat_of(self) -> ControlPacket | None:
+        """The packet whose repeats :meth:`rx_repeat` would take (None: none would)."""
+        return self._quiet_rx
+
+    def rx_repeat(self, pkt: ControlPacket, now: float, count: int = 1) -> bool:
         """The steady state of :meth:`on_packet`: if ``pkt`` is the packet last accepted and
         a repeat of it can only restart the detection timer (no authentication, no P or F,
-        no transition, the transmit schedule unaffected), count it, restart detection and
-        return True. False: nothing was done, call :meth:`on_packet`. A True never moves
-        :meth:`next_deadline` earlier."""
+        no transition, the transmit schedule unaffected), count it (``count`` repeats, the
+        last at ``now``), restart detection and return True. False: nothing was done, call
+        :meth:`on_packet`. A True never moves :meth:`next_deadline` earlier."""
         if pkt is not self._quiet_rx:
             return False
         nt = self._next_tx
         if nt is None or nt > now + self._quiet_iv:
             return False
-        self.packets_in += 1
+        self.packets_in += count
         self._last_rx = now
         self._detect_at = now + self._quiet_det
         return True

@@ -35,7 +35,8 @@ class BfdEngine:
     ``on_exit``: called (from the reader thread) if the engine process dies unexpectedly.
     ``log_priority``: the engine process starts its stderr lines with their syslog priority
     (``<3>``), as the daemon does when its stderr is the journal (thread mode logs through the
-    daemon's own handlers).
+    daemon's own handlers). ``kernel_rx``: let a BPF program take the steady state's repeated
+    packets in the kernel (:mod:`.kernel_rx`); where it cannot load, every packet is read.
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class BfdEngine:
         on_exit: Callable[[int | None], None] | None = None,
         call_timeout: float = 5.0,
         log_priority: bool = False,
+        kernel_rx: bool = True,
     ) -> None:
         if mode not in ("process", "thread"):
             raise ValueError("mode must be 'process' or 'thread'")
@@ -60,6 +62,7 @@ class BfdEngine:
         self._on_exit = on_exit
         self._timeout = call_timeout
         self.log_priority = log_priority
+        self.kernel_rx = kernel_rx
         self._running = False
         self._stopping = False
         # thread mode
@@ -188,7 +191,11 @@ class BfdEngine:
         try:
             prepare(self.netns, self.rt_priority)
             on_event = self._on_event
-            loop = Loop(lambda w: on_event(BfdEvent.from_wire(w)), rng=random.Random(self.seed))
+            loop = Loop(
+                lambda w: on_event(BfdEvent.from_wire(w)),
+                rng=random.Random(self.seed),
+                kernel_rx=self.kernel_rx,
+            )
         except BaseException as exc:
             ready.set_exception(exc)
             return
@@ -198,7 +205,9 @@ class BfdEngine:
     # ------------------------------------------------------------------ process mode
 
     def _start_process(self) -> None:
-        self._proc, conn = spawn(self.netns, self.rt_priority, self.seed, self.log_priority)
+        self._proc, conn = spawn(
+            self.netns, self.rt_priority, self.seed, self.log_priority, self.kernel_rx
+        )
         self._remote = DaemonEnd(conn, self._on_event, self._engine_closed)
         self._remote.start()
 

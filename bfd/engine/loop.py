@@ -38,6 +38,7 @@ from ..packet import DecodeError, decode
 from ..reasons import DropReason
 from ..session import Effect, Session, StateChange, Transmit
 from ..transport import RX_BUFSIZE, RX_CMSG_SPACE, SO_TIMESTAMPNS, parse_ancillary
+from .kernel_rx import KernelRx, KernelRxError, open_kernel_rx
 from .model import (
     RX_STAMP_MAX_AGE,
     EngineError,
@@ -122,6 +123,7 @@ class Loop:
         rng: random.Random | None = None,
         rx_coalesce: float = RX_COALESCE_S,
         sleep: Callable[[float], None] = time.sleep,
+        kernel_rx: bool = False,
     ) -> None:
         self.emit = emit
         #: after a wakeup that read datagrams, the next read waits until this long after it
@@ -136,7 +138,17 @@ class Loop:
         self.seq = itertools.count()
         self.by_key: dict[tuple[str, str], Entry] = {}
         self.by_discr: dict[int, Entry] = {}
-        self.sockets = SocketTable(self.ep, self.rng)
+        #: the steady-state receive path in the kernel (:mod:`.kernel_rx`; it stamps with
+        #: CLOCK_MONOTONIC, so only with the real clock) and why it is off
+        self.krx: KernelRx | None = None
+        self.krx_why = "off" if not kernel_rx else ""
+        if kernel_rx:
+            self.krx, self.krx_why = open_kernel_rx()
+            if self.krx is None:
+                log.warning("bfd: kernel receive path unavailable: %s", self.krx_why)
+        #: packets the kernel path took (counted in packets_in too)
+        self.kernel_packets = 0
+        self.sockets = SocketTable(self.ep, self.rng, self.krx)
         self.fo = FailoverPort(self.ep)
         #: source address as read -> normalised form (bounded: cleared past 4096 entries)
         self.norm: dict[str, str] = {}
@@ -196,6 +208,9 @@ class Loop:
             self._close_entry(ent)
         self.fo.close()
         self.ep.close()
+        if self.krx is not None:
+            self.krx.close()
+            self.krx = None
 
     # ------------------------------------------------------------------ receive
 
@@ -250,7 +265,7 @@ class Loop:
                                     break
                                 continue
                 ttl, ts = parse_ancillary(anc)
-                self._rx_one(rx, data, host, ttl, arrival_time(now, wall, ts))
+                self._rx_one(rx, data, host, addr[1], ttl, arrival_time(now, wall, ts))
                 # (the stamp as it is, however old: only what arrived after ``until`` stops)
                 if until is not None and (now - (wall - ts) if ts else now) > until:
                     break
@@ -261,9 +276,11 @@ class Loop:
         self.rx_packets += n
         return n
 
-    def _rx_one(self, rx: RxSock, data: bytes, raw_host: str, ttl: int, now: float) -> None:
+    def _rx_one(
+        self, rx: RxSock, data: bytes, raw_host: str, port: int, ttl: int, now: float
+    ) -> None:
         """One datagram, the general path: ``raw_host`` is its source as read (a link-local
-        IPv6 source carries ``%scope``)."""
+        IPv6 source carries ``%scope``), ``port`` its source port."""
         host = raw_host.split("%", 1)[0] if "%" in raw_host else raw_host
         if ttl != 255:  # RFC 5881 §5 (GTSM); Linux IP_MINTTL does not filter UDP
             rx.drop(DropReason.BAD_TTL if ttl >= 0 else DropReason.NO_TTL)
@@ -304,13 +321,64 @@ class Loop:
             if ent is None:
                 rx.drop(DropReason.NO_SESSION)
                 return
+        if ent.slot is not None:
+            self._ksync(ent, now)
         ent.rx_bytes = data
         ent.rx_pkt = pkt
         ent.rx_host = raw_host
+        ent.rx_port = port
         effects = ent.sess.on_packet(pkt, now)
         if effects:
             self._apply(ent, effects, now)
         self._arm(ent)
+        if ent.slot is not None:
+            self._kexpect(ent)
+
+    # ------------------------------------------------------------------ kernel path
+
+    def _kexpect(self, ent: Entry) -> None:
+        """Tell the kernel path which packet of the session it may take: the one last
+        accepted while the session takes its repeats (:attr:`Session.repeat_of`), else none."""
+        krx, slot, rx, want = self.krx, ent.slot, ent.rx, ent.sess.repeat_of
+        if krx is None or slot is None:
+            return
+        if want is None or want is not ent.rx_pkt or rx is None or not rx.kernel:
+            if ent.kx is not None:
+                krx.clear(slot)
+                ent.kx = None
+            return
+        if ent.kx is not None and ent.kx[0] is want and ent.kx[1] == rx.kernel:
+            return  # the kernel has it already
+        host = ent.rx_host.split("%", 1)[0]
+        krx.expect(slot, rx.kernel, ent.family, host, ent.rx_port, ent.rx_bytes)
+        ent.kx = (want, rx.kernel)
+
+    def _ksync(self, ent: Entry, now: float) -> None:
+        """Apply what the kernel path took for the session since the last look: the repeats
+        of its last accepted packet, the latest at the kernel's stamp."""
+        slot = ent.slot
+        words = self.krx.words  # type: ignore[union-attr]
+        i = slot.index * 12  # type: ignore[union-attr]
+        count = words[i + 1]
+        n = count - slot.count  # type: ignore[union-attr]
+        if not n:
+            return
+        slot.count = count  # type: ignore[union-attr]
+        t = words[i] * 1e-9
+        if t > now:
+            t = now
+        self.kernel_packets += n
+        self.rx_packets += n  # (a receive socket's packets_in counts what was read from it)
+        pkt = ent.rx_pkt
+        sess = ent.sess
+        if pkt is None or sess.rx_repeat(pkt, t, n):
+            return
+        # no longer a plain repeat (the session moved on since): as if it had been read
+        sess.packets_in += n - 1
+        effects = sess.on_packet(pkt, t)
+        if effects:
+            self._apply(ent, effects, t)
+        self._kexpect(ent)
 
     # ------------------------------------------------------------------ timers
 
@@ -344,6 +412,8 @@ class Loop:
                 self._push(now + _HOUSEKEEPING_S, None)
             elif gen == ent.gen and not ent.removed:
                 ent.armed = None
+                if ent.slot is not None:
+                    self._ksync(ent, now)
                 sess = ent.sess
                 tx = ent.tx
                 data = sess.tx_periodic(now) if tx is not None else None
@@ -382,10 +452,14 @@ class Loop:
                 self._read(rx, self.clock(), until=det)
             for ent in expired:
                 if not ent.removed:
-                    self._fire(ent, now)
+                    self._fire(ent, now, drained=True)
 
-    def _fire(self, ent: Entry, now: float) -> None:
+    def _fire(self, ent: Entry, now: float, drained: bool = False) -> None:
+        """The session's due timers. ``drained``: its receive socket was just read up to its
+        detection deadline (the batch of expiries did it), so that read is not repeated."""
         sess = ent.sess
+        if ent.slot is not None:
+            self._ksync(ent, now)
         d = sess.next_deadline()
         if d is None:
             return
@@ -397,7 +471,8 @@ class Loop:
             # A wakeup reads at most _RX_BATCH datagrams: the peer's packet may still wait in
             # the socket behind others. Read what arrived before the deadline (not what keeps
             # arriving: a loop behind its traffic would never get out) before deciding.
-            self._read(ent.rx, self.clock(), until=det)
+            if not drained:
+                self._read(ent.rx, self.clock(), until=det)
             while (
                 (det2 := sess.detect_at) is not None
                 and det < det2 <= now
@@ -427,6 +502,8 @@ class Loop:
         if effects:
             self._apply(ent, effects, now)
         self._arm(ent)
+        if ent.slot is not None:
+            self._kexpect(ent)
 
     def _housekeeping(self) -> None:
         for ent in self.by_key.values():
@@ -500,6 +577,9 @@ class Loop:
 
     def _close_entry(self, ent: Entry) -> None:
         ent.removed = True
+        if ent.slot is not None and self.krx is not None:
+            self.krx.release(ent.sess.local_discr, ent.slot)
+            ent.slot = None
         self.sockets.release(ent)
         self.by_key.pop(ent.key, None)
         self.by_discr.pop(ent.sess.local_discr, None)
@@ -516,6 +596,11 @@ class Loop:
         ent = Entry(cfg, Session(discr, cfg.params, self.rng, now))
         self.by_key[key] = ent
         self.by_discr[discr] = ent
+        if self.krx is not None:
+            try:
+                ent.slot = self.krx.claim(discr)
+            except KernelRxError as exc:
+                log.warning("bfd %s %s: kernel receive path: %s", key[0], key[1], exc.strerror)
         self.sockets.open(ent)
         self._arm(ent)
         return discr
@@ -530,6 +615,8 @@ class Loop:
         now = self.clock()
         self._apply(ent, ent.sess.update(cfg.params, now), now)
         self._arm(ent)
+        if ent.slot is not None:
+            self._kexpect(ent)
 
     def remove(self, interface: str, peer: str) -> None:
         ent = self._get(interface, peer)
@@ -553,6 +640,8 @@ class Loop:
         effects = ent.sess.admin_down(now) if down else ent.sess.admin_up(now)
         self._apply(ent, effects, now)
         self._arm(ent)
+        if ent.slot is not None:
+            self._kexpect(ent)
 
     def reset_lag(self) -> None:
         """Forget the lag statistics (benchmarks call this after the warm-up)."""
@@ -576,6 +665,13 @@ class Loop:
                 "loop_iterations": self.iterations,
                 **self.lag.snapshot(),
                 "failover": self.fo.snapshot(),
+                "kernel_rx": {
+                    "enabled": self.krx is not None,
+                    "error": self.krx_why,
+                    "interfaces": len(self.krx.links) if self.krx is not None else 0,
+                    "interface_errors": dict(self.sockets.kernel_errors),
+                    "packets": self.kernel_packets,
+                },
             },
             "sockets": self.sockets.snapshot(),
             "sessions": rows,
@@ -585,6 +681,7 @@ class Loop:
                 "unmatched_drops": dict(self.sockets.unmatched_drops),
                 "session_drops": session_drops,
                 "truncated_datagrams": self.rx_counts.get("truncated_datagram", 0),
+                "kernel_packets_in": self.kernel_packets,
             },
         }
 

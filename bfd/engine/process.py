@@ -86,7 +86,11 @@ def prepare(netns: str | None, rt_priority: int | None) -> None:
 
 
 def spawn(
-    netns: str | None, rt_priority: int | None, seed: int | None, log_priority: bool = False
+    netns: str | None,
+    rt_priority: int | None,
+    seed: int | None,
+    log_priority: bool = False,
+    kernel_rx: bool = True,
 ) -> tuple[subprocess.Popen[bytes], Connection]:
     """Start the engine process; returns it and the daemon's end of its control socket.
     ``log_priority``: its stderr lines start with their syslog priority (``<4>``), for journald."""
@@ -104,6 +108,8 @@ def spawn(
         argv += ["--seed", str(seed)]
     if log_priority:
         argv.append("--log-priority")
+    if not kernel_rx:
+        argv.append("--no-kernel-rx")
     try:
         proc = subprocess.Popen(argv, pass_fds=(child.fileno(),), env=env)
     finally:
@@ -119,6 +125,7 @@ def child_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rt-priority", type=int)
     ap.add_argument("--seed", type=int)
     ap.add_argument("--log-priority", action="store_true", help="<N> syslog prefixes (journald)")
+    ap.add_argument("--no-kernel-rx", action="store_true", help="read every packet (no BPF)")
     args = ap.parse_args(argv)
     bfdlog.setup(logging.WARNING, priorities=args.log_priority)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the daemon's to handle
@@ -127,7 +134,7 @@ def child_main(argv: list[str] | None = None) -> int:
         libc.prctl(_PR_SET_PDEATHSIG, 15)
     chan = EngineEnd(socket.socket(fileno=args.fd))
     prepare(args.netns, args.rt_priority)
-    loop = Loop(chan.send_event, rng=random.Random(args.seed))
+    loop = Loop(chan.send_event, rng=random.Random(args.seed), kernel_rx=not args.no_kernel_rx)
     loop.after = chan.flush_events  # one message per loop iteration, however many events
     chan.ep = loop.ep
     gc.freeze()  # the loop's objects live as long as the process: keep them out of GC passes

@@ -25,6 +25,7 @@ from ..packet import ControlPacket
 from ..reasons import DropReason
 from ..session import Session
 from ..transport import open_rx_socket, open_tx_socket, peer_sockaddr
+from .kernel_rx import KernelRx, KernelRxError, Slot
 from .model import EngineError, SessionConfig
 
 __all__ = ["Entry", "FailoverPort", "RxSock", "SocketTable"]
@@ -35,7 +36,17 @@ _TTL255 = struct.pack("=i", 255)
 
 
 class RxSock:
-    __slots__ = ("drops", "family", "ifname", "packets", "refs", "sock", "totals", "ttl255")
+    __slots__ = (
+        "drops",
+        "family",
+        "ifname",
+        "kernel",
+        "packets",
+        "refs",
+        "sock",
+        "totals",
+        "ttl255",
+    )
 
     def __init__(
         self,
@@ -55,6 +66,9 @@ class RxSock:
         )
         self.packets = 0
         self.refs = 0
+        #: the interface's index if the kernel path runs on it (its repeats may never reach
+        #: the socket), else 0
+        self.kernel = 0
         self.drops: dict[DropReason | str, int] = {}
         #: the engine-wide counters of drops before any session, which outlive this socket
         self.totals = totals if totals is not None else {}
@@ -78,6 +92,7 @@ class Entry:
         "family",
         "gen",
         "key",
+        "kx",
         "peer",
         "port",
         "removed",
@@ -85,7 +100,9 @@ class Entry:
         "rx_bytes",
         "rx_host",
         "rx_pkt",
+        "rx_port",
         "sess",
+        "slot",
         "socket_error",
         "tx",
         "tx_lag_max",
@@ -101,8 +118,13 @@ class Entry:
         #: the last accepted packet, raw and decoded: the steady state skips the decode
         self.rx_bytes = b""
         self.rx_pkt: ControlPacket | None = None
-        #: its source address exactly as read (with any ``%scope``)
+        #: its source address exactly as read (with any ``%scope``) and port
         self.rx_host = ""
+        self.rx_port = 0
+        #: the session's slot in the kernel path (None: every packet is read) and what the
+        #: kernel is told to take: (packet, interface index), or None
+        self.slot: Slot | None = None
+        self.kx: tuple[ControlPacket, int] | None = None
         self.tx: socket.socket | None = None
         self.port = 0
         self.dst: Any = None
@@ -123,9 +145,12 @@ class Entry:
 class SocketTable:
     """Receive sockets shared per (interface, family) and each session's transmit socket."""
 
-    def __init__(self, ep: select.epoll, rng: random.Random) -> None:
+    def __init__(self, ep: select.epoll, rng: random.Random, krx: KernelRx | None = None) -> None:
         self.ep = ep
         self.rng = rng
+        self.krx = krx
+        #: interfaces the kernel path could not attach to, and why
+        self.kernel_errors: dict[str, str] = {}
         self.by_fd: dict[int, RxSock] = {}
         self.by_key: dict[tuple[str, int], RxSock] = {}
         self.used_ports: set[int] = set()
@@ -165,6 +190,15 @@ class SocketTable:
         if rx is None:
             sock = open_rx_socket(ifname, family)
             rx = RxSock(sock, ifname, family, self.unmatched_drops)
+            if self.krx is not None:
+                try:
+                    rx.kernel = self.krx.attach(ifname)
+                    self.kernel_errors.pop(ifname, None)
+                except (KernelRxError, OSError) as exc:
+                    why = f"{exc.strerror or exc}"
+                    if self.kernel_errors.get(ifname) != why:
+                        log.warning("bfd %s: kernel receive path: %s", ifname, why)
+                    self.kernel_errors[ifname] = why
             self.by_key[rkey] = rx
             self.by_fd[sock.fileno()] = rx
             self.ep.register(sock.fileno(), select.EPOLLIN)
@@ -193,6 +227,9 @@ class SocketTable:
             self.by_fd.pop(fd, None)
             if self.by_key.get(rkey) is rx:
                 del self.by_key[rkey]
+            if rx.kernel and self.krx is not None:
+                self.krx.detach(rx.kernel)
+                rx.kernel = 0
             rx.sock.close()
 
     def snapshot(self) -> list[dict[str, Any]]:
@@ -202,6 +239,7 @@ class SocketTable:
                 "family": "ipv6" if rx.family == socket.AF_INET6 else "ipv4",
                 "packets_in": rx.packets,
                 "sessions": rx.refs,
+                "kernel_path": bool(rx.kernel),
                 "drops": dict(rx.drops),
             }
             for rx in self.by_key.values()

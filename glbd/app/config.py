@@ -181,6 +181,10 @@ class BfdSection(_Model):
     #: engine-wide: the BFD engine itself deletes a failed peer's nexthops in the kernel
     #: (pre-armed RTM_DELNEXTHOP, bfd/failover.py) instead of waiting for glbd's event loop
     kernel_failover: bool = True
+    #: engine-wide: a BPF program at tc ingress takes the repeats of a session's steady state
+    #: in the kernel (bfd/engine/kernel_rx.py): 512 sessions at 3 x 10 ms held with it, not
+    #: without (docs/benchmarks.md). Those repeats pass no netfilter input hook
+    kernel_rx: bool = True
 
 
 class BfdOverride(_Model):

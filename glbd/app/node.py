@@ -219,6 +219,7 @@ class Node:
             # a fresh interpreter on a busy box can take seconds to answer the first call
             call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
             log_priority=logmod.priority_prefixes(),  # its stderr is ours: same priorities
+            kernel_rx=self.cfg.bfd.kernel_rx,
         )
         await asyncio.to_thread(self.bfd.start)
         for s in sessions:

@@ -27,6 +27,8 @@ class BfdSessionRow(TypedDict, total=False):
 class BfdCounters(TypedDict, total=False):
     unmatched_drops: dict[str, int]
     truncated_datagrams: int
+    packets_in: int
+    kernel_packets_in: int
 
 
 class BfdView(TypedDict, total=False):
@@ -295,8 +297,26 @@ def bfd_samples(snap: BfdView) -> Iterable[Sample]:
             "processed)",
             kind="counter",
         )
+        yield Sample(
+            "glbd_bfd_packets_in_total",
+            float(counters.get("packets_in", 0)),
+            help="BFD packets received, however they were taken",
+            kind="counter",
+        )
+        yield Sample(
+            "glbd_bfd_kernel_packets_in_total",
+            float(counters.get("kernel_packets_in", 0)),
+            help="BFD packets the kernel receive path took: repeats of a session's steady "
+            "state, never read from the socket",
+            kind="counter",
+        )
     eng = snap.get("engine", {})
     if eng:
+        yield Sample(
+            "glbd_bfd_kernel_rx",
+            1.0 if (eng.get("kernel_rx") or {}).get("enabled") else 0.0,
+            help="1 if the BFD engine's kernel receive path (BPF, tc ingress) is loaded",
+        )
         yield Sample(
             "glbd_bfd_timer_lag_max_seconds",
             float(eng.get("timer_lag_max_ms", 0)) / 1e3,
