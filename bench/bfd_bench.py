@@ -114,6 +114,42 @@ class Load:
         self.procs = []
 
 
+#: An RT process (SCHED_FIFO at the engines' priority) that sleeps 1 ms in a loop for argv[1]
+#: seconds and prints each gap over 15 ms: a stall it sees too is the host's, not an engine's.
+_PROBER = r"""
+import os, sys, time
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(sys.argv[2])))
+except OSError:
+    pass
+end = time.monotonic() + float(sys.argv[1])
+last = time.monotonic()
+while (now := time.monotonic()) < end:
+    if now - last > 0.015:
+        print(f"{(now - last) * 1e3:.1f}", flush=True)
+    last = now
+    time.sleep(0.001)
+"""
+
+
+class Prober:
+    """Host stalls over a window, seen by :data:`_PROBER` (started now, for ``seconds``)."""
+
+    def __init__(self, seconds: float, priority: int | None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _PROBER, str(seconds), str(priority or 0)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def note(self) -> str:
+        out, _ = self.proc.communicate()
+        gaps = [float(x) for x in out.split()]
+        if not gaps:
+            return "host stalls seen by an RT prober: none over 15 ms"
+        return f"host stalls seen by an RT prober: {len(gaps)} over 15 ms, max {max(gaps):.0f} ms"
+
+
 # ----------------------------------------------------------------------------- topology
 
 
@@ -203,8 +239,10 @@ def run_glbd(
             eb.reset_lag_stats()
             pids = {ea.pid, eb.pid}
             c0 = sum(cpu_seconds(p) for p in pids) if mode == "process" else 0.0
+            prober = Prober(duration, rt_priority)
             time.sleep(duration)
             c1 = sum(cpu_seconds(p) for p in pids) if mode == "process" else 0.0
+            stalls = prober.note()
             res.cpu_s = c1 - c0
             # the window is over: the load stops before the counters are read, so that two
             # real-time engines and the load together cannot starve this process's reads
@@ -214,7 +252,7 @@ def run_glbd(
             res.flaps = len(flaps)
             pkts = sum(x["counters"]["packets_in"] for x in (sa, sb))
             kern = sum(x["counters"].get("kernel_packets_in", 0) for x in (sa, sb))
-            res.note = f"kernel path took {kern / pkts:.0%} of packets" if pkts else ""
+            res.note = (f"kernel path took {kern / pkts:.0%} of packets; " if pkts else "") + stalls
             res.lag = {
                 k: max(sa["engine"][k], sb["engine"][k])
                 for k in (
@@ -398,8 +436,10 @@ def run_frr(
         try:
             time.sleep(0.5)
             c0 = sum(cpu_seconds(p) for p in pids)
+            prober = Prober(duration, rt_priority)
             time.sleep(duration)
             c1 = sum(cpu_seconds(p) for p in pids)
+            notes.append(prober.note())
         finally:
             load.close()
         res.cpu_s = c1 - c0
