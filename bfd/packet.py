@@ -63,6 +63,7 @@ __all__ = [
     "State",
     "compute_digest",
     "decode",
+    "encode_plain",
     "sign",
     "verify",
 ]
@@ -264,6 +265,35 @@ _STATES = tuple(State)
 _DIAGS: tuple[Diag | int, ...] = tuple(
     Diag(i) if i in Diag._value2member_map_ else i for i in range(32)
 )
+
+
+def encode_plain(
+    state: int,
+    diag: int,
+    detect_mult: int,
+    my_discriminator: int,
+    your_discriminator: int,
+    desired_min_tx: int,
+    required_min_rx: int,
+    *,
+    poll: bool = False,
+    final: bool = False,
+    cpi: bool = False,
+) -> bytes:
+    """``ControlPacket(...).encode()`` for a packet without authentication, Demand, Multipoint
+    or Required Min Echo RX Interval, without building the object: the engine sends one per
+    state change, hundreds at once when a link carrying many sessions fails."""
+    return _HDR.pack(
+        (VERSION << 5) | (diag & 0x1F),
+        (state << 6) | (_P if poll else 0) | (_F if final else 0) | (_C if cpi else 0),
+        detect_mult,
+        HEADER_LEN,
+        my_discriminator,
+        your_discriminator,
+        desired_min_tx,
+        required_min_rx,
+        0,
+    )
 
 
 def decode(data: bytes) -> ControlPacket:

@@ -42,9 +42,9 @@ import enum
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from .packet import Auth, AuthType, ControlPacket, Diag, State, sign, verify
+from .packet import Auth, AuthType, ControlPacket, Diag, State, encode_plain, sign, verify
 from .reasons import DropReason, StateChangeReason
 
 __all__ = [
@@ -139,8 +139,9 @@ class Transmit:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class StateChange:
+class StateChange(NamedTuple):
+    """A session's state moved (a tuple: hundreds are made at once when a link fails)."""
+
     old: State
     new: State
     diag: Diag
@@ -548,6 +549,20 @@ class Session:
             )
             if key == self._tx_key:
                 return Transmit(self._tx_bytes)
+            self._tx_key = key
+            self._tx_bytes = encode_plain(
+                self.state,
+                self.local_diag,
+                p.detect_mult,
+                self.local_discr,
+                self.remote_discr,
+                self._adv_tx,
+                self._adv_rx,
+                poll=poll and not final,
+                final=final,
+                cpi=p.cpi,
+            )
+            return Transmit(self._tx_bytes)
         pkt = ControlPacket(
             state=self.state,
             diag=self.local_diag,
@@ -562,11 +577,7 @@ class Session:
             cpi=p.cpi,
             auth=self._auth_section(),
         )
-        if p.auth is not None:
-            return Transmit(sign(pkt, p.auth.key).encode())
-        self._tx_key = key
-        self._tx_bytes = pkt.encode()
-        return Transmit(self._tx_bytes)
+        return Transmit(sign(pkt, p.auth.key).encode())
 
     def _auth_section(self) -> Auth | None:
         a = self.params.auth

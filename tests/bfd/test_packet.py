@@ -9,6 +9,7 @@ import hashlib
 import json
 import random
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -405,6 +406,27 @@ def test_round_trip(p: ControlPacket) -> None:
     assert got == p
     assert got.encode() == raw
     json.dumps(got.to_dict())
+
+
+@given(packets())
+@settings(max_examples=300)
+def test_encode_plain_is_the_objects_encoding(p: ControlPacket) -> None:
+    plain = replace(p, auth=None, demand=False, multipoint=False, required_min_echo_rx=0)
+    assert (
+        packet.encode_plain(
+            plain.state,
+            plain.diag,
+            plain.detect_mult,
+            plain.my_discriminator,
+            plain.your_discriminator,
+            plain.desired_min_tx,
+            plain.required_min_rx,
+            poll=plain.poll,
+            final=plain.final,
+            cpi=plain.cpi,
+        )
+        == plain.encode()
+    )
 
 
 SEEDS = [bytes.fromhex(h) for h, _ in GOLDEN] + [
