@@ -33,8 +33,13 @@ it emits the event, so the FIB change does not wait for the event's trip through
 socketpair, the reader thread and the daemon's loop. The event then says ``failover_sent``;
 the kernel's answers are read by the loop and counted (``engine.failover`` in the snapshot).
 
+Kernel receive path (:mod:`.kernel_rx`, ``kernel_rx=True`` by default): a tc ingress BPF
+program takes the exact repeats of each session's last accepted packet and stamps their arrival
+in a map the loop reads, so the loop reads from its sockets only packets that change something.
+
 Modules: :mod:`.model` (configs, events, errors), :mod:`.loop` (epoll loop, timer heap, receive
 path, control operations), :mod:`.sockets` (receive/transmit/rtnetlink sockets),
+:mod:`.kernel_rx` (the BPF program, its maps and tc links),
 :mod:`.channel` (control calls and events between daemon and loop), :mod:`.process` (the child
 process, netns, priority, fd limit), :mod:`.api` (:class:`BfdEngine`).
 """
