@@ -170,22 +170,22 @@ def program(idx_fd: int, slots_fd: int) -> bytes:
         a.call(_LOAD_BYTES_RELATIVE)
         a.jne(r0, 0, "pass")
 
+    def lookup(map_fd: int) -> None:
+        """r0 = map_lookup_elem(map, fp + key), or on to "pass" if absent."""
+        a.map_fd(r1, map_fd)
+        a.movr(r2, fp)
+        a.add(r2, key)
+        a.call(_MAP_LOOKUP)
+        a.jeq(r0, 0, "pass")
+
     def slot(your: int, kind: int) -> None:
         """r9 = the slot Your Discriminator (on the stack at ``your``) names, of ``kind``."""
         a.ldx(a.W, r0, fp, your)
         a.stx(a.W, fp, key, r0)
-        a.map_fd(r1, idx_fd)
-        a.movr(r2, fp)
-        a.add(r2, key)
-        a.call(_MAP_LOOKUP)
-        a.jeq(r0, 0, "pass")
+        lookup(idx_fd)
         a.ldx(a.W, r0, r0, 0)
         a.stx(a.W, fp, key, r0)
-        a.map_fd(r1, slots_fd)
-        a.movr(r2, fp)
-        a.add(r2, key)
-        a.call(_MAP_LOOKUP)
-        a.jeq(r0, 0, "pass")
+        lookup(slots_fd)
         a.movr(r9, r0)
         a.ldx(a.W, r0, r9, _OFF_KIND)
         a.jne(r0, kind, "pass")

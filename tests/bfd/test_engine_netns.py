@@ -10,11 +10,12 @@ import queue
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from bfdwait import until as _until
 from glbdlab.netns import Lab, Netns
 
 from bfd.engine import BfdEngine, BfdEvent, EngineError, SessionConfig
@@ -24,7 +25,6 @@ from bfd.session import SessionParams
 pytestmark = pytest.mark.netns
 
 FAST = SessionParams(desired_min_tx=50_000, required_min_rx=50_000, detect_mult=3)
-T = TypeVar("T")
 #: FAST's detection time (3 x 50 ms)
 DETECT_S = 0.150
 A4, B4 = "198.18.0.1", "198.18.0.2"
@@ -76,15 +76,6 @@ class Side:
             )
 
         return _until(lambda: self.session(peer), done, f"{peer} settled at {tx_ms} ms")
-
-
-def _until(get: Callable[[], T], cond: Callable[[T], bool], what: str, timeout: float = 5.0) -> T:
-    """Poll ``get()`` until ``cond`` holds for its value (``timeout``: an upper bound)."""
-    deadline = time.monotonic() + timeout
-    while not cond(value := get()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s: {value}"
-        time.sleep(0.02)  # polling interval of the condition, not a wait for an outcome
-    return value
 
 
 def _pair(lab: Lab, mode: str = "process") -> tuple[Side, Side]:

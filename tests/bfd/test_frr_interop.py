@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from bfdwait import next_event
 from glbdlab.netns import Lab, LabError, Netns
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
@@ -79,15 +80,7 @@ class Rig:
         self.engine.update_session(SessionConfig(B, "a-b", A, params))
 
     def wait_event(self, new: State, timeout: float = 10.0) -> BfdEvent:
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                ev = self.events.get(timeout=left)
-            except queue.Empty:
-                break
-            if ev.new == new:
-                return ev
-        raise AssertionError(f"no {new.name} event in {timeout}s: {self.ours()}")
+        return next_event(self.events, lambda ev: ev.new == new, timeout, self.ours)
 
     def ours(self) -> dict[str, Any]:
         sessions = self.engine.snapshot()["sessions"]

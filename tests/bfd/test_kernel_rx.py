@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import queue
 import socket
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from bfdwait import next_event, until
 from glbdlab.netns import Lab
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
@@ -27,7 +27,6 @@ from bfd.session import SessionParams
 
 pytestmark = pytest.mark.netns
 
-T = TypeVar("T")
 PEER_DISCR = 0x5EED
 PEER_PORT = 49200
 #: 1 s both ways, detection 5 s: the scripted peer sends when the test says, no Poll at Up
@@ -38,19 +37,10 @@ ADDRS = {
 }
 
 
-def _until(get: Callable[[], T], cond: Callable[[T], bool], what: str, timeout: float = 5.0) -> T:
-    """Poll ``get()`` until ``cond`` holds for its value (``timeout``: an upper bound)."""
-    deadline = time.monotonic() + timeout
-    while not cond(value := get()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s: {value}"
-        time.sleep(0.02)  # polling interval of the condition, not a wait for an outcome
-    return value
-
-
 class Rig:
     """glbd's engine in ``b`` with one session to the scripted peer in ``a``."""
 
-    def __init__(self, lab: Lab, family: int, kernel_rx: bool = True) -> None:
+    def __init__(self, lab: Lab, family: socket.AddressFamily, kernel_rx: bool = True) -> None:
         self.family = family
         self.peer, self.local, self.other = ADDRS[family]
         self.a, self.b = lab.pair()
@@ -108,20 +98,12 @@ class Rig:
         return dict(self.snap()["sockets"][0])
 
     def wait_state(self, new: State) -> BfdEvent:
-        deadline = time.monotonic() + 5.0
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                ev = self.events.get(timeout=left)
-            except queue.Empty:
-                break
-            if ev.new == new:
-                return ev
-        raise AssertionError(f"no {new.name} event: {self.session()}")
+        return next_event(self.events, lambda ev: ev.new == new, 5.0, self.session)
 
     def up(self) -> bytes:
         """The three-way handshake; returns the steady packet (accepted once, so the engine
         now expects its repeats)."""
-        mine = _until(self.session, lambda s: s["local_discriminator"] > 0, "a discriminator")
+        mine = until(self.session, lambda s: s["local_discriminator"] > 0, "a discriminator")
         discr = int(mine["local_discriminator"])
         self.send(self.packet(State.DOWN, 0))
         self.wait_state(State.INIT)
@@ -129,7 +111,7 @@ class Rig:
         self.send(steady)
         self.wait_state(State.UP)
         self.send(steady)  # the first repeat: the one that tells the engine it is steady
-        _until(self.session, lambda s: s["packets_in"] >= 3, "the handshake read")
+        until(self.session, lambda s: s["packets_in"] >= 3, "the handshake read")
         return steady
 
     def kernel_packets(self) -> int:
@@ -160,8 +142,8 @@ def test_repeats_are_taken_in_the_kernel_without_errors_or_reads(rig: Rig) -> No
     k0 = rig.kernel_packets()
     errors0 = rig.ns_counters()
     rig.send(steady, 20)
-    _until(rig.kernel_packets, lambda k: k >= k0 + 20, "20 repeats taken by the kernel")
-    s = _until(rig.session, lambda s: s["packets_in"] >= in0 + 20, "counted for the session")
+    until(rig.kernel_packets, lambda k: k >= k0 + 20, "20 repeats taken by the kernel")
+    s = until(rig.session, lambda s: s["packets_in"] >= in0 + 20, "counted for the session")
     assert s["state"] == "up" and s["drops"] == {}
     assert rig.socket_row()["packets_in"] == read0  # none of them was read from the socket
     assert rig.ns_counters() == errors0  # no UDP receive error, no interface drop
@@ -174,13 +156,13 @@ def test_a_changed_hop_limit_or_source_goes_to_the_socket_and_is_dropped(rig: Ri
     k0 = rig.kernel_packets()
     rig.hops(rig.tx, 254)
     rig.send(steady, 3)
-    row = _until(rig.socket_row, lambda r: r["drops"].get("bad_ttl", 0) >= 3, "bad_ttl")
+    row = until(rig.socket_row, lambda r: r["drops"].get("bad_ttl", 0) >= 3, "bad_ttl")
     assert row["drops"]["bad_ttl"] == 3
     rig.hops(rig.tx, 255)
     spoof = rig.sender(rig.other)  # the same bytes and port from another address
     try:
         rig.send(steady, 3, spoof)
-        s = _until(rig.session, lambda s: s["drops"].get("wrong_peer", 0) >= 3, "wrong_peer drops")
+        s = until(rig.session, lambda s: s["drops"].get("wrong_peer", 0) >= 3, "wrong_peer drops")
     finally:
         spoof.close()
     assert s["drops"]["wrong_peer"] == 3 and s["state"] == "up"
@@ -198,5 +180,5 @@ def test_without_the_kernel_path_every_packet_is_read(netns_lab: Lab) -> None:
     assert not engine["enabled"] and engine["error"] == "off"
     read0 = rig.socket_row()["packets_in"]
     rig.send(steady, 20)
-    _until(rig.socket_row, lambda r: r["packets_in"] >= read0 + 20, "20 repeats read")
+    until(rig.socket_row, lambda r: r["packets_in"] >= read0 + 20, "20 repeats read")
     assert rig.kernel_packets() == 0 and rig.session()["state"] == "up"
