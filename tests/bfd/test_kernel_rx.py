@@ -1,5 +1,6 @@
 """The BFD engine's kernel receive path (``bfd/engine/kernel_rx.py``) on real sockets: a glbd
-engine in one namespace, a scripted peer in the other that sends exactly the bytes it chooses.
+engine in one namespace, a scripted peer in the other that sends exactly the bytes it chooses,
+over IPv4, IPv6 and IPv6 link-local addresses (as on unnumbered links).
 
 * The steady state's repeats are taken by the BPF program: they reach the session (counted,
   detection restarted) without being read from the socket, and without a UDP receive error or
@@ -31,28 +32,32 @@ PEER_DISCR = 0x5EED
 PEER_PORT = 49200
 #: 1 s both ways, detection 5 s: the scripted peer sends when the test says, no Poll at Up
 SLOW = SessionParams(desired_min_tx=1_000_000, required_min_rx=1_000_000, detect_mult=5)
+#: (peer, glbd's end, another address of the peer's) by kind; link-local as on unnumbered links
 ADDRS = {
-    socket.AF_INET: ("198.18.0.1", "198.18.0.2", "198.18.0.9"),
-    socket.AF_INET6: ("2001:db8:bfd::1", "2001:db8:bfd::2", "2001:db8:bfd::9"),
+    "ipv4": ("198.18.0.1", "198.18.0.2", "198.18.0.9"),
+    "ipv6": ("2001:db8:bfd::1", "2001:db8:bfd::2", "2001:db8:bfd::9"),
+    "ipv6-link-local": ("fe80::a", "fe80::b", "fe80::9"),
 }
 
 
 class Rig:
     """glbd's engine in ``b`` with one session to the scripted peer in ``a``."""
 
-    def __init__(self, lab: Lab, family: socket.AddressFamily, kernel_rx: bool = True) -> None:
-        self.family = family
-        self.peer, self.local, self.other = ADDRS[family]
+    def __init__(self, lab: Lab, kind: str, kernel_rx: bool = True) -> None:
+        self.family = socket.AF_INET if kind == "ipv4" else socket.AF_INET6
+        self.peer, self.local, self.other = ADDRS[kind]
         self.a, self.b = lab.pair()
-        if family == socket.AF_INET6:
+        if self.family == socket.AF_INET6:
             self.a.addr_add("a-b", self.peer + "/64")
             self.b.addr_add("b-a", self.local + "/64")
             self.a.addr_add("a-b", self.other + "/128")
         else:
             self.a.addr_add("a-b", self.other + "/32")
+        with self.a.entered():  # a link-local address needs the interface's scope
+            self.scope = socket.if_nametoindex("a-b") if kind.endswith("link-local") else 0
         # where the engine's own packets go (else its sends meet ICMP port unreachable)
-        self.sink = self.a.socket(family, socket.SOCK_DGRAM)
-        self.sink.bind((self.peer, 3784))
+        self.sink = self.a.socket(self.family, socket.SOCK_DGRAM)
+        self.sink.bind(self.sockaddr(self.peer, 3784))
         lab.on_close(self.sink.close)
         self.events: queue.Queue[BfdEvent] = queue.Queue()
         self.engine = BfdEngine(self.events.put, netns=self.b.name, kernel_rx=kernel_rx)
@@ -62,9 +67,12 @@ class Rig:
         self.tx = self.sender(self.peer)
         lab.on_close(self.tx.close)
 
+    def sockaddr(self, host: str, port: int) -> tuple[str, int] | tuple[str, int, int, int]:
+        return (host, port, 0, self.scope) if self.family == socket.AF_INET6 else (host, port)
+
     def sender(self, src: str) -> socket.socket:
         s = self.a.socket(self.family, socket.SOCK_DGRAM)
-        s.bind((src, PEER_PORT))
+        s.bind(self.sockaddr(src, PEER_PORT))
         self.hops(s, 255)
         return s
 
@@ -86,7 +94,7 @@ class Rig:
 
     def send(self, data: bytes, n: int = 1, s: socket.socket | None = None) -> None:
         for _ in range(n):
-            (s or self.tx).sendto(data, (self.local, 3784))
+            (s or self.tx).sendto(data, self.sockaddr(self.local, 3784))
 
     def snap(self) -> dict[str, Any]:
         return self.engine.snapshot()
@@ -127,7 +135,7 @@ class Rig:
         return v4 + v6, drops
 
 
-@pytest.fixture(params=[socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
+@pytest.fixture(params=list(ADDRS))
 def rig(request: pytest.FixtureRequest, netns_lab: Lab) -> Iterator[Rig]:
     yield Rig(netns_lab, request.param)
 
@@ -174,7 +182,7 @@ def test_a_changed_hop_limit_or_source_goes_to_the_socket_and_is_dropped(rig: Ri
 
 
 def test_without_the_kernel_path_every_packet_is_read(netns_lab: Lab) -> None:
-    rig = Rig(netns_lab, socket.AF_INET, kernel_rx=False)
+    rig = Rig(netns_lab, "ipv4", kernel_rx=False)
     steady = rig.up()
     engine = rig.snap()["engine"]["kernel_rx"]
     assert not engine["enabled"] and engine["error"] == "off"
