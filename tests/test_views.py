@@ -186,6 +186,20 @@ def test_gc_and_loop_scheduling_metrics() -> None:
     assert got[("glbd_loop_realtime", ())] == 0
 
 
+def test_bfd_kernel_receive_path_metrics() -> None:
+    snap = {
+        "counters": {"packets_in": 900, "kernel_packets_in": 870, "truncated_datagrams": 1},
+        "engine": {"kernel_rx": {"enabled": True, "error": ""}, "timer_lag_max_ms": 2.0},
+    }
+    got = _rows(views.bfd_samples(cast(views.BfdView, snap)))
+    assert got[("glbd_bfd_packets_in_total", ())] == 900
+    assert got[("glbd_bfd_kernel_packets_in_total", ())] == 870
+    assert got[("glbd_bfd_truncated_datagrams_total", ())] == 1
+    assert got[("glbd_bfd_kernel_rx", ())] == 1
+    snap["engine"] = {"kernel_rx": {"enabled": False, "error": "Operation not permitted"}}
+    assert _rows(views.bfd_samples(cast(views.BfdView, snap)))[("glbd_bfd_kernel_rx", ())] == 0
+
+
 def test_heartbeat_to_fib_latency_is_observed_only_for_syncs_that_carry_a_heartbeat() -> None:
     lat = views.Latencies()
     lat.synced(0.004, None, 5.0)  # a sync no heartbeat asked for

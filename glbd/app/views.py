@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from glbd.core.pathtable import PathTable
 from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard, RouteRejected
@@ -290,26 +290,9 @@ def bfd_samples(snap: BfdView) -> Iterable[Sample]:
             kind="counter",
         )
     if counters:
-        yield Sample(
-            "glbd_bfd_truncated_datagrams_total",
-            float(counters.get("truncated_datagrams", 0)),
-            help="BFD datagrams longer than a control packet can be (read up to 256 bytes, "
-            "processed)",
-            kind="counter",
-        )
-        yield Sample(
-            "glbd_bfd_packets_in_total",
-            float(counters.get("packets_in", 0)),
-            help="BFD packets received, however they were taken",
-            kind="counter",
-        )
-        yield Sample(
-            "glbd_bfd_kernel_packets_in_total",
-            float(counters.get("kernel_packets_in", 0)),
-            help="BFD packets the kernel receive path took: repeats of a session's steady "
-            "state, never read from the socket",
-            kind="counter",
-        )
+        for name, key, text in _BFD_COUNTERS:
+            n = cast(int, counters.get(key, 0))  # a key of BfdCounters, as _BFD_COUNTERS lists
+            yield Sample(name, float(n), help=text, kind="counter")
     eng = snap.get("engine", {})
     if eng:
         yield Sample(
@@ -323,6 +306,22 @@ def bfd_samples(snap: BfdView) -> Iterable[Sample]:
             help="max lateness of a BFD transmit/expiry timer",
         )
 
+
+#: the BFD engine's own counters: (metric, key in its ``counters`` section, help)
+_BFD_COUNTERS = (
+    (
+        "glbd_bfd_truncated_datagrams_total",
+        "truncated_datagrams",
+        "BFD datagrams longer than a control packet can be (read up to 256 bytes, processed)",
+    ),
+    ("glbd_bfd_packets_in_total", "packets_in", "BFD packets received, however they were taken"),
+    (
+        "glbd_bfd_kernel_packets_in_total",
+        "kernel_packets_in",
+        "BFD packets the kernel receive path took: repeats of a session's steady state, never "
+        "read from the socket",
+    ),
+)
 
 #: Mb/s (what the link monitor and the heartbeats carry) to bytes/s: Prometheus's base unit for
 #: data is the byte, and node_exporter's interface counters are bytes too
