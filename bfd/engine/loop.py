@@ -696,6 +696,8 @@ class Loop:
         d["tx_lag_max_ms"] = ent.tx_lag_max * 1e3
         d["detect_lag_max_ms"] = ent.detect_lag_max * 1e3
         d["socket_error"] = ent.socket_error
+        # the kernel takes this session's repeats now (bfd/engine/kernel_rx.py)
+        d["kernel_rx"] = ent.kx is not None
         d["failover_requests"] = ent.failover_requests
         d["failovers"] = ent.failovers
         return d

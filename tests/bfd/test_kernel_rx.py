@@ -152,7 +152,7 @@ def test_repeats_are_taken_in_the_kernel_without_errors_or_reads(rig: Rig) -> No
     rig.send(steady, 20)
     until(rig.kernel_packets, lambda k: k >= k0 + 20, "20 repeats taken by the kernel")
     s = until(rig.session, lambda s: s["packets_in"] >= in0 + 20, "counted for the session")
-    assert s["state"] == "up" and s["drops"] == {}
+    assert s["state"] == "up" and s["drops"] == {} and s["kernel_rx"]
     assert rig.socket_row()["packets_in"] == read0  # none of them was read from the socket
     assert rig.ns_counters() == errors0  # no UDP receive error, no interface drop
     counters = rig.snap()["counters"]
@@ -179,6 +179,7 @@ def test_a_changed_hop_limit_or_source_goes_to_the_socket_and_is_dropped(rig: Ri
     rig.send(rig.packet(State.DOWN, int(s["local_discriminator"])))
     ev = rig.wait_state(State.DOWN)
     assert ev.reason == "neighbor_down" and ev.failure
+    assert not rig.session()["kernel_rx"]  # Down: every packet matters again
 
 
 def test_without_the_kernel_path_every_packet_is_read(netns_lab: Lab) -> None:
@@ -190,3 +191,4 @@ def test_without_the_kernel_path_every_packet_is_read(netns_lab: Lab) -> None:
     rig.send(steady, 20)
     until(rig.socket_row, lambda r: r["packets_in"] >= read0 + 20, "20 repeats read")
     assert rig.kernel_packets() == 0 and rig.session()["state"] == "up"
+    assert not rig.session()["kernel_rx"]
