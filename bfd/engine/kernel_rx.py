@@ -20,7 +20,7 @@ the file descriptor: it goes away with the engine process, so a crash leaves not
 A dropped packet shows only in the kernel's drop tracepoint (reason ``TC_INGRESS``).
 
 Why no libbpf/bpftool: the ``bfd`` package uses only the standard library, and the program is
-60 instructions with two maps; :class:`Asm` writes it and one ``bpf()`` call loads it, with no
+132 instructions with two maps; :class:`Asm` writes it and one ``bpf()`` call loads it, with no
 ELF, BTF or pinned objects to clean up. Where it cannot load or attach (an older kernel, no
 ``CAP_BPF``/``CAP_NET_ADMIN``), :func:`open_kernel_rx` says why and the engine reads every
 packet itself, as before.
