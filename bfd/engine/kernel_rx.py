@@ -260,6 +260,7 @@ def program(idx_fd: int, slots_fd: int) -> bytes:
 
 
 _libc: Any = None
+_addr = ctypes.addressof
 
 
 def _bpf(cmd: int, attr: bytearray) -> int:
@@ -274,10 +275,6 @@ def _bpf(cmd: int, attr: bytearray) -> int:
         err = ctypes.get_errno()
         raise KernelRxError(err, os.strerror(err))
     return rc
-
-
-def _addr(buf: Any) -> int:
-    return ctypes.addressof(buf)
 
 
 def _map_create(kind: int, key: int, value: int, entries: int, flags: int, name: bytes) -> int:
@@ -421,5 +418,5 @@ def open_kernel_rx() -> tuple[KernelRx | None, str]:
     """The engine's kernel path, or None and why not (one line)."""
     try:
         return KernelRx(), ""
-    except (KernelRxError, OSError) as exc:
+    except OSError as exc:  # KernelRxError, or the mmap
         return None, f"{exc.strerror or exc}"

@@ -356,15 +356,16 @@ class Loop:
     def _ksync(self, ent: Entry, now: float) -> None:
         """Apply what the kernel path took for the session since the last look: the repeats
         of its last accepted packet, the latest at the kernel's stamp."""
-        slot = ent.slot
-        words = self.krx.words  # type: ignore[union-attr]
-        i = slot.index * 12  # type: ignore[union-attr]
-        count = words[i + 1]
-        n = count - slot.count  # type: ignore[union-attr]
+        slot, krx = ent.slot, self.krx
+        if slot is None or krx is None:
+            return
+        i = slot.index * 12
+        count = krx.words[i + 1]
+        n = count - slot.count
         if not n:
             return
-        slot.count = count  # type: ignore[union-attr]
-        t = words[i] * 1e-9
+        slot.count = count
+        t = krx.words[i] * 1e-9
         if t > now:
             t = now
         self.kernel_packets += n

@@ -25,7 +25,7 @@ from ..packet import ControlPacket
 from ..reasons import DropReason
 from ..session import Session
 from ..transport import open_rx_socket, open_tx_socket, peer_sockaddr
-from .kernel_rx import KernelRx, KernelRxError, Slot
+from .kernel_rx import KernelRx, Slot
 from .model import EngineError, SessionConfig
 
 __all__ = ["Entry", "FailoverPort", "RxSock", "SocketTable"]
@@ -194,7 +194,7 @@ class SocketTable:
                 try:
                     rx.kernel = self.krx.attach(ifname)
                     self.kernel_errors.pop(ifname, None)
-                except (KernelRxError, OSError) as exc:
+                except OSError as exc:  # KernelRxError too
                     why = f"{exc.strerror or exc}"
                     if self.kernel_errors.get(ifname) != why:
                         log.warning("bfd %s: kernel receive path: %s", ifname, why)
