@@ -22,6 +22,7 @@ from glbd.core.linkq import (
 )
 from glbd.io.linkrunner import MonitorRunner
 from heartbeat import wire
+from tests import vtime
 
 DT = 0.010
 CAP = 1000.0  # Mbit/s
@@ -262,7 +263,11 @@ class _FakeReader:
 
 
 @pytest.mark.parametrize("waits", [0, 2])
-async def test_runner_samples_waits_and_counts_errors(waits: int) -> None:
+def test_runner_samples_waits_and_counts_errors(waits: int) -> None:
+    vtime.run(lambda: _samples_waits_and_counts_errors(waits))
+
+
+async def _samples_waits_and_counts_errors(waits: int) -> None:
     m = LinkMonitor(LinkMonParams(sample_interval_s=0.001))
     m.set_interfaces(["e1"])
     reader = _FakeReader(waits=waits, fail_every=4)
@@ -301,9 +306,13 @@ class _ForeignReader(_FakeReader):
         pass
 
 
-async def test_runner_hands_on_a_residual_move_in_the_same_sample_as_a_band_change() -> None:
+def test_runner_hands_on_a_residual_move_in_the_same_sample_as_a_band_change() -> None:
     """The second sample brings the link's first band ("new") and, from the foreign classes,
     a residual move: both reach on_update, the residual one with the residual."""
+    vtime.run(_residual_move_in_the_same_sample)
+
+
+async def _residual_move_in_the_same_sample() -> None:
     m = LinkMonitor(
         LinkMonParams(
             sample_interval_s=0.001,
@@ -352,9 +361,15 @@ class _OnsetReader(_FakeReader):
         yield  # a generator that never waits
 
 
-async def test_runner_takes_the_sample_in_between_the_core_asks_for() -> None:
+def test_runner_takes_the_sample_in_between_the_core_asks_for() -> None:
     """The first saturated sample has no queue yet; the runner samples again before the next
-    interval and the onset is reported on that sample, the only one taken in between."""
+    interval and the onset is reported on that sample, the only one taken in between. In
+    virtual time: on a busy machine a late loop would skip ticks, and the count would measure
+    the machine, not the runner."""
+    vtime.run(_sample_in_between)
+
+
+async def _sample_in_between() -> None:
     m = LinkMonitor(LinkMonParams(sample_interval_s=0.01, capacity_mbps={"e1": 10.0}))
     m.set_interfaces(["e1"])
     reader = _OnsetReader()
