@@ -403,12 +403,16 @@ def fabric_bgp_config(
     extra_bgp: Iterable[str] = (),
     extra: str = "",
     legacy: bool = False,
+    bfd_interval_ms: int | None = None,
+    bfd_detect_mult: int = 3,
 ) -> str:
     """frr.conf for ``node`` of a fabric: eBGP to the far end of each of its links (restricted to
     ``peers`` if given), IPv4 unicast, multipath-relax, fast timers, BFD, announcing its
     loopback and its host prefix (leaves; unless ``originate_own=False``) and ``networks``;
     ``send-nexthop-characteristics`` toward
-    the peers named in ``nhc_to``. ``legacy=True`` leaves out 10.x-only commands."""
+    the peers named in ``nhc_to``. ``legacy=True`` leaves out 10.x-only commands.
+    ``bfd_interval_ms`` sets BFD's transmit and receive intervals (a profile; FRR's own default
+    is 300 ms), so FRR can run the timers glbd runs."""
     me = fab.topo.node(node)
     if me.asn is None or me.router_id is None:
         raise LabError(f"{node} is a host: it runs no BGP")
@@ -439,6 +443,8 @@ def fabric_bgp_config(
         ]
         if bfd:
             lines.append(f" neighbor {addr} bfd")
+            if bfd_interval_ms is not None:
+                lines.append(f" neighbor {addr} bfd profile glbd-lab")
         if peer in nhc and not legacy:
             lines.append(f" neighbor {addr} send-nexthop-characteristics")
         af.append(f"  neighbor {addr} activate")
@@ -451,7 +457,19 @@ def fabric_bgp_config(
         if net and ipaddress.ip_network(net, strict=False).version == 4:
             af.append(f"  network {net}")
     af += ["  maximum-paths 64", " exit-address-family"]
-    return "\n".join([*lines, *af, "exit", "!", extra, ""]).replace("\n\n", "\n")
+    prof = []
+    if bfd and bfd_interval_ms is not None:
+        prof = [
+            "bfd",
+            " profile glbd-lab",
+            f"  detect-multiplier {bfd_detect_mult}",
+            f"  receive-interval {bfd_interval_ms}",
+            f"  transmit-interval {bfd_interval_ms}",
+            " exit",
+            "exit",
+            "!",
+        ]
+    return "\n".join([*prof, *lines, *af, "exit", "!", extra, ""]).replace("\n\n", "\n")
 
 
 def start_fabric_frr(

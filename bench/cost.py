@@ -1,0 +1,369 @@
+"""What the control plane costs: CPU per router, % of one core, glbd next to FRR in the same run.
+
+    python -m bench.cost [--spines 4] [--leaves 4] [--seconds 10] [--json PATH]
+
+Builds an S x L lab fabric (network namespaces, veths; no hosts) once per contender, one after
+another in the same run, waits until every BGP session is established and every BFD session Up,
+lets it settle, then reads each router's processes' CPU time (utime + stime from /proc, every
+thread, every child) over ``--seconds``:
+
+* ``glbd``: glbd as shipped (default config; only the topology's neighbours are set), every
+  process of it: the main loop, the BFD engine, ExaBGP;
+* ``glbd-nohb``: the same without heartbeats (``[heartbeat] enabled = false``);
+* ``glbd-bgp-bfd``: also without link sampling (``sample_interval_ms`` 10 s): BGP + BFD alone,
+  the part FRR does too; the differences to the rows above are what heartbeats and link
+  sampling cost;
+* ``frr``: FRR 10.x (bgpd, bfdd, zebra, mgmtd, staticd) with BFD at glbd's default timers
+  (3 x 50 ms; FRR's own default is 3 x 300 ms).
+
+Prints one row per contender and role, then the issue's targets as verdict lines (``met`` /
+``NOT met``). A bench, not a test: figures depend on the machine; the JSON carries the commit,
+date, machine and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from glbdlab.frr import start_fabric_frr
+from glbdlab.nodes import GlbdNode, GlbdOptions, start_glbd, stop_all, wait_until
+from glbdlab.topology import Fabric, leaf_spine
+
+from glbd.app.config import BfdSection, HeartbeatSection, LinkQualitySection
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+#: the issue's targets, % of one core
+IDLE_PER_ROUTER = 2.0
+EXABGP_PER_ROUTER = 0.3
+BGP_BFD_VS_FRR = 1.5
+
+
+def ticks(pid: int) -> int:
+    """utime + stime of ``pid`` (all its threads; children that have exited and were reaped
+    are not counted: a router's children live as long as it does)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with contextlib.suppress(OSError):
+                    kids = Path(f"/proc/{p}/task/{task}/children").read_text().split()
+                    todo += [int(x) for x in kids]
+    return out
+
+
+def kind(pid: int) -> str:
+    """Which part of a router ``pid`` is: glbd, exabgp, bfd engine, or an FRR daemon."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    text = " ".join(a.decode(errors="replace") for a in argv if a)
+    if "exabgp" in text:
+        return "exabgp"
+    if "bfd.engine" in text or "bfd engine" in text:
+        return "bfd engine"
+    for d in ("bgpd", "bfdd", "zebra", "mgmtd", "staticd"):
+        if f"/usr/lib/frr/{d}" in text:
+            return d
+    if "glbd" in text:
+        return "glbd"
+    return Path(argv[0].decode(errors="replace")).name or "?"
+
+
+@dataclass
+class RouterCost:
+    router: str
+    role: str
+    #: part -> % of one core over the window
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
+
+
+def measure(roots: dict[str, tuple[str, list[int]]], seconds: float) -> list[RouterCost]:
+    """CPU of each router (name -> (role, root pids)) over ``seconds``, by part."""
+
+    def snap() -> dict[str, dict[int, tuple[str, int]]]:
+        out: dict[str, dict[int, tuple[str, int]]] = {}
+        for name, (_, pids) in roots.items():
+            procs: dict[int, tuple[str, int]] = {}
+            for root in pids:
+                for p in tree(root):
+                    procs[p] = (kind(p), ticks(p))
+            out[name] = procs
+        return out
+
+    t0, a = time.monotonic(), snap()
+    time.sleep(seconds)  # the measurement window itself
+    t1, b = time.monotonic(), snap()
+    dt = t1 - t0
+    rows = []
+    for name, (role, _) in roots.items():
+        rc = RouterCost(name, role)
+        for pid, (k, tb) in b[name].items():
+            ta = a[name].get(pid, (k, tb))[1]  # a process born in the window: from its start
+            if k in ("sh", "unshare", "ip"):
+                continue
+            rc.parts[k] = rc.parts.get(k, 0.0) + (tb - ta) / HZ / dt * 100
+        rows.append(rc)
+    return rows
+
+
+@dataclass
+class Contender:
+    key: str
+    what: str
+    start: Callable[[Fabric, Path], dict[str, tuple[str, list[int]]]]
+    stop: Callable[[], None] = lambda: None
+
+
+def _glbd(heartbeat: bool = True, sample_ms: int | None = None) -> Any:
+    """A contender starter: glbd on every router at its defaults."""
+    holder: dict[str, dict[str, GlbdNode]] = {}
+
+    def start(fab: Fabric, run_dir: Path) -> dict[str, tuple[str, list[int]]]:
+        opts = GlbdOptions(
+            heartbeat=heartbeat,
+            hb_interval_ms=HeartbeatSection().interval_ms,
+            bfd_interval_ms=BfdSection().min_tx_ms,
+            detect_mult=BfdSection().detect_mult,
+            sample_interval_ms=sample_ms or LinkQualitySection().sample_interval_ms,
+            hold_time=90,
+            log_level="warning",
+        )
+        nodes = start_glbd(fab, run_dir, opts)
+        holder["nodes"] = nodes
+
+        def converged() -> bool:
+            for n in nodes.values():
+                bgp, bfd = n.request("neighbors"), n.request("bfd")
+                if not bgp or any(r["state"] != "up" for r in bgp):
+                    return False
+                if len(bfd) != len(bgp) or any(str(r["state"]).lower() != "up" for r in bfd):
+                    return False
+            return True
+
+        wait_until(converged, 120, 0.5, "every glbd's BGP established and BFD Up")
+        return {
+            name: (fab.topo.node(name).role, [n.proc.pid])
+            for name, n in nodes.items()
+            if n.proc is not None
+        }
+
+    def stop() -> None:
+        stop_all(holder.pop("nodes", {}))
+
+    return start, stop
+
+
+def _frr() -> Any:
+    def start(fab: Fabric, run_dir: Path) -> dict[str, tuple[str, list[int]]]:
+        names = [n.name for n in fab.nodes() if n.role != "host"]
+        frr = start_fabric_frr(
+            fab,
+            names,
+            bfd_interval_ms=BfdSection().min_tx_ms,
+            bfd_detect_mult=BfdSection().detect_mult,
+        )
+        for inst in frr.values():
+            inst.wait_bgp_established(timeout=120)
+        for inst in frr.values():
+            inst.wait_bfd_up(timeout=120)
+        return {
+            n: (fab.topo.node(n).role, [p.pid for p in inst.procs.values()])
+            for n, inst in frr.items()
+        }
+
+    return start, lambda: None  # the fabric's Lab stops FRR when it is destroyed
+
+
+def contenders() -> dict[str, Contender]:
+    g, gs = _glbd()
+    nh, nhs = _glbd(heartbeat=False)
+    bb, bbs = _glbd(heartbeat=False, sample_ms=10_000)
+    f, fs = _frr()
+    return {
+        "glbd": Contender("glbd", "glbd as shipped (default timers)", g, gs),
+        "glbd-nohb": Contender("glbd-nohb", "glbd, heartbeats off", nh, nhs),
+        "glbd-bgp-bfd": Contender(
+            "glbd-bgp-bfd", "glbd, heartbeats off, link sampling every 10 s", bb, bbs
+        ),
+        "frr": Contender("frr", "FRR 10.x, BFD 3 x 50 ms", f, fs),
+    }
+
+
+def run_one(c: Contender, spines: int, leaves: int, seconds: float, settle: float) -> Any:
+    run_dir = Path(tempfile.mkdtemp(prefix=f"glbd-cost-{c.key}-"))
+    fab = Fabric(leaf_spine(spines, leaves, hosts=False))
+    try:
+        fab.build()
+        roots = c.start(fab, run_dir)
+        time.sleep(settle)  # let the start's own work (first dumps, first UPDATEs) end
+        return measure(roots, seconds)
+    finally:
+        with contextlib.suppress(Exception):
+            c.stop()
+        fab.destroy()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def _mean(xs: Iterable[float]) -> float:
+    v = list(xs)
+    return sum(v) / len(v) if v else float("nan")
+
+
+def report(results: dict[str, list[RouterCost]]) -> list[str]:
+    lines = ["", f"{'contender':<14} {'role':<6} {'per router':>10}  parts (% of a core)"]
+    for key, rows in results.items():
+        for role in ("spine", "leaf"):
+            rr = [r for r in rows if r.role == role]
+            if not rr:
+                continue
+            parts: dict[str, float] = {}
+            for r in rr:
+                for k, v in r.parts.items():
+                    parts[k] = parts.get(k, 0.0) + v / len(rr)
+            ptxt = ", ".join(f"{k} {v:.2f}" for k, v in sorted(parts.items(), key=lambda x: -x[1]))
+            lines.append(f"{key:<14} {role:<6} {_mean(r.total for r in rr):>9.2f}%  {ptxt}")
+        lines.append(f"{key:<14} {'all':<6} {_mean(r.total for r in rows):>9.2f}%")
+    lines.append("")
+
+    def per_router(key: str, part: str | None = None) -> float:
+        rows = results.get(key, [])
+        if part is None:
+            return _mean(r.total for r in rows)
+        return _mean(r.parts.get(part, 0.0) for r in rows)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    if "glbd" in results:
+        g = per_router("glbd")
+        lines.append(
+            f"target idle, all glbd processes <= {IDLE_PER_ROUTER} % per router: "
+            f"{g:.2f} % ({g / IDLE_PER_ROUTER:.2f}x the target): {verdict(g <= IDLE_PER_ROUTER)}"
+        )
+        e = per_router("glbd", "exabgp")
+        lines.append(
+            f"target idle, ExaBGP <= {EXABGP_PER_ROUTER} % per router: {e:.2f} %: "
+            f"{verdict(e <= EXABGP_PER_ROUTER)}"
+        )
+    if "frr" in results:
+        fr = per_router("frr")
+        lines.append(f"FRR, all daemons: {fr:.2f} % per router")
+        if "glbd" in results:
+            lines.append(f"glbd / FRR, everything: {per_router('glbd') / fr:.1f}x")
+        if "glbd-bgp-bfd" in results:
+            bb = per_router("glbd-bgp-bfd")
+            lines.append(
+                f"target BGP+BFD, glbd (no heartbeats, no sampling) <= {BGP_BFD_VS_FRR}x FRR: "
+                f"{bb:.2f} % vs {fr:.2f} % = {bb / fr:.2f}x: "
+                f"{verdict(bb <= BGP_BFD_VS_FRR * fr)}"
+            )
+    if {"glbd", "glbd-nohb"} <= results.keys():
+        lines.append(
+            f"heartbeats cost {per_router('glbd') - per_router('glbd-nohb'):.2f} % per router"
+        )
+    if {"glbd-nohb", "glbd-bgp-bfd"} <= results.keys():
+        lines.append(
+            "link sampling costs "
+            f"{per_router('glbd-nohb') - per_router('glbd-bgp-bfd'):.2f} % per router"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.split("\n")[0])
+    ap.add_argument("--spines", type=int, default=4)
+    ap.add_argument("--leaves", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=10.0, help="measurement window")
+    ap.add_argument("--settle", type=float, default=5.0, help="wait after convergence")
+    ap.add_argument(
+        "--only", default="glbd,glbd-nohb,glbd-bgp-bfd,frr", help="contenders, in this order"
+    )
+    ap.add_argument("--json", help="write the raw results here")
+    a = ap.parse_args(argv)
+    all_c = contenders()
+    keys = [k for k in a.only.split(",") if k]
+    for k in keys:
+        if k not in all_c:
+            ap.error(f"unknown contender {k!r} (known: {', '.join(all_c)})")
+    with open("/proc/cpuinfo") as f:
+        model_name = next((ln.split(":", 1)[1].strip() for ln in f if "model name" in ln), "?")
+    meta = {
+        "commit": _commit(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python -m bench.cost", *(argv or sys.argv[1:])]),
+        "machine": f"{model_name}, {os.cpu_count()} CPUs, "
+        f"kernel {Path('/proc/sys/kernel/osrelease').read_text().strip()}",
+        "load_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+    print(
+        f"control-plane cost: {a.spines}x{a.leaves} fabric, {a.seconds:g} s window, "
+        f"commit {meta['commit']}, load {' '.join(meta['load_start'])}",
+        flush=True,
+    )
+    results: dict[str, list[RouterCost]] = {}
+    for k in keys:
+        t0 = time.monotonic()
+        results[k] = run_one(all_c[k], a.spines, a.leaves, a.seconds, a.settle)
+        print(f"  {k}: measured ({time.monotonic() - t0:.0f} s with set-up)", flush=True)
+    meta["load_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    text = report(results)
+    print("\n".join(text))
+    if a.json:
+        Path(a.json).write_text(
+            json.dumps(
+                {
+                    "meta": meta,
+                    "results": {k: [r.__dict__ for r in v] for k, v in results.items()},
+                    "report": text,
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
