@@ -2,7 +2,12 @@
 
 Sends the current link snapshot out of every fabric interface that has a BGP neighbour:
 
-- periodically, every ``interval_s`` (default 20 ms) after the previous send;
+- periodically, every ``interval_s`` (default 20 ms) after the previous send, or every
+  ``idle_interval_s`` (glbd's default 100 ms) while the fabric is quiet: every link at the best band
+  and up, and no change sent for ``idle_after_s``. Each datagram carries the interval it
+  promises, so receivers expire the sender on that; a change goes out at once either way, and
+  the datagram that carries it returns the sender to ``interval_s``. An idle fabric is
+  refreshed five times less often; a loaded one exactly as before;
 - at once when a band, down flag, link id, far end or capacity changes (``on_change``), but never
   closer than ``min_spacing_s`` (default 5 ms) to the previous such send; a change inside the
   spacing window is sent when the window ends, coalesced with any later change. The spacing
@@ -57,11 +62,17 @@ class SenderParams:
     on_change: bool = True
     #: sign every datagram with this key (None = unauthenticated)
     key: wire.HmacKey | None = None
+    #: the refresh interval while quiet (every link at the best band and up, no change sent
+    #: for ``idle_after_s``); None: always ``interval_s`` (glbd's config sets 100 ms)
+    idle_interval_s: float | None = None
+    idle_after_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.min_spacing_s <= self.interval_s:
             raise ValueError("need 0 < min_spacing_s <= interval_s")
-        if round(self.interval_s * 1e6) > 0xFFFFFFFF:
+        if self.idle_interval_s is not None and self.idle_interval_s < self.interval_s:
+            raise ValueError("need idle_interval_s >= interval_s")
+        if round(max(self.interval_s, self.idle_interval_s or 0.0) * 1e6) > 0xFFFFFFFF:
             raise ValueError("interval_s too large for the wire (2**32 µs)")
 
 
@@ -106,6 +117,8 @@ class Sender:
         #: the last send that carried a change (or a new interface): the spacing's reference
         self._last_change_send: float | None = None
         self._change_due = False
+        #: every link of the snapshot at the best band and up
+        self._calm = True
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -140,6 +153,7 @@ class Sender:
             ents = wire.Entries(e._replace(band=0) for e in ents)
         key = ents.key()
         self._entries = ents
+        self._calm = all(e.band == wire.MAX_BAND and not e.down for e in ents)
         if key != self._key:
             self._key = key
             if self._params.on_change and self._ifnames:
@@ -182,15 +196,17 @@ class Sender:
         t0, n0 = self._base
         self._count = max(self._count + 1, n0 + int((now - t0) * 1000))
         self._seq = self._count & 0xFFFFFFFF
-        msg = wire.Heartbeat(
-            self._params.node_id, self._seq, round(self._params.interval_s * 1e6), self._entries
-        )
-        data = msg.encode(self._params.key)
-        self._last_send = now
+        p = self._params
         if self._change_due:
             self._last_change_send = now
             self._change_due = False
-        self._next_at = now + self._params.interval_s
+        last = self._last_change_send
+        quiet = self._calm and (last is None or now - last >= p.idle_after_s)
+        interval = p.idle_interval_s if quiet and p.idle_interval_s is not None else p.interval_s
+        msg = wire.Heartbeat(p.node_id, self._seq, round(interval * 1e6), self._entries)
+        data = msg.encode(p.key)
+        self._last_send = now
+        self._next_at = now + interval
         self.sent += 1
         if self._pending_change:
             self.sent_on_change += 1

@@ -482,6 +482,10 @@ class HeartbeatSection(_Model):
     group6: IPv6Group = ipaddress.IPv6Address(HEARTBEAT_GROUP_V6)
     port: Annotated[int, Field(ge=1, le=65535)] = HEARTBEAT_PORT
     interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 20
+    #: the refresh while quiet: every link at the best band and up, no change sent for a
+    #: second (a change still goes out at once, and the sender is back at interval_ms);
+    #: at or below interval_ms: always interval_ms
+    idle_interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 100
     on_change: bool = True
     min_spacing_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
     hold_multiplier: Annotated[int, Field(ge=2, le=255)] = 3
@@ -544,6 +548,11 @@ class LinkQualitySection(_Model):
     """DLB-style quality bands. Load in percent of capacity, queue in bytes of qdisc backlog."""
 
     sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 10
+    #: the interval while every link is quiet (up, below load_min_pct, no queue, best band):
+    #: an idle router samples 5x less often; a link going down or up is read at once, and
+    #: the first loaded sample returns to sample_interval_ms. At or below
+    #: sample_interval_ms: always sample_interval_ms
+    idle_sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 50
     #: EWMA weight of a new sample, 0 < alpha <= 1
     ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.25
     load_min_pct: Annotated[float, Field(ge=0, le=100)] = 10.0

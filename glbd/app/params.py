@@ -155,6 +155,7 @@ def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
     q = cfg.link_quality
     return LinkMonParams(
         sample_interval_s=q.sample_interval_ms / 1e3,
+        idle_sample_interval_s=max(q.idle_sample_interval_ms, q.sample_interval_ms) / 1e3,
         ewma_alpha=q.ewma_alpha,
         load_min_pct=q.load_min_pct,
         load_max_pct=q.load_max_pct,
@@ -191,6 +192,7 @@ def sender_params(cfg: cfgmod.Config) -> SenderParams:
     return SenderParams(
         node_id=wire.node_id(str(cfg.router_id)),
         interval_s=hb.interval_ms / 1e3,
+        idle_interval_s=max(hb.idle_interval_ms, hb.interval_ms) / 1e3,
         min_spacing_s=hb.min_spacing_ms / 1e3,
         on_change=hb.on_change,
         key=heartbeat_keys(hb)[0],

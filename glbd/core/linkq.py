@@ -96,6 +96,10 @@ class LinkMonParams:
     foreign_classes: frozenset[int] = frozenset()
     #: the foreign classes are read every this many samples
     foreign_every: int = 5
+    #: the sampling interval while every link is quiet (up, below ``load_min_pct``, backlog at
+    #: most ``queue_min_bytes``, reported at the best band); None: always
+    #: ``sample_interval_s``. A link going down or up wakes the runner at once either way
+    idle_sample_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.ewma_alpha <= 1:
@@ -116,6 +120,10 @@ class LinkMonParams:
             raise ValueError("onset_recheck must be in [0, 1)")
         if self.foreign_every < 1:
             raise ValueError("foreign_every must be >= 1")
+        if self.idle_sample_interval_s is not None and not (
+            self.idle_sample_interval_s >= self.sample_interval_s
+        ):
+            raise ValueError("idle_sample_interval_s must be >= sample_interval_s")
 
     def capacity_of(self, ifname: str) -> float:
         return self.capacity_mbps.get(ifname, self.default_capacity_mbps)
@@ -330,6 +338,7 @@ class LinkMonitor:
         self._order_ifindex: tuple[int, ...] | None = None
         self._order_missing: list[str] = []
         self._recheck_at: float | None = None
+        self._quiet = False  # the last sample found every link quiet (next_interval)
 
     @property
     def params(self) -> LinkMonParams:
@@ -415,6 +424,7 @@ class LinkMonitor:
             self._links[name] = _Link(self._p.capacity_of(name))
         self._names = frozenset(self._links)
         self._order = None
+        self._quiet = False
         return out
 
     @property
@@ -440,6 +450,14 @@ class LinkMonitor:
         present = set(names)
         self._order_missing = [n for n in links if n not in present]
 
+    def next_interval(self) -> float:
+        """How long after the last sample the next regular one is due: the idle interval
+        while the last sample found every link quiet, else the sample interval."""
+        p = self._p
+        if self._quiet and p.idle_sample_interval_s is not None:
+            return p.idle_sample_interval_s
+        return p.sample_interval_s
+
     def recheck_due(self) -> float | None:
         """When the last sample wants the next one (``onset_recheck`` of an interval after
         it: it saw an onset in part, see :class:`LinkMonParams`), or None: the regular
@@ -455,6 +473,8 @@ class LinkMonitor:
         alpha = p.ewma_alpha
         interval = p.sample_interval_s
         short = 0.75 * interval  # a shorter interval (a recheck) weighs less in the EWMAs
+        long = 1.5 * interval  # and a longer one (idle sampling) more: one time constant
+        quiet = True
         recheck = p.onset_recheck * interval if p.onset_queue_bytes else 0.0
         want_recheck = False
         rw = p.rate_weight
@@ -487,13 +507,14 @@ class LinkMonitor:
             ln.last_t = now
             ln.last_backlog = backlog
             if last_tx is None or tx < last_tx or dt <= 0:
+                quiet = False
                 continue  # first sample after start/up, or counters reset: re-baseline
             load = (tx - last_tx) * ln.kcap / dt
             if ln.load is None:
                 lv = ln.load = load
                 qv = ln.queue = float(backlog)
             else:
-                a = alpha if dt >= short else 1.0 - (1.0 - alpha) ** (dt / interval)
+                a = alpha if short <= dt <= long else 1.0 - (1.0 - alpha) ** (dt / interval)
                 lv = ln.load = ln.load + a * (load - ln.load)
                 qv = ln.queue = ln.queue + a * (backlog - ln.queue)
                 saturated = load >= lmax
@@ -516,6 +537,8 @@ class LinkMonitor:
             ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else (lmax - lv) * lk
             qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else (qmax - qv) * qk
             sc = ln.score = rw * ls + rq * qs
+            if quiet and (sc < 8.0 or load >= lmin or backlog > qmin or ln.band != MAX_BAND):
+                quiet = False
             ic = int(sc)  # band = clamp(ceil(sc) - 1, 0, 7), inlined
             raw = ic if sc > ic else ic - 1
             raw = 0 if raw < 0 else MAX_BAND if raw > MAX_BAND else raw
@@ -551,6 +574,7 @@ class LinkMonitor:
                     out.append(self._set(name, ln, raw, False, "persisted"))
         self._missing_down(out)
         self._recheck_at = now + recheck if want_recheck else None
+        self._quiet = quiet and not out
         return out
 
     def _align(self, names: tuple[str, ...], ifindexes: tuple[int, ...]) -> None:

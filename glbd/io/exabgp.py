@@ -286,6 +286,10 @@ def _md5_lines(key: bytes | None) -> list[str]:
     ]
 
 
+#: ``exabgp.reactor.speed``: its idle poll timeout is a hundredth of it (here 100 ms)
+REACTOR_SPEED = "10"
+
+
 def exabgp_env(
     base: dict[str, str], log_file: Path, log_level: str = "WARNING", bind: str = ""
 ) -> dict[str, str]:
@@ -308,6 +312,11 @@ def exabgp_env(
             "exabgp.log.all": "false",
             "exabgp.log.configuration": "false",
             "exabgp.daemon.pid": "",
+            # the reactor's poll timeout is speed / 100 s: with nothing to read it wakes that
+            # often to run every peer's timers. ExaBGP's 1.0 (10 ms, 100 idle turns a second)
+            # cost 2 % of a core per router; a peer's socket and glbd's commands wake it at
+            # once whatever the timeout, and BGP's timers are in seconds
+            "exabgp.reactor.speed": REACTOR_SPEED,
         }
     )
     if bind:  # else each neighbor's ``listen`` only

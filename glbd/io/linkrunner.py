@@ -21,7 +21,9 @@ log = structlog.get_logger(__name__)
 
 
 class MonitorRunner:
-    """Samples every ``params.sample_interval_s`` (on the loop's clock, without drift), plus
+    """Samples every :meth:`LinkMonitor.next_interval` (``params.sample_interval_s``, or the
+    idle interval while every link is quiet; on the loop's clock, without drift), at once when
+    the reader sees a link go up or down while idle, plus
     one sample in between when the core asks for it (:meth:`LinkMonitor.recheck_due`), and
     calls ``on_update(changes, monitor)`` after every sample; ``changes`` may be empty (the
     raw figures moved). A failed dump is logged and counted; the next tick tries again.
@@ -52,6 +54,7 @@ class MonitorRunner:
         self.foreign_skipped = 0  # foreign-class readings dropped (socket not ready at once)
         self.rechecks = 0  # samples taken between two regular ones (the core's recheck_due)
         self._offgrid = False  # the pending tick is such a sample
+        self.wakeups = 0  # idle samples brought forward by a link event
 
     def start(self) -> None:
         if not self._running:
@@ -59,9 +62,24 @@ class MonitorRunner:
             loop = asyncio.get_running_loop()
             self._next = loop.time()
             self._handle = loop.call_at(self._next, self._tick)
+            self._reader.watch_links(self._link_changed)
+
+    def _link_changed(self) -> None:
+        """A link went up or down: an idle wait ends now (a regular one is short anyway)."""
+        h = self._handle
+        if not self._running or h is None or self._offgrid:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if h.when() - now > self.monitor.params.sample_interval_s:
+            h.cancel()
+            self.wakeups += 1
+            self._next = now
+            self._handle = loop.call_at(now, self._tick)
 
     async def stop(self) -> None:
         self._running = False
+        self._reader.watch_links(None)
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -145,7 +163,7 @@ class MonitorRunner:
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._running:
             return
-        step = self.monitor.params.sample_interval_s
+        step = self.monitor.next_interval()
         now = loop.time()
         offgrid, self._offgrid = self._offgrid, False
         if not offgrid:

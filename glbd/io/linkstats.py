@@ -226,6 +226,7 @@ class StatsReader:
         self.dumps = 0
         self.link_dumps = 0
         self.link_events = 0
+        self._watch: Callable[[], None] | None = None
 
     @classmethod
     async def open(cls, *, netns: str | None = None, link_refresh_s: float = 5.0) -> StatsReader:
@@ -261,15 +262,24 @@ class StatsReader:
     def _on_overrun(self) -> None:
         self._links_at = None  # events were lost: dump again on the next read
 
+    def watch_links(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when a link event changes an interface's state (up/down, name,
+        gone); None stops it."""
+        self._watch = callback
+
     def _set_link(self, index: int, info: _LinkInfo | None) -> None:
         old = self._links.get(index)
         if info is None:
-            if old is not None:
-                del self._links[index]
-                self._links_ver += 1
+            if old is None:
+                return
+            del self._links[index]
         elif old != info:
             self._links[index] = info
-            self._links_ver += 1
+        else:
+            return
+        self._links_ver += 1
+        if self._watch is not None:
+            self._watch()
 
     def _on_link_event(self, msg: Message) -> None:
         h = msg.header

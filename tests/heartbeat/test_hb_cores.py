@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from heartbeat import wire
@@ -228,3 +230,66 @@ def test_sender_to_receiver_virtual_time_loss_and_recovery() -> None:
         out = s.on_timer(now)
     assert seen == ["new", "expired", "new"]
     assert r.drops == {}
+
+
+# ---- the idle refresh: a quiet fabric is refreshed every idle_interval_s ------------------
+
+IDLE = SenderParams(S1, interval_s=0.020, idle_interval_s=0.100, idle_after_s=1.0)
+CALM = [Entry(S2, 1, 10_000, 7)]
+
+
+def _promised(tx: list[object]) -> float:
+    return wire.decode(tx[0].data).interval_us / 1e6  # type: ignore[attr-defined]
+
+
+def _sends(s: Sender, t0: float, t1: float, step: float = 0.001) -> list[tuple[float, float]]:
+    """(time, promised interval) of every datagram between t0 and t1, driven at its deadline."""
+    out: list[tuple[float, float]] = []
+    t = t0
+    while t < t1:
+        nd = s.next_deadline()
+        assert nd is not None
+        t = max(t, nd)
+        tx = s.on_timer(t)
+        if tx:
+            out.append((round(t, 6), _promised(tx)))
+        t += step
+    return out
+
+
+def test_a_quiet_sender_refreshes_at_the_idle_interval_and_promises_it() -> None:
+    s = Sender(IDLE, 1)
+    s.set_interfaces(["e1"], 0.0)
+    s.update(CALM, 0.0)
+    sends = _sends(s, 0.0, 3.0)
+    busy = [t for t, iv in sends if iv == pytest.approx(0.020)]
+    idle = [(t, iv) for t, iv in sends if iv == pytest.approx(0.100)]
+    # the first second after the snapshot's first send (a change) at 20 ms, then 100 ms
+    assert busy and max(busy) < 1.02 and idle and min(t for t, _ in idle) >= 1.0
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(idle)]
+    assert gaps and all(g == pytest.approx(0.100, abs=0.002) for g in gaps)
+
+
+def test_a_change_leaves_at_once_and_brings_the_busy_interval_back() -> None:
+    s = Sender(IDLE, 1)
+    s.set_interfaces(["e1"], 0.0)
+    s.update(CALM, 0.0)
+    _sends(s, 0.0, 2.0)
+    tx = s.update([Entry(S2, 1, 10_000, 5)], 2.05)
+    assert tx and _promised(tx) == pytest.approx(0.020)
+    assert s.next_deadline() == pytest.approx(2.07)
+
+
+def test_a_link_below_the_best_band_keeps_the_busy_interval() -> None:
+    s = Sender(IDLE, 1)
+    s.set_interfaces(["e1"], 0.0)
+    s.update([Entry(S2, 1, 10_000, 6)], 0.0)
+    sends = _sends(s, 0.0, 3.0)
+    assert sends and all(iv == pytest.approx(0.020) for _, iv in sends)
+
+
+def test_without_an_idle_interval_the_sender_never_slows_down() -> None:
+    s = Sender(SenderParams(S1, interval_s=0.020), 1)
+    s.set_interfaces(["e1"], 0.0)
+    s.update(CALM, 0.0)
+    assert all(iv == pytest.approx(0.020) for _, iv in _sends(s, 0.0, 3.0))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import pytest
 from glbdlab.waits import until
@@ -243,6 +243,9 @@ class _FakeReader:
         self.calls = 0
         self.tx = 0
 
+    def watch_links(self, callback: object) -> None:
+        pass
+
     def read_steps(self, ifnames: object, now: float) -> Generator[None, None, Columns]:
         self.calls += 1
         for _ in range(self.waits):
@@ -386,3 +389,77 @@ async def _sample_in_between() -> None:
     finally:
         await runner.stop()
     assert onset == [5] and runner.rechecks == 1
+
+
+# ---- idle sampling: a quiet router samples at idle_sample_interval_s ----------------------
+
+
+def test_the_core_asks_for_the_idle_interval_only_while_every_link_is_quiet() -> None:
+    m = mon(idle_sample_interval_s=0.05)
+    f = Feed(m, ["e1", "e2"])
+    f.step({})  # first rates: "new" bands go out, not yet quiet
+    assert m.next_interval() == DT
+    f.step({"e1": 2.0, "e2": 1.0})
+    assert m.next_interval() == 0.05
+    f.step({"e1": 30.0})  # above load_min_pct on one link: its band drops
+    assert m.next_interval() == DT
+    f.step({})  # idle again, but the better band is not confirmed yet
+    assert m.next_interval() == DT
+    f.step({})
+    f.step({})  # the best band is back (hysteresis_samples = 3): a change, not quiet yet
+    assert m.quality("e1").band == 7 and m.next_interval() == DT  # type: ignore[union-attr]
+    f.step({})
+    assert m.next_interval() == 0.05
+    f.step({}, queue={"e2": 5_000})  # a queue without load
+    assert m.next_interval() == DT
+
+
+def test_without_an_idle_interval_the_core_always_asks_for_the_sample_interval() -> None:
+    m = mon()
+    f = Feed(m, ["e1"])
+    for _ in range(3):
+        f.step({})
+        assert m.next_interval() == DT
+
+
+class _LinkEventReader(_FakeReader):
+    """Idle counters; holds the runner's link watcher so a test can fire a link event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watcher: Callable[[], None] | None = None
+        self.at: list[float] = []
+
+    def watch_links(self, callback: Callable[[], None] | None) -> None:
+        self.watcher = callback
+
+    def read_steps(self, ifnames: object, now: float) -> Generator[None, None, Columns]:
+        self.at.append(now)
+        return Columns(("e1",), (True,), (0,), (0,), (3,))
+        yield  # a generator that never waits
+
+
+def test_runner_samples_at_the_idle_interval_and_a_link_event_wakes_it() -> None:
+    vtime.run(_idle_and_woken)
+
+
+async def _idle_and_woken() -> None:
+    m = LinkMonitor(LinkMonParams(sample_interval_s=0.01, idle_sample_interval_s=0.05))
+    m.set_interfaces(["e1"])
+    reader = _LinkEventReader()
+    runner = MonitorRunner(m, reader, lambda ch, mm: None)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    runner.start()
+    try:
+        await until(lambda: len(reader.at) >= 6, what="six samples")
+        gaps = [round(b - a, 6) for a, b in itertools.pairwise(reader.at)]
+        assert gaps[:2] == [0.01, 0.01] and set(gaps[2:]) == {0.05}, gaps
+        n, woken_at = len(reader.at), loop.time() + 0.012
+        await asyncio.sleep(woken_at - loop.time())  # the stimulus: a link event at this time
+        assert reader.watcher is not None
+        reader.watcher()
+        await until(lambda: len(reader.at) > n, what="the sample the event brings")
+        assert reader.at[n] == pytest.approx(woken_at) and runner.wakeups == 1
+    finally:
+        await runner.stop()
+    assert reader.watcher is None
