@@ -181,10 +181,20 @@ class DaemonEnd:
             self.conn.send(("stop",))
 
     def join(self, timeout: float) -> None:
-        """Close our end and wait for the reader thread."""
+        """Wake the reader thread (shut the socket down: EOF), wait for it, then close.
+
+        Closing first would race the reader: a read already past its closed check fails on
+        the vanished handle, and one blocked in recv is not woken by a close at all (it waits
+        for the peer, whose end another process may still hold)."""
+        with contextlib.suppress(OSError, ValueError):
+            sock = socket.socket(fileno=self.conn.fileno())
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.detach()  # the Connection owns the descriptor
+        self._reader.join(timeout)
         with contextlib.suppress(OSError):
             self.conn.close()
-        self._reader.join(timeout)
 
     def _read(self) -> None:
         conn = self.conn
@@ -194,6 +204,8 @@ class DaemonEnd:
             except (EOFError, OSError):
                 break
             except Exception:
+                if conn.closed:
+                    break
                 log.exception("bfd: bad message from the engine")
                 continue
             kind = msg[0]
