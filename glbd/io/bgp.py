@@ -94,6 +94,9 @@ BgpEvent = PeerUp | PeerDown | NextHopsChanged | StaleTimerExpired | SpeakerLost
 
 #: Cease subcodes (RFC 4486, RFC 9384) by why the RIB resets a session
 _CEASE_SUBCODE = {ResetReason.BFD_DOWN: 10, ResetReason.MAX_PREFIXES: 1}
+#: how long a max_prefixes hold waits for ExaBGP to report the session down before it
+#: reloads the neighbor out anyway (s)
+HELD_CLOSE_WAIT_S = 2.0
 
 
 def command_for(d: Decision) -> api.Command:
@@ -198,6 +201,8 @@ class BgpSpeaker:
         #: neighbors held down after a max_prefixes teardown, until (``_now`` time): left out
         #: of ExaBGP's config meanwhile, so it does not reconnect to them
         self._held: dict[IPAddress, float] = {}
+        #: held neighbors whose session ExaBGP has not reported down since their teardown
+        self._held_closing: dict[IPAddress, asyncio.Future[None]] = {}
         self._held_timer: asyncio.TimerHandle | None = None
         self._held_tasks: set[asyncio.Task[None]] = set()
         self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
@@ -397,6 +402,9 @@ class BgpSpeaker:
                 log.info("bgp_peer_state", peer=str(ev.peer), state=ev.state, reason=ev.reason)
             self._apply(self.rib.on_state(ev.peer, ev.state, now, ev.reason))
             if ev.state == "down":  # a key changed on one side shows as no come-back
+                closing = self._held_closing.pop(ev.peer, None)
+                if closing is not None and not closing.done():
+                    closing.set_result(None)
                 self._watch_md5((ev.peer,))
                 self._eor_owed.pop(ev.peer, None)
             elif ev.state == "up":
@@ -503,16 +511,22 @@ class BgpSpeaker:
         self._arm_md5_check()
 
     def _apply(self, effects: list[Effect]) -> None:
-        held = False
+        held: list[IPAddress] = []
         for e in effects:
             if isinstance(e, Advertise | Retract | ResetPeer):
                 self.supervisor.send(command_for(e))
-                if isinstance(e, ResetPeer) and e.reason is ResetReason.MAX_PREFIXES:
-                    held |= self._hold(e.peer)
+                if (
+                    isinstance(e, ResetPeer)
+                    and e.reason is ResetReason.MAX_PREFIXES
+                    and self._hold(e.peer)
+                ):
+                    held.append(e.peer)
             else:
                 self._emit(e)
         if held and self._loop is not None:
-            task = self._loop.create_task(self._reload_held())
+            for p in held:
+                self._held_closing[p] = self._loop.create_future()
+            task = self._loop.create_task(self._reload_held(held))
             self._held_tasks.add(task)
             task.add_done_callback(self._held_tasks.discard)
         self._arm()
@@ -528,10 +542,17 @@ class BgpSpeaker:
         self._held[peer] = st.held_until
         return True
 
-    async def _reload_held(self) -> None:
-        """After the Cease has gone out (every queued command acknowledged): reload ExaBGP
-        without the held neighbors, and arm their release."""
+    async def _reload_held(self, peers: list[IPAddress]) -> None:
+        """After the Cease has gone out: reload ExaBGP without the held neighbors, and arm
+        their release. ExaBGP acknowledges a teardown when it takes the command and sends the
+        NOTIFICATION on a later turn, so the reload also waits for each session's down (a
+        neighbor removed first is closed without its Cease/1)."""
         await self.supervisor.drain(self.process.drain_timeout_s)
+        closing = [f for p in peers if (f := self._held_closing.get(p)) is not None]
+        if closing:
+            await asyncio.wait(closing, timeout=HELD_CLOSE_WAIT_S)
+        for p in peers:
+            self._held_closing.pop(p, None)
         if self._loop is None:
             return
         self.supervisor.reload(self.exabgp_params())
