@@ -131,6 +131,10 @@ LOST_TAIL_LINES = 10
 STDOUT_MAX_BYTES = 1 << 20
 #: a reload's SIGUSR1 is sent again this long after the first (s): ExaBGP may have dropped it
 RELOAD_RESENDS = (0.5, 1.5, 3.5, 7.5)
+#: written to ExaBGP's API after each reload signal: its poll, which a signal does not end
+#: (the interpreter retries it), returns at once and the loop takes the signal. A ``debug``
+#: line is only logged (at warning) and never answered, so it takes no room in the window
+RELOAD_WAKE = b"debug glbd: reload signalled\n"
 
 
 def logs_directory() -> Path | None:
@@ -316,7 +320,7 @@ def exabgp_env(
             # often to run every peer's timers. ExaBGP's 1.0 (10 ms, 100 idle turns a second)
             # cost 2 % of a core per router, 10 (100 ms) 0.25 %; a peer's socket and glbd's
             # commands wake it at once whatever the timeout, and BGP's timers are in seconds
-            # (a reload signal waits for the timeout)
+            # (a reload signal is followed by RELOAD_WAKE)
             "exabgp.reactor.speed": REACTOR_SPEED,
         }
     )
@@ -475,6 +479,8 @@ class ExabgpSupervisor:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(signal.SIGUSR1)
                 self.stats.reload_signals += 1
+            if self._conn is not None:
+                self._conn[1].write(RELOAD_WAKE)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until every queued command was acknowledged. False on timeout."""
