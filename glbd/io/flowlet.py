@@ -468,18 +468,23 @@ class FlowletAttachment:
         if full or links is not None or not self._links:
             self._links = dict(links if links is not None else await self.links())
         links = self._links
+        attached: list[str] | None = None
         if full:
             found = await self.filters(links.values())
-            st.attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
-            # configured by name but not there (yet): attached by the next apply once it is
-            want = (self.params.interfaces or ()) if self.params else ()
-            st.missing = sorted(set(want) - set(st.attached))
-            st.hash_policy = {
-                k.split(".")[1]: read_sysctl(k, self.netns) for k in HASH_POLICY_SYSCTLS
-            }
+            attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
         by_index = parse_stats(
             await self._bpftool("-j", "map", "dump", "pinned", str(self.map_pin("stats")))
         )
+        # the state changes at once, after the last await: a status read in between sees the
+        # previous poll whole, never new filters with the old counters
+        if attached is not None:
+            st.attached = attached
+            # configured by name but not there (yet): attached by the next apply once it is
+            want = (self.params.interfaces or ()) if self.params else ()
+            st.missing = sorted(set(want) - set(attached))
+            st.hash_policy = {
+                k.split(".")[1]: read_sysctl(k, self.netns) for k in HASH_POLICY_SYSCTLS
+            }
         st.counters = {links.get(i, f"ifindex-{i}"): c for i, c in sorted(by_index.items())}
         return st
 
