@@ -1,6 +1,6 @@
 """What the control plane costs: CPU per router, % of one core, glbd next to FRR in the same run.
 
-    python -m bench.cost [--spines 4] [--leaves 4] [--seconds 10] [--json PATH]
+    python -m bench.cost [--cases idle,congest,fanout] [--seconds 10] [--json PATH]
 
 Builds an S x L lab fabric (network namespaces, veths; no hosts) once per contender, one after
 another in the same run, waits until every BGP session is established and every BFD session Up,
@@ -15,6 +15,15 @@ thread, every child) over ``--seconds``:
   sampling cost;
 * ``frr``: FRR 10.x (bgpd, bfdd, zebra, mgmtd, staticd) with BFD at glbd's default timers
   (3 x 50 ms; FRR's own default is 3 x 300 ms).
+
+Two more cases, glbd alone:
+
+* ``congest``: the same 4x4 fabric with every link's capacity at 10 Mbit/s, while spine1's
+  link to leaf1 changes band every 100 ms (a UDP stream from spine1 at 12 Mbit/s, on for
+  100 ms, off for 100 ms; the sender's CPU is not the router's);
+* ``fanout``: one spine with 64 leaf neighbours: glbd on the spine, FRR 10.x on the 64 leaves
+  (light peers: BGP and BFD at 3 x 50 ms, no heartbeats), idle, then with 8 of the spine's
+  links changing band every 100 ms the same way. Only the spine is measured.
 
 Prints one row per contender and role, then the issue's targets as verdict lines (``met`` /
 ``NOT met``). A bench, not a test: figures depend on the machine; the JSON carries the commit,
@@ -50,6 +59,38 @@ HZ = os.sysconf("SC_CLK_TCK")
 IDLE_PER_ROUTER = 2.0
 EXABGP_PER_ROUTER = 0.3
 BGP_BFD_VS_FRR = 1.5
+CONGESTED_PER_ROUTER = 3.0
+FANOUT_IDLE = 10.0
+FANOUT_CONGESTED = 20.0
+
+#: the congest cases' link capacity (Mbit/s) and the stream that changes the band
+CAPACITY_MBPS = 10.0
+STREAM_MBPS = 12.0
+TOGGLE_S = 0.1
+
+#: a UDP stream to each address in argv[3:] at argv[1] Mbit/s, on and off every argv[2] s
+_TOGGLER = """
+import socket, sys, time
+rate, on, dests = float(sys.argv[1]) * 1e6 / 8, float(sys.argv[2]), sys.argv[3:]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+pkt, tick = b"x" * 1000, 0.002
+per_tick = rate * tick / len(pkt)
+t0 = time.monotonic()
+carry = 0.0
+while True:
+    now = time.monotonic()
+    if int((now - t0) / on) % 2 == 0:
+        carry += per_tick
+        n, carry = int(carry), carry - int(carry)
+        for _ in range(n):
+            for d in dests:
+                try:
+                    s.sendto(pkt, (d, 9))
+                except OSError:
+                    pass
+    time.sleep(tick)
+"""
 
 
 def ticks(pid: int) -> int:
@@ -144,8 +185,13 @@ class Contender:
     stop: Callable[[], None] = lambda: None
 
 
-def _glbd(heartbeat: bool = True, sample_ms: int | None = None) -> Any:
-    """A contender starter: glbd on every router at its defaults."""
+def _glbd(
+    heartbeat: bool = True,
+    sample_ms: int | None = None,
+    capacity: float | None = None,
+    names: Sequence[str] | None = None,
+) -> Any:
+    """A contender starter: glbd on every router (or on ``names``) at its defaults."""
     holder: dict[str, dict[str, GlbdNode]] = {}
 
     def start(fab: Fabric, run_dir: Path) -> dict[str, tuple[str, list[int]]]:
@@ -157,8 +203,9 @@ def _glbd(heartbeat: bool = True, sample_ms: int | None = None) -> Any:
             sample_interval_ms=sample_ms or LinkQualitySection().sample_interval_ms,
             hold_time=90,
             log_level="warning",
+            capacity_mbps=capacity,
         )
-        nodes = start_glbd(fab, run_dir, opts)
+        nodes = start_glbd(fab, run_dir, opts, names=names)
         holder["nodes"] = nodes
 
         def converged() -> bool:
@@ -170,7 +217,7 @@ def _glbd(heartbeat: bool = True, sample_ms: int | None = None) -> Any:
                     return False
             return True
 
-        wait_until(converged, 120, 0.5, "every glbd's BGP established and BFD Up")
+        wait_until(converged, 300, 0.5, "every glbd's BGP established and BFD Up")
         return {
             name: (fab.topo.node(name).role, [n.proc.pid])
             for name, n in nodes.items()
@@ -183,15 +230,19 @@ def _glbd(heartbeat: bool = True, sample_ms: int | None = None) -> Any:
     return start, stop
 
 
-def _frr() -> Any:
+def _frr(role: str | None = None) -> Any:
+    """A contender starter: FRR on every router (or on every router of ``role``)."""
+
     def start(fab: Fabric, run_dir: Path) -> dict[str, tuple[str, list[int]]]:
-        names = [n.name for n in fab.nodes() if n.role != "host"]
+        names = [n.name for n in fab.nodes() if n.role != "host" and role in (None, n.role)]
         frr = start_fabric_frr(
             fab,
             names,
             bfd_interval_ms=BfdSection().min_tx_ms,
             bfd_detect_mult=BfdSection().detect_mult,
         )
+        if role is not None:
+            return {}  # light peers of a glbd: it waits for them, they are not measured
         for inst in frr.values():
             inst.wait_bgp_established(timeout=120)
         for inst in frr.values():
@@ -219,17 +270,44 @@ def contenders() -> dict[str, Contender]:
     }
 
 
-def run_one(c: Contender, spines: int, leaves: int, seconds: float, settle: float) -> Any:
-    run_dir = Path(tempfile.mkdtemp(prefix=f"glbd-cost-{c.key}-"))
+def toggle(fab: Fabric, spine: str, leaves: Sequence[str]) -> None:
+    """Change the band of ``spine``'s links to ``leaves`` every TOGGLE_S (the stream runs
+    until the fabric is destroyed)."""
+    dests = [fab.addr(lf, spine) for lf in leaves]
+    fab.ns(spine).popen([sys.executable, "-c", _TOGGLER, str(STREAM_MBPS), str(TOGGLE_S), *dests])
+
+
+def run_one(
+    starters: Sequence[Contender],
+    spines: int,
+    leaves: int,
+    seconds: float,
+    settle: float,
+    toggled: Sequence[str] = (),
+    only: Sequence[str] | None = None,
+) -> list[list[RouterCost]]:
+    """Each starter on one fabric; measured idle, then (``toggled``: leaves whose link from
+    spine1 changes band) once more with those links changing band. Returns the windows."""
+    run_dir = Path(tempfile.mkdtemp(prefix="glbd-cost-"))
     fab = Fabric(leaf_spine(spines, leaves, hosts=False))
     try:
         fab.build()
-        roots = c.start(fab, run_dir)
+        roots: dict[str, tuple[str, list[int]]] = {}
+        for c in reversed(starters):  # light peers first, the measured routers last
+            roots.update(c.start(fab, run_dir))
+        if only is not None:
+            roots = {k: v for k, v in roots.items() if k in only}
         time.sleep(settle)  # let the start's own work (first dumps, first UPDATEs) end
-        return measure(roots, seconds)
+        out = [measure(roots, seconds)]
+        if toggled:
+            toggle(fab, "spine1", toggled)
+            time.sleep(settle)
+            out.append(measure(roots, seconds))
+        return out
     finally:
-        with contextlib.suppress(Exception):
-            c.stop()
+        for c in starters:
+            with contextlib.suppress(Exception):
+                c.stop()
         fab.destroy()
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -309,6 +387,26 @@ def report(results: dict[str, list[RouterCost]]) -> list[str]:
             "link sampling costs "
             f"{per_router('glbd-nohb') - per_router('glbd-bgp-bfd'):.2f} % per router"
         )
+    if "congest" in results:
+        c = per_router("congest")
+        sp = _mean(r.total for r in results["congest"] if r.router == "spine1")
+        lines.append(
+            f"target one link changing band every {TOGGLE_S * 1e3:.0f} ms, per router <= "
+            f"{CONGESTED_PER_ROUTER} %: {c:.2f} % (spine1, whose link it is: {sp:.2f} %): "
+            f"{verdict(c <= CONGESTED_PER_ROUTER)}"
+        )
+    if "fanout-idle" in results:
+        f = per_router("fanout-idle")
+        lines.append(
+            f"target spine with 64 leaves, idle <= {FANOUT_IDLE} %: {f:.2f} %: "
+            f"{verdict(f <= FANOUT_IDLE)}"
+        )
+    if "fanout-congest" in results:
+        f = per_router("fanout-congest")
+        lines.append(
+            f"target spine with 64 leaves, 8 links changing band <= {FANOUT_CONGESTED} %: "
+            f"{f:.2f} %: {verdict(f <= FANOUT_CONGESTED)}"
+        )
     return lines
 
 
@@ -319,8 +417,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="measurement window")
     ap.add_argument("--settle", type=float, default=5.0, help="wait after convergence")
     ap.add_argument(
-        "--only", default="glbd,glbd-nohb,glbd-bgp-bfd,frr", help="contenders, in this order"
+        "--only", default="glbd,glbd-nohb,glbd-bgp-bfd,frr", help="idle contenders, in order"
     )
+    ap.add_argument(
+        "--cases", default="idle,congest,fanout", help="idle (the contenders), congest, fanout"
+    )
+    ap.add_argument("--fanout", type=int, default=64, help="the fanout case's leaves")
     ap.add_argument("--json", help="write the raw results here")
     a = ap.parse_args(argv)
     all_c = contenders()
@@ -343,11 +445,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"commit {meta['commit']}, load {' '.join(meta['load_start'])}",
         flush=True,
     )
+    cases = [c for c in a.cases.split(",") if c]
     results: dict[str, list[RouterCost]] = {}
-    for k in keys:
-        t0 = time.monotonic()
-        results[k] = run_one(all_c[k], a.spines, a.leaves, a.seconds, a.settle)
-        print(f"  {k}: measured ({time.monotonic() - t0:.0f} s with set-up)", flush=True)
+    t0 = time.monotonic()
+
+    def done(what: str) -> None:
+        print(f"  {what}: measured ({time.monotonic() - t0:.0f} s so far)", flush=True)
+
+    if "idle" in cases:
+        for k in keys:
+            results[k] = run_one([all_c[k]], a.spines, a.leaves, a.seconds, a.settle)[0]
+            done(k)
+    if "congest" in cases:
+        g, gs = _glbd(capacity=CAPACITY_MBPS)
+        c = Contender("congest", "glbd, one link changing band", g, gs)
+        results["congest"] = run_one(
+            [c], a.spines, a.leaves, a.seconds, a.settle, toggled=["leaf1"]
+        )[1]
+        done("congest")
+    if "fanout" in cases:
+        g, gs = _glbd(capacity=CAPACITY_MBPS, names=["spine1"])
+        f, fs = _frr(role="leaf")
+        spine = Contender("fanout", "glbd on a spine with many leaves", g, gs)
+        peers = Contender("fanout-peers", "FRR on the leaves", f, fs)
+        idle, busy = run_one(
+            [spine, peers],
+            1,
+            a.fanout,
+            a.seconds,
+            a.settle,
+            toggled=[f"leaf{i}" for i in range(1, 9)],
+            only=["spine1"],
+        )
+        results["fanout-idle"], results["fanout-congest"] = idle, busy
+        done("fanout")
     meta["load_end"] = Path("/proc/loadavg").read_text().split()[:3]
     text = report(results)
     print("\n".join(text))

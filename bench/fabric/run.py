@@ -767,8 +767,8 @@ def report(p: Params, results: list[Exchange], meta: dict[str, Any]) -> str:
             f"## {title}",
             "",
             "| contender | completion s, median [min-max] | speed-up vs ECMP | vs optimum "
-            "| util spread pp | retrans | reorder | ok |",
-            "|---|---|---|---|---|---|---|---|",
+            "| util spread pp | retrans | reorder | CPU idle % | ok |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for k in keys:
             s = med[k]
@@ -778,9 +778,12 @@ def report(p: Params, results: list[Exchange], meta: dict[str, Any]) -> str:
             rt = model.summarize([float(e.retrans) for e in rows[k]])
             ro = model.summarize([float(e.reorder) for e in rows[k]])
             okn = sum(1 for e in rows[k] if e.ok)
+            # the machine's idle CPU during the exchange: the routers' control planes and the
+            # bench's traffic share it (ECMP's row is what the traffic alone leaves)
+            idle = model.summarize([e.cpu_idle_pct for e in rows[k]])
             lines.append(
                 f"| {LABELS[k]} | {s.fmt()} | {vs_e} | {vs_o} | {sp.median:.0f} "
-                f"| {rt.median:.0f} | {ro.median:.0f} | {okn}/{len(rows[k])} |"
+                f"| {rt.median:.0f} | {ro.median:.0f} | {idle.median:.0f} | {okn}/{len(rows[k])} |"
             )
         lines.append("")
     lines += targets(p, by, keys)
