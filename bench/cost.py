@@ -14,7 +14,8 @@ thread, every child) over ``--seconds``:
   the part FRR does too; the differences to the rows above are what heartbeats and link
   sampling cost;
 * ``frr``: FRR 10.x (bgpd, bfdd, zebra, mgmtd, staticd) with BFD at glbd's default timers
-  (3 x 50 ms; FRR's own default is 3 x 300 ms).
+  (3 x 50 ms; FRR's own default is 3 x 300 ms) and BGP at glbd's hold time (9 s, keepalives
+  every 3 s: FRR's datacenter defaults too).
 
 Two more cases, glbd alone:
 
@@ -23,7 +24,8 @@ Two more cases, glbd alone:
   100 ms, off for 100 ms; the sender's CPU is not the router's);
 * ``fanout``: one spine with 64 leaf neighbours: glbd on the spine, FRR 10.x on the 64 leaves
   (light peers: BGP and BFD at 3 x 50 ms, no heartbeats), idle, then with 8 of the spine's
-  links changing band every 100 ms the same way. Only the spine is measured.
+  links changing band every 100 ms the same way; then FRR on that spine instead (BGP and BFD
+  only), the reference. Only the spine is measured.
 
 Prints one row per contender and role, then the issue's targets as verdict lines (``met`` /
 ``NOT met``). A bench, not a test: figures depend on the machine; the JSON carries the commit,
@@ -51,7 +53,7 @@ from glbdlab.frr import start_fabric_frr
 from glbdlab.nodes import GlbdNode, GlbdOptions, start_glbd, stop_all, wait_until
 from glbdlab.topology import Fabric, leaf_spine
 
-from glbd.app.config import BfdSection, HeartbeatSection, LinkQualitySection
+from glbd.app.config import BfdSection, BgpSection, HeartbeatSection, LinkQualitySection
 
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -201,7 +203,7 @@ def _glbd(
             bfd_interval_ms=BfdSection().min_tx_ms,
             detect_mult=BfdSection().detect_mult,
             sample_interval_ms=sample_ms or LinkQualitySection().sample_interval_ms,
-            hold_time=90,
+            hold_time=BgpSection().hold_time,
             log_level="warning",
             capacity_mbps=capacity,
         )
@@ -240,6 +242,8 @@ def _frr(role: str | None = None) -> Any:
             names,
             bfd_interval_ms=BfdSection().min_tx_ms,
             bfd_detect_mult=BfdSection().detect_mult,
+            # glbd's hold time (keepalives a third of it), FRR's datacenter default too
+            timers=(BgpSection().hold_time // 3, BgpSection().hold_time),
         )
         if role is not None:
             return {}  # light peers of a glbd: it waits for them, they are not measured
@@ -401,6 +405,10 @@ def report(results: dict[str, list[RouterCost]]) -> list[str]:
             f"target spine with 64 leaves, idle <= {FANOUT_IDLE} %: {f:.2f} %: "
             f"{verdict(f <= FANOUT_IDLE)}"
         )
+    if "fanout-frr-idle" in results:
+        lines.append(
+            f"spine with 64 leaves, idle, FRR on it instead: {per_router('fanout-frr-idle'):.2f} %"
+        )
     if "fanout-congest" in results:
         f = per_router("fanout-congest")
         lines.append(
@@ -423,6 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cases", default="idle,congest,fanout", help="idle (the contenders), congest, fanout"
     )
     ap.add_argument("--fanout", type=int, default=64, help="the fanout case's leaves")
+    ap.add_argument(
+        "--fanout-settle",
+        type=float,
+        default=30.0,
+        help="wait after convergence in the fanout case (64 peers' initial exchange)",
+    )
     ap.add_argument("--json", help="write the raw results here")
     a = ap.parse_args(argv)
     all_c = contenders()
@@ -473,12 +487,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             1,
             a.fanout,
             a.seconds,
-            a.settle,
+            a.fanout_settle,
             toggled=[f"leaf{i}" for i in range(1, 9)],
             only=["spine1"],
         )
         results["fanout-idle"], results["fanout-congest"] = idle, busy
         done("fanout")
+        # the same spine running FRR (no heartbeats, no sampling: BGP and BFD alone)
+        ff, ffs = _frr()
+        frr_spine = Contender("fanout-frr", "FRR on the spine and the leaves", ff, ffs)
+        (results["fanout-frr-idle"],) = run_one(
+            [frr_spine], 1, a.fanout, a.seconds, a.fanout_settle, only=["spine1"]
+        )
+        done("fanout-frr")
     meta["load_end"] = Path("/proc/loadavg").read_text().split()[:3]
     text = report(results)
     print("\n".join(text))

@@ -405,6 +405,7 @@ def fabric_bgp_config(
     legacy: bool = False,
     bfd_interval_ms: int | None = None,
     bfd_detect_mult: int = 3,
+    timers: tuple[int, int] = (1, 3),
 ) -> str:
     """frr.conf for ``node`` of a fabric: eBGP to the far end of each of its links (restricted to
     ``peers`` if given), IPv4 unicast, multipath-relax, fast timers, BFD, announcing its
@@ -412,7 +413,8 @@ def fabric_bgp_config(
     ``send-nexthop-characteristics`` toward
     the peers named in ``nhc_to``. ``legacy=True`` leaves out 10.x-only commands.
     ``bfd_interval_ms`` sets BFD's transmit and receive intervals (a profile; FRR's own default
-    is 300 ms), so FRR can run the timers glbd runs."""
+    is 300 ms), so FRR can run the timers glbd runs. ``timers``: BGP keepalive and hold time
+    (the lab's fast 1/3 by default; FRR's datacenter defaults are 3/9)."""
     me = fab.topo.node(node)
     if me.asn is None or me.router_id is None:
         raise LabError(f"{node} is a host: it runs no BGP")
@@ -438,7 +440,7 @@ def fabric_bgp_config(
         lines += [
             f" neighbor {addr} remote-as {other.asn}",
             f" neighbor {addr} description {peer}",
-            f" neighbor {addr} timers 1 3",
+            f" neighbor {addr} timers {timers[0]} {timers[1]}",
             f" neighbor {addr} timers connect 1",
         ]
         if bfd:
