@@ -51,6 +51,7 @@ from typing import Any
 
 from glbdlab.frr import start_fabric_frr
 from glbdlab.nodes import GlbdNode, GlbdOptions, start_glbd, stop_all, wait_until
+from glbdlab.procstat import cpu_ticks, descendants
 from glbdlab.topology import Fabric, leaf_spine
 
 from glbd.app.config import BfdSection, BgpSection, HeartbeatSection, LinkQualitySection
@@ -95,30 +96,6 @@ while True:
 """
 
 
-def ticks(pid: int) -> int:
-    """utime + stime of ``pid`` (all its threads; children that have exited and were reaped
-    are not counted: a router's children live as long as it does)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0
-    return int(fields[11]) + int(fields[12])
-
-
-def tree(pid: int) -> list[int]:
-    """``pid`` and its descendants."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError):
-                    kids = Path(f"/proc/{p}/task/{task}/children").read_text().split()
-                    todo += [int(x) for x in kids]
-    return out
-
-
 def kind(pid: int) -> str:
     """Which part of a router ``pid`` is: glbd, exabgp, bfd engine, or an FRR daemon."""
     try:
@@ -158,8 +135,8 @@ def measure(roots: dict[str, tuple[str, list[int]]], seconds: float) -> list[Rou
         for name, (_, pids) in roots.items():
             procs: dict[int, tuple[str, int]] = {}
             for root in pids:
-                for p in tree(root):
-                    procs[p] = (kind(p), ticks(p))
+                for p in descendants(root):
+                    procs[p] = (kind(p), cpu_ticks(p))
             out[name] = procs
         return out
 

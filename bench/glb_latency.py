@@ -67,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from glbdlab.demo import IpMonitorWatcher, NexthopWatcher
 from glbdlab.netns import LabError
 from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, stop_all, wait_until
+from glbdlab.procstat import cpu_ticks, descendants
 from glbdlab.topology import Fabric, leaf_spine
 
 from glbd.app.config import LinkQualitySection
@@ -1215,28 +1216,6 @@ def feeder_main(cfg_path: str) -> int:
     return 0
 
 
-def _ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{p}/task"):
-                with contextlib.suppress(OSError):
-                    todo += [
-                        int(x) for x in Path(f"/proc/{p}/task/{task}/children").read_text().split()
-                    ]
-    return out
-
-
 def _pname(pid: int) -> str:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -1305,8 +1284,8 @@ class CpuMeter:
     def _snap(self) -> dict[tuple[str, int], int]:
         out = {}
         for node, root in self.roots.items():
-            for pid in _tree(root):
-                out[(f"{node} {_pname(pid)}", pid)] = _ticks(pid)
+            for pid in descendants(root):
+                out[(f"{node} {_pname(pid)}", pid)] = cpu_ticks(pid)
         return out
 
     def start(self) -> None:
