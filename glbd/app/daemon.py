@@ -33,6 +33,7 @@ from glbd.app import config as cfgmod
 from glbd.app import log as logmod
 from glbd.app import views
 from glbd.app.component import Component
+from glbd.app.parts import BfdPart
 from glbd.app.privileges import capability_problem
 from glbd.core.loopprio import LoopPriority, Policy
 from glbd.io import sched, systemd
@@ -40,6 +41,10 @@ from glbd.io.control import ControlServer
 from glbd.io.metrics import MetricsServer, Row
 
 log = structlog.get_logger(__name__)
+
+#: the watchdog is no longer fed once the BFD engine has been dead this long (s): its restarts
+#: back off up to 30 s, so this is two failed tries at the longest
+BFD_WATCHDOG_S = 60.0
 
 
 class StartError(Exception):
@@ -363,8 +368,16 @@ class Daemon:
             log.warning("rt_priority_refused", priority=self.loop_priority.priority, error=str(e))
 
     async def _watchdog_task(self, every: float) -> None:
+        """Feeds systemd's watchdog while the loop runs and the BFD engine is alive, or has
+        been dead for less than BFD_WATCHDOG_S: an engine that cannot be brought back is a
+        daemon without fast failover, and systemd restarts it (the FIB stays)."""
         while True:
-            systemd.watchdog()
+            bfd = self._component("bfd")
+            dead = bfd.dead_for() if isinstance(bfd, BfdPart) else 0.0
+            if dead < BFD_WATCHDOG_S:
+                systemd.watchdog()
+            else:
+                log.error("watchdog_withheld", bfd_engine_dead_s=round(dead, 1))
             await asyncio.sleep(every)
 
     # ---- control socket ------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 import structlog
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
-from bfd.packet import State
+from bfd.packet import Diag, State
 from glbd.app import config as cfgmod
 from glbd.app import log as logmod
 from glbd.app import params, views
@@ -58,6 +58,14 @@ from heartbeat.transport import HeartbeatEndpoint
 
 log = structlog.get_logger(__name__)
 
+#: how long a session Up before the BFD engine died may take to come Up in the restarted one
+#: before it counts as Down (a new session starts slow: one packet a second until Up)
+BFD_CONFIRM_S = 3.0
+#: restarts of an engine that keeps dying wait 0.5 s, then twice as long each time, up to
+#: this; an engine that ran this long since its last exit restarts at once again
+BFD_BACKOFF_MAX_S = 30.0
+BFD_BACKOFF_RESET_S = 60.0
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -76,6 +84,9 @@ class Node:
             "fib_fast_weights": 0,
             "fib_fast_failovers": 0,
             "bfd_engine_failovers": 0,
+            "bfd_engine_exits": 0,
+            "bfd_engine_restarts": 0,
+            "bfd_engine_unconfirmed": 0,
             "bfd_failover_arms": 0,
             "bfd_failover_arm_errors": 0,
             "bfd_events": 0,
@@ -99,6 +110,12 @@ class Node:
         self.runner: MonitorRunner | None = None
         self.endpoint: HeartbeatEndpoint | None = None
         self.bfd: BfdEngine | None = None
+        #: sessions the engine last reported Up (checked again after it restarts)
+        self._bfd_up: set[tuple[str, str]] = set()
+        self._bfd_backoff = 0.0
+        self._bfd_last_exit = float("-inf")
+        #: since when (loop time) the engine is dead; None while it runs
+        self.bfd_down_since: float | None = None
         self.bgp: BgpSpeaker | None = None
         #: ``glbctl drain`` since start (``[bgp] drain`` in the config drains too)
         self.drain_cmd = False
@@ -211,11 +228,14 @@ class Node:
         def hop(ev: BfdEvent) -> None:  # engine thread -> event loop
             self.loop.call_soon_threadsafe(self.on_bfd, ev)
 
-        self.bfd = BfdEngine(
+        def exited(rc: int | None) -> None:  # the engine's reader thread -> event loop
+            self.loop.call_soon_threadsafe(self._bfd_exited, engine, rc)
+
+        self.bfd = engine = BfdEngine(
             hop,
             mode=self.cfg.bfd.mode,
             rt_priority=(self.cfg.bfd.rt_priority or None) if caps.has("CAP_SYS_NICE") else None,
-            on_exit=lambda rc: log.error("bfd_engine_exited", rc=rc),
+            on_exit=exited,
             # a fresh interpreter on a busy box can take seconds to answer the first call
             call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
             log_priority=logmod.priority_prefixes(),  # its stderr is ours: same priorities
@@ -226,11 +246,81 @@ class Node:
             await asyncio.to_thread(self.bfd.add_session, s)
         self.failover.rearm(all_sessions=True)
 
+    def _bfd_exited(self, engine: BfdEngine, rc: int | None) -> None:
+        """The engine died. Fast failover is off until it is back: restart it (at once, then
+        with a growing delay while it keeps dying) with every session, and give each session
+        that was Up BFD_CONFIRM_S to come Up again before it counts as Down (a link that
+        died meanwhile must not wait for BGP's hold time)."""
+        if engine is not self.bfd:
+            return
+        self.counters["bfd_engine_exits"] += 1
+        now = self.loop.time()
+        recent = now - self._bfd_last_exit < BFD_BACKOFF_RESET_S
+        self._bfd_backoff = min(BFD_BACKOFF_MAX_S, self._bfd_backoff * 2 or 0.5) if recent else 0.0
+        self._bfd_last_exit = now
+        self.bfd_down_since = now
+        was_up = sorted(self._bfd_up)
+        log.error(
+            "bfd_engine_exited",
+            rc=rc,
+            restart_in_s=self._bfd_backoff,
+            note="fast failover is off until the engine is back",
+            sessions_up=len(was_up),
+        )
+        self.loop.call_later(
+            self._bfd_backoff, lambda: self.loop.create_task(self._restart_bfd(engine, was_up))
+        )
+
+    async def _restart_bfd(self, dead: BfdEngine, was_up: list[tuple[str, str]]) -> None:
+        if dead is not self.bfd:
+            return  # stopped or reconfigured meanwhile
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(dead.stop)
+        self._bfd_up.clear()
+        try:
+            await self.start_bfd()
+        except Exception as e:  # counts as another exit: the next try comes later
+            log.error("bfd_engine_restart_failed", error=repr(e))
+            failed = self.bfd if self.bfd is not None else dead
+            self.bfd = failed
+            self._bfd_exited(failed, None)
+            return
+        self.counters["bfd_engine_restarts"] += 1
+        self.bfd_down_since = None
+        log.warning("bfd_engine_restarted", sessions=len(self.bfd_sessions()))
+        if was_up:
+            self.loop.call_later(BFD_CONFIRM_S, self._confirm_bfd, self.bfd, was_up)
+
+    def _confirm_bfd(self, engine: BfdEngine | None, was_up: list[tuple[str, str]]) -> None:
+        """Sessions Up before the engine died and not Up again in the new one: Down."""
+        if engine is None or engine is not self.bfd:
+            return
+        for interface, peer in was_up:
+            if (interface, peer) in self._bfd_up:
+                continue
+            self.counters["bfd_engine_unconfirmed"] += 1
+            self.on_bfd(
+                BfdEvent(
+                    interface,
+                    peer,
+                    State.UP,
+                    State.DOWN,
+                    Diag.CONTROL_DETECTION_TIME_EXPIRED,
+                    "engine_restart_unconfirmed",
+                    True,
+                    False,
+                    0,
+                    0,
+                    time.monotonic(),
+                )
+            )
+
     async def stop_bfd(self) -> None:
         await self.addrs.close()
         await self.failover.stop()
         if self.bfd is not None:
-            await asyncio.to_thread(self.bfd.stop)
+            engine, self.bfd = self.bfd, None
+            await asyncio.to_thread(engine.stop)
 
     async def start_bgp(self) -> None:
         self.addrs.ensure(self.cfg)
@@ -483,6 +573,10 @@ class Node:
         record and the RIB (every prefix of that peer: path table, FIB sync, BGP teardown)
         follow from the loop's ready queue, in event order."""
         self.counters["bfd_events"] += 1
+        if ev.new is State.UP:
+            self._bfd_up.add((ev.interface, ev.peer))
+        else:
+            self._bfd_up.discard((ev.interface, ev.peer))
         peer = ipaddress.ip_address(ev.peer)
         if self.fib is not None:
             if ev.new is not State.UP and ev.failure:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
@@ -118,8 +119,21 @@ class BfdPart(_Part):
         await self.node.reconfigure_bfd(new, changes)
 
     def snapshot(self) -> dict[str, Any]:
-        bfd = self.node.bfd
+        bfd, since = self.node.bfd, self.node.bfd_down_since
+        if since is not None:
+            return {
+                "sessions": [],
+                "engine": {
+                    "error": "the BFD engine died and is being restarted: fast failover is off",
+                    "down_for_s": round(time.monotonic() - since, 3),
+                },
+            }
         return bfd.snapshot() if bfd else {"sessions": []}
+
+    def dead_for(self) -> float:
+        """How long the BFD engine has been dead (0 while it runs)."""
+        since = self.node.bfd_down_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def section(self, key: str) -> Any:
         """``sessions`` also lists the neighbors waiting for their port (not in the samples)."""

@@ -346,6 +346,20 @@ NODE_COUNTERS: dict[str, tuple[str, str]] = {
         "glbd_bfd_engine_failovers_total",
         "fast failovers the BFD engine had already written to the kernel",
     ),
+    "bfd_engine_exits": (
+        "glbd_bfd_engine_exits_total",
+        "times the BFD engine process died (restarted at once, then with backoff; fast failover "
+        "is off until it is back)",
+    ),
+    "bfd_engine_restarts": (
+        "glbd_bfd_engine_restarts_total",
+        "times the BFD engine was started again with every session",
+    ),
+    "bfd_engine_unconfirmed": (
+        "glbd_bfd_engine_unconfirmed_total",
+        "sessions Up before the engine died and not Up again within 3 s of its restart: taken "
+        "as Down",
+    ),
     "bfd_failover_arms": (
         "glbd_bfd_failover_arms_total",
         "failover maps handed to the BFD engine",
