@@ -75,6 +75,10 @@ IPV6_MULTICAST_ALL = 29
 IPV6_PKTINFO = getattr(socket, "IPV6_PKTINFO", 50)
 RECV_BUF = 65536
 CMSG_SPACE = 64
+#: a socket that failed to open (out of descriptors, interface not there yet) is tried again
+#: after this many seconds, the wait doubling up to :data:`OPEN_RETRY_MAX_S`
+OPEN_RETRY_S = 1.0
+OPEN_RETRY_MAX_S = 30.0
 
 
 def _ifindex(ifname: str) -> int:
@@ -199,13 +203,21 @@ class _Sock:
     anc: list[tuple[int, int, bytes]] | None = None
 
 
+@dataclass(slots=True)
+class _Retry:
+    spec: IfSpec
+    delay: float
+    handle: asyncio.TimerHandle
+
+
 class McastTransport:
     """Per-interface heartbeat sockets on one event loop.
 
     ``on_datagram(data, ifname, src_address, ttl, now)`` is called for every datagram read;
     ``src_address`` has no IPv6 zone (the socket already fixes the interface); ``now`` is
     ``loop.time()``. Each interface is IPv4 (``group``) or IPv6 (``group6``) per its
-    :class:`IfSpec`."""
+    :class:`IfSpec`. A socket that fails to open is retried with backoff; ``on_opened(ifname)``
+    is called when a retry opens it."""
 
     def __init__(
         self,
@@ -215,19 +227,27 @@ class McastTransport:
         group: str = DEFAULT_GROUP,
         group6: str = DEFAULT_GROUP6,
         port: int = DEFAULT_PORT,
+        on_opened: Callable[[str], None] = lambda _ifn: None,
     ) -> None:
         check_groups(group, group6)
         self._loop = loop
         self._on = on_datagram
+        self.on_opened = on_opened
         self.group = group
         self.group6 = group6
         self.port = port
         self._socks: dict[str, _Sock] = {}
+        self._retry: dict[str, _Retry] = {}
         self.errors: dict[str, int] = {}
 
     @property
     def interfaces(self) -> list[str]:
         return sorted(self._socks)
+
+    @property
+    def retrying(self) -> list[str]:
+        """Interfaces wanted whose socket failed to open, waiting for their next try."""
+        return sorted(self._retry)
 
     def families(self) -> dict[str, int]:
         """Interface -> address family (4 or 6) of its open socket."""
@@ -242,14 +262,14 @@ class McastTransport:
                 return
             self.close_interface(ifname)
         group = self.group if spec.family == 4 else self.group6
-        s = open_socket(ifname, group, self.port)
-        if spec.family == 4:
-            rec = _Sock(s, spec, (group, self.port))
-        else:
+        dest: tuple[Any, ...] = (group, self.port)
+        anc = None
+        if spec.family == 6:  # before the socket: a failure here must not leave it open
             idx = _ifindex(ifname)
+            dest = (group, self.port, 0, idx)
             anc = None if spec.source is None else pktinfo6(spec.source, idx)
-            rec = _Sock(s, spec, (group, self.port, 0, idx), anc)
-        self._socks[ifname] = rec
+        s = open_socket(ifname, group, self.port)
+        self._socks[ifname] = _Sock(s, spec, dest, anc)
         self._loop.add_reader(s.fileno(), self._readable, ifname, s)
 
     def close_interface(self, ifname: str) -> None:
@@ -261,19 +281,48 @@ class McastTransport:
     def set_interfaces(self, ifnames: Iterable[str] | Mapping[str, IfSpec]) -> None:
         """Open sockets for ``ifnames`` (names: IPv4; a mapping: per :class:`IfSpec`) and close
         the others. An interface that cannot be opened (gone, no address of that family, a
-        source that is not ours) is logged and counted, never raised."""
+        source that is not ours, no descriptor left) is logged, counted and retried, never
+        raised."""
         want: dict[str, IfSpec] = (
             dict(ifnames) if isinstance(ifnames, Mapping) else dict.fromkeys(ifnames, IfSpec())
         )
         for ifn in list(self._socks):
             if ifn not in want:
                 self.close_interface(ifn)
+        for ifn in list(self._retry):
+            if ifn not in want:
+                self._retry.pop(ifn).handle.cancel()
         for ifn in sorted(want):
             try:
                 self.open(ifn, want[ifn])
             except OSError as e:
-                self._count("open_failed")
-                log.warning("heartbeat socket on %s: %s", ifn, e)
+                self._open_failed(ifn, want[ifn], e, OPEN_RETRY_S)
+            else:
+                r = self._retry.pop(ifn, None)
+                if r is not None:
+                    r.handle.cancel()
+
+    def _open_failed(self, ifname: str, spec: IfSpec, e: OSError, delay: float) -> None:
+        """Count and log a failed open; its retry keeps its time if one is due for ``spec``."""
+        self._count("open_failed")
+        r = self._retry.get(ifname)
+        if r is None or r.spec != spec:
+            if r is not None:
+                r.handle.cancel()
+            r = _Retry(spec, delay, self._loop.call_later(delay, self._retry_open, ifname))
+            self._retry[ifname] = r
+        wait = r.handle.when() - self._loop.time()
+        log.warning("heartbeat socket on %s: %s (next try in %.0f s)", ifname, e, wait)
+
+    def _retry_open(self, ifname: str) -> None:
+        r = self._retry.pop(ifname)
+        try:
+            self.open(ifname, r.spec)
+        except OSError as e:
+            self._open_failed(ifname, r.spec, e, min(2 * r.delay, OPEN_RETRY_MAX_S))
+            return
+        log.info("heartbeat socket on %s open on retry", ifname)
+        self.on_opened(ifname)
 
     def set_groups(self, group: str, group6: str, port: int) -> bool:
         """New groups/port (a config reload): reopen every socket whose destination changes.
@@ -281,13 +330,17 @@ class McastTransport:
         check_groups(group, group6)
         if (group, group6, port) == (self.group, self.group6, self.port):
             return False
-        specs = {ifn: s.spec for ifn, s in self._socks.items()}
+        specs = {ifn: r.spec for ifn, r in self._retry.items()}
+        specs |= {ifn: s.spec for ifn, s in self._socks.items()}
         self.close()
         self.group, self.group6, self.port = group, group6, port
         self.set_interfaces(specs)
         return True
 
     def close(self) -> None:
+        for r in self._retry.values():
+            r.handle.cancel()
+        self._retry.clear()
         for ifn in list(self._socks):
             self.close_interface(ifn)
 
@@ -381,7 +434,9 @@ class HeartbeatEndpoint:
         self.sender = sender
         self.receiver = receiver
         self.on_remote = on_remote
-        self.transport = McastTransport(loop, self._datagram, group=group, group6=group6, port=port)
+        self.transport = McastTransport(
+            loop, self._datagram, group=group, group6=group6, port=port, on_opened=self._opened
+        )
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._neighbors: dict[str, Neighbor] = {}
@@ -471,6 +526,12 @@ class HeartbeatEndpoint:
             self._rearm()
         elif self._timer is None:
             self._rearm()
+
+    def _opened(self, ifname: str) -> None:
+        """A socket opened on a retry: the sender starts sending on its interface."""
+        if self.sender is not None:
+            self._transmit(self.sender.set_interfaces(self.transport.interfaces, self._loop.time()))
+        self._rearm()
 
     def _cool(self) -> None:
         self._hot = False

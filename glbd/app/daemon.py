@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import resource
 import signal
 import sys
 import time
@@ -492,6 +493,8 @@ class Daemon:
 
     def counters(self) -> dict[str, Any]:
         out: dict[str, Any] = {"control": dict(self.control.counters)}
+        if self.metrics is not None:
+            out["metrics"] = dict(self.metrics.counters)
         for c in self.components:
             counters = _section_of(c, "counters")
             if counters is not None:
@@ -509,6 +512,7 @@ class Daemon:
                 self.control.counters,
                 self.gc_pauses.to_dict(),
                 self.loop_priority.to_dict(),
+                None if self.metrics is None else self.metrics.counters,
             )
         )
         for c in self.components:
@@ -556,6 +560,7 @@ def main(
     # thread waits for the GIL up to the switch interval (default 5 ms) before it can hand an
     # event over, which is the whole failover budget (detection + 5 ms)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    raise_nofile()
 
     try:
         return asyncio.run(Daemon(config_path, cfg, components).run())
@@ -564,6 +569,17 @@ def main(
     except OSError as e:
         print(f"glbd: {e}", file=sys.stderr)
         return 1
+
+
+def raise_nofile() -> None:
+    """Lift the soft fd limit to the hard one, as the BFD engine does: the soft one is 1024 by
+    default, and a socket that fails to open for want of a descriptor is a link without
+    heartbeats until its retry."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def _write_heap_report(path: str) -> None:

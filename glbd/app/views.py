@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict, cast
 
 from glbd.core.pathtable import PathTable
-from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard, RouteRejected
+from glbd.core.reasons import NHC_DISREGARDED, MetricsDrop, NhcDiscard, RouteRejected
 from glbd.io.metrics import LATENCY_BUCKETS, Metric, Sample, histogram
 
 # ---- snapshot shapes the samplers read (the keys they use; snapshots carry more) --------------
@@ -679,12 +679,13 @@ def daemon_samples(
     control: Mapping[str, int],
     gc_pauses: Mapping[str, Any] | None = None,
     scheduling: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, int] | None = None,
 ) -> Iterable[Sample]:
     """The daemon's own rows: build info, reload status (``reload_ok``: the last reload was
     applied, True before any; ``loaded_at``: unix time the config in force was loaded), the
     event loop's lag (``LoopLag.to_dict()``), the control socket's counters, the garbage
-    collector's pauses (``GcPauses.to_dict()``) and the loop's scheduling
-    (``LoopPriority.to_dict()``)."""
+    collector's pauses (``GcPauses.to_dict()``), the loop's scheduling
+    (``LoopPriority.to_dict()``) and the metrics endpoint's counters (``MetricsServer``)."""
     yield Sample("glbd_build_info", 1, {"version": version}, "glbd's version (always 1)")
     yield Sample(
         "glbd_up",
@@ -767,5 +768,14 @@ def daemon_samples(
                 float(n),
                 {"reason": key.removeprefix("decode_error_")},
                 "control requests that did not decode, by reason",
+                kind="counter",
+            )
+    if metrics is not None:
+        for reason in MetricsDrop:
+            yield Sample(
+                "glbd_metrics_connections_dropped_total",
+                float(metrics.get(reason.counter, 0)),
+                {"reason": reason.value},
+                "metrics endpoint connections closed unanswered: over the cap, or too slow",
                 kind="counter",
             )

@@ -12,6 +12,7 @@ import enum
 __all__ = [
     "NHC_DISREGARDED",
     "FibConflict",
+    "MetricsDrop",
     "NhcDiscard",
     "NhcStatus",
     "QualitySource",
@@ -181,6 +182,22 @@ class NhcDiscard(enum.StrEnum):
     @property
     def counter(self) -> str:
         return f"nhc_characteristic_{self.value}"
+
+
+class MetricsDrop(enum.StrEnum):
+    """Why the metrics endpoint closed a connection without answering it (``glbctl counters``
+    ``metrics`` ``dropped_<reason>``, metric ``glbd_metrics_connections_dropped_total{reason}``)."""
+
+    #: the connection cap was reached: closed at once, before reading anything
+    OVER_LIMIT = "over_limit"
+    #: no whole request head within the request timeout (idle or slow client)
+    REQUEST_TIMEOUT = "request_timeout"
+    #: the client did not take the answer within the request timeout
+    RESPONSE_TIMEOUT = "response_timeout"
+
+    @property
+    def counter(self) -> str:
+        return f"dropped_{self.value}"
 
 
 def nhc_malformed(reason: str) -> NhcStatus:

@@ -4,6 +4,10 @@ The exposition is ``prometheus_client``'s: a registry with the process collector
 collector that turns the daemon's rows (:class:`Sample`, or a ready metric family such as a
 histogram's) into metric families at scrape time. Nothing is kept between scrapes, so metrics
 cannot drift from what ``glbctl`` shows. The HTTP side stays on the asyncio loop.
+
+At most :data:`MAX_CONNECTIONS` connections are served at once; more are closed at once, and a
+client has :data:`REQUEST_TIMEOUT_S` to send its request and again to take the answer. Each
+connection closed unanswered is counted by :class:`~glbd.core.reasons.MetricsDrop`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
+from glbd.core.reasons import MetricsDrop
+
 __all__ = [
     "LATENCY_BUCKETS",
+    "MAX_CONNECTIONS",
+    "REQUEST_TIMEOUT_S",
     "Metric",
     "MetricsServer",
     "Row",
@@ -111,16 +119,36 @@ def histogram(name: str, doc: str, buckets: Iterable[float]) -> Histogram:
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+#: connections served at once; more are closed at once: each holds a file descriptor, and
+#: idle clients must not take the ones the daemon's own sockets need (a scrape needs one)
+MAX_CONNECTIONS = 64
+#: seconds a client has to send its request head, and again to take the answer
+REQUEST_TIMEOUT_S = 5.0
+
+
 class MetricsServer:
     """``GET /metrics``: the rows are read on the event loop (the parts' state is the loop's),
     the text is rendered in a worker thread: on a big fabric rendering takes tens of ms, which
     the loop (FIB failovers, heartbeats) must not wait for."""
 
-    def __init__(self, listen: str, collect: Callable[[], Iterable[Row]]) -> None:
+    def __init__(
+        self,
+        listen: str,
+        collect: Callable[[], Iterable[Row]],
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         host, _, port = listen.rpartition(":")
         self.host = host.strip("[]")
         self.port = int(port)
         self.collect = collect
+        self.max_connections = max_connections
+        self.request_timeout = request_timeout
+        #: ``connections`` (served) and ``dropped_<reason>`` per :class:`MetricsDrop`
+        self.counters: dict[str, int] = {"connections": 0} | {r.counter: 0 for r in MetricsDrop}
+        #: connections being served now
+        self.open = 0
         self._process = ProcessCollector(registry=None)
         self._server: asyncio.Server | None = None
 
@@ -150,12 +178,28 @@ class MetricsServer:
             return b"500 Internal Server Error", b"text/plain", b"collect failed\n"
         return b"200 OK", CONTENT_TYPE_PLAIN_0_0_4.encode(), body
 
+    def _drop(self, reason: MetricsDrop, writer: asyncio.StreamWriter) -> None:
+        """Count ``reason`` and reset the connection: its descriptor is freed now."""
+        self.counters[reason.counter] += 1
+        writer.transport.abort()
+
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open >= self.max_connections:
+            if not self.counters[MetricsDrop.OVER_LIMIT.counter]:  # once: a flood of log lines
+                log.warning("metrics_connection_limit", max_connections=self.max_connections)
+            self._drop(MetricsDrop.OVER_LIMIT, writer)
+            return
+        self.open += 1
+        self.counters["connections"] += 1
+        waiting = MetricsDrop.REQUEST_TIMEOUT
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.request_timeout)
             parts = head.split(b"\r\n", 1)[0].split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
             status, ctype, body = await self._respond(method, path)
+            # drain() then waits until the kernel took it all: the close after it never waits
+            # on a client that does not read (holding the descriptor past the cap)
+            writer.transport.set_write_buffer_limits(0)
             writer.write(
                 b"HTTP/1.1 "
                 + status
@@ -166,14 +210,13 @@ class MetricsServer:
                 + b"\r\nConnection: close\r\n\r\n"
                 + body
             )
-            await writer.drain()
-        except (
-            asyncio.IncompleteReadError,
-            asyncio.LimitOverrunError,
-            TimeoutError,
-            ConnectionError,
-        ):
+            waiting = MetricsDrop.RESPONSE_TIMEOUT
+            await asyncio.wait_for(writer.drain(), self.request_timeout)
+        except TimeoutError:
+            self._drop(waiting, writer)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass
         finally:
+            self.open -= 1
             with contextlib.suppress(Exception):
                 writer.close()
