@@ -30,6 +30,7 @@ from bench.fabric.model import Bound
 
 #: contender key -> label, in drawing order (unknown keys follow, with their key as label)
 CONTENDERS = {
+    "glb": "glbd as shipped",
     "ecmp": "ECMP",
     "frr": "FRR 10.7 NNHN count",
     "dlb": "glbd DLB only",
@@ -41,6 +42,7 @@ CASES = {
     "none": "no hotspot",
     "before": "hotspot before the exchange",
     "during": "hotspot starts mid-exchange",
+    "fail": "one spine fails mid-exchange",
 }
 #: the latency series drawn, in order: the wire-to-kernel rows of glb_latency's report
 LATENCY_SERIES = ("band, from the wire", "cut, from the wire", "restore, from the wire")
@@ -68,17 +70,24 @@ def bounds(params: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
         int(float(params["mbytes"]) * 1e6),
     )
     hot = [("fluid bound, ECMP", b.t_ecmp), ("fluid bound, optimum", b.t_opt)]
-    return {"none": [("fluid bound", b.t_nohot)], "before": hot, "during": hot}
+    return {"none": [("fluid bound", b.t_nohot)], "before": hot, "during": hot, "fail": []}
 
 
-def plot_fabric(path: Path, out: Path, title: str = "") -> Path:
-    """Completion time of the all-to-all exchange per contender and case, with the bound."""
+def plot_fabric(path: Path, out: Path, title: str = "", profile: str | None = None) -> Path:
+    """Completion time of the all-to-all exchange per contender and case, with the bound (of
+    one traffic ``profile`` for files that carry several)."""
     data = json.loads(path.read_text())
     rows = [r for r in data["results"] if r.get("ok")]
+    if profile is not None:
+        rows = [r for r in rows if r.get("profile", "deep") == profile]
     cases = [c for c in data["params"]["cases"] if any(r["case"] == c for r in rows)]
     present = {r["contender"] for r in rows}
     keys = [k for k in CONTENDERS if k in present] + sorted(present - CONTENDERS.keys())
     lines = bounds(data["params"])
+    for case in cases:  # files with a bound per exchange: the median of the case's bounds
+        per = [float(r["bound_s"]) for r in rows if r["case"] == case and r.get("bound_s")]
+        if per:
+            lines[case] = [("fluid bound (median)", statistics.median(per))]
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 4.2), sharey=True)
     axes = [axes] if len(cases) == 1 else list(axes)
@@ -101,7 +110,10 @@ def plot_fabric(path: Path, out: Path, title: str = "") -> Path:
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("completion time, s (bar: median; dots: runs)")
     meta = data.get("meta", {})
-    fig.suptitle(title or f"fabric benchmark, {meta.get('date', path.name)}", fontsize=11)
+    what = f"fabric benchmark, {meta.get('date', path.name)}"
+    if profile is not None:
+        what += f", profile {profile}"
+    fig.suptitle(title or what, fontsize=11)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -26,13 +26,79 @@ def test_bound_and_optimum_weights() -> None:
     assert w == {"s1": 25, "s2": 100, "s3": 100}
 
 
+def test_exchange_bound_follows_what_happened() -> None:
+    """The bound of one exchange starts the background (or the failure) when it happened."""
+    b = model.Bound(spines=4, leaves=4, rate_mbps=10.0, hot_mbps=7.5, pair_bytes=2_000_000)
+    assert model.exchange_bound(b, "none", None) == pytest.approx(b.t_nohot)
+    assert model.exchange_bound(b, "before", None) == pytest.approx(b.t_opt)
+    during = model.exchange_bound(b, "during", 0.5)
+    assert b.t_nohot < during < b.t_opt  # full rate for the first 0.5 s
+    # 0.5 s at 40 Mbit/s, the rest at 32.5 Mbit/s (goodput)
+    g = model.WIRE_EFFICIENCY * 1e6 / 8
+    assert during == pytest.approx(0.5 + (b.into_leaf - 0.5 * 40 * g) / (32.5 * g))
+    assert model.exchange_bound(b, "during", 5.0) == pytest.approx(b.t_nohot)  # after the end
+    fail = model.exchange_bound(b, "fail", 0.5)
+    assert fail == pytest.approx(0.5 + (b.into_leaf - 0.5 * 40 * g) / (30 * g))
+    assert model.exchange_bound(b, "before", None, 8.0) > b.t_opt  # the wire rate counts
+
+
+def test_profiles_and_verdicts() -> None:
+    from bench.fabric.report import report
+    from bench.fabric.run import Exchange
+
+    p, _, _ = parse(["--runs", "1"])
+    sh = p.for_profile("shallow")
+    assert (sh.latency, sh.cc, sh.flows) == ("8ms", "bbr", 4)
+    assert p.for_profile("deep").flows == 16
+    assert parse(["--flows", "2"])[0].for_profile("deep").flows == 2
+
+    def ex(k: str, case: str, t: float, reorder: int = 0, changed: int = 0) -> Exchange:
+        e = Exchange(k, case, 0, True, t, profile="deep", bound_s=1.0, reorder=reorder)
+        e.fail_running, e.fail_changed = 100, changed
+        return e
+
+    rows = [
+        ex("glb", "none", 1.0), ex("ecmp", "none", 1.0), ex("frr", "none", 1.0),
+        ex("glb", "before", 1.3, reorder=5), ex("ecmp", "before", 4.0), ex("frr", "before", 2.0),
+        ex("glb", "fail", 1.2, changed=25), ex("ecmp", "fail", 1.5, changed=50),
+    ]  # fmt: skip
+    q = Params(runs=1, profiles=("deep",), cases=("none", "before", "fail"))
+    meta = {"date": "d", "command": "c", "machine": "m", "load_start": "0"}
+    text = report(q, rows, meta)
+    verdicts = [ln for ln in text.splitlines() if "VERDICT" in ln]
+    assert any("speed-up vs ecmp: 3.08x" in v and v.endswith(": met") for v in verdicts)
+    assert any("speed-up vs frr: 1.54x" in v and v.endswith("NOT met") for v in verdicts)
+    assert any("before, reorder events: 5 (ECMP 0)" in v and "NOT met" in v for v in verdicts)
+    assert any("changed spine: 25 %" in v and v.endswith(": met") for v in verdicts)
+    assert any("before, time / fluid bound: 1.30" in v and v.endswith(": met") for v in verdicts)
+
+
 def test_options() -> None:
     p, only, _ = parse([])
-    assert p.residual and p.memory and "glb-ht" in only
+    assert p.residual and p.memory and only == ["glb", "ecmp", "frr"]
+    assert p.cases == ("none", "before", "during", "fail") and p.profiles == ("deep", "shallow")
     p, only, _ = parse(["--no-residual", "--no-memory", "--only", "ecmp,glb-res-frozen"])
     assert not p.residual and not p.memory and only == ["ecmp", "glb-res-frozen"]
     with pytest.raises(SystemExit):
         parse(["--only", "nonsense"])
+
+
+def test_shipped_contender_config_is_the_default(tmp_path: Path) -> None:
+    """``glb`` writes only what the topology requires: every tuning option is the default."""
+    topo = leaf_spine(4, 4)
+    opts = GlbdOptions(capacity_mbps=10.0, defaults_only=True)
+    for node in ("leaf1", "spine1"):
+        f = tmp_path / f"{node}.toml"
+        f.write_text(glbd_config(topo, node, tmp_path, opts))
+        cfg = cfgmod.load(f)
+        default = cfgmod.Config.model_validate(
+            {"router_id": cfg.router_id, "local_as": cfg.local_as, "role": cfg.role}
+        )
+        for part in ("bgp", "bfd", "heartbeat", "fib", "flowlet", "path_quality"):
+            assert getattr(cfg, part) == getattr(default, part), part
+        assert cfg.link_quality.foreign_classes == []
+        assert set(cfg.link_quality.capacity_mbps.values()) == {10.0}
+        assert len(cfg.neighbors) == 4
 
 
 @pytest.mark.parametrize(

@@ -136,3 +136,40 @@ def summarize(values: Sequence[float]) -> Summary:
     if not vals:
         return Summary(float("nan"), float("nan"), float("nan"), 0)
     return Summary(statistics.median(vals), min(vals), max(vals), len(vals))
+
+
+def _fluid_time(data: float, phases: Sequence[tuple[float, float]]) -> float:
+    """Time to move ``data`` bytes when the capacity is ``phases[i][1]`` bytes/s from
+    ``phases[i][0]`` s on (phases in time order, the first from 0)."""
+    done = 0.0
+    for i, (start, cap) in enumerate(phases):
+        end = phases[i + 1][0] if i + 1 < len(phases) else float("inf")
+        if cap > 0 and done + cap * (end - start) >= data:
+            return start + (data - done) / cap
+        done += cap * (end - start) if cap > 0 and end != float("inf") else 0.0
+    return float("inf")
+
+
+def exchange_bound(
+    b: Bound, case: str, t_event: float | None, bg_wire_mbps: float | None = None
+) -> float:
+    """The fluid bound of one exchange from what happened in it: the background's rate on the
+    wire (``bg_wire_mbps``, default ``b.hot_mbps``) from ``t_event`` s after the exchange
+    started (``before``: from before it, ``during``: from ``t_event``), or one spine failed at
+    ``t_event`` (``fail``: every leaf sends and receives over S-1 links from then on). The
+    slowest leaf decides; every leaf moves (L-1) x D bytes each way."""
+    g = b._goodput
+    full = g(b.spines * b.rate_mbps)
+    hot = bg_wire_mbps if bg_wire_mbps is not None else b.hot_mbps
+    resid = g(max(0.0, b.spines * b.rate_mbps - hot))
+    if case == "none" or (case in ("during", "fail") and t_event is None):
+        return b.t_nohot
+    if case == "before":
+        return max(b.t_nohot, b.into_leaf / resid if resid else float("inf"))
+    assert t_event is not None
+    if case == "during":
+        return max(b.t_nohot, _fluid_time(b.into_leaf, [(0.0, full), (t_event, resid)]))
+    if case == "fail":
+        rest = g((b.spines - 1) * b.rate_mbps)
+        return _fluid_time(b.into_leaf, [(0.0, full), (t_event, rest)])
+    raise ValueError(f"unknown case {case!r}")

@@ -1,58 +1,69 @@
-"""Fabric benchmark: GLB against ECMP, DLB-only, FRR's static NNHN weights and the
-offline optimum, on a 4 x 4 leaf-spine fabric in namespaces, under a downstream hotspot.
+"""Fabric benchmark: glbd as shipped against ECMP and FRR's static NNHN weights on a 4 x 4
+leaf-spine fabric in namespaces, under a downstream hotspot and a spine failure, in two traffic
+profiles, against the topology's fluid bound.
 
 Run as root from the repository root (creates and deletes its own namespaces)::
 
-    .venv/bin/python -m bench.fabric                 # 5 runs, ~10 min
-    .venv/bin/python -m bench.fabric --runs 1        # quick look, ~3 min
-    .venv/bin/python -m bench.fabric --only ecmp,glb-ht --cases before
+    .venv/bin/python -m bench.fabric                     # 5 runs, both profiles, ~25 min
+    .venv/bin/python -m bench.fabric --runs 1            # quick look
+    .venv/bin/python -m bench.fabric --profiles shallow --cases before --only glb,ecmp
 
 Topology: 4 spines x 4 leaves, one host behind each leaf; every fabric link tbf-shaped (both
-directions) to ``--rate`` Mbit/s; leaves hash on L4 (``fib_multipath_hash_policy=1``).
+directions) to ``--rate`` Mbit/s over three strict-priority classes (control, best effort, the
+exchange). Leaves hash the 5-tuple from the headers (``fib_multipath_hash_policy=3``), as a
+switch does, with a fixed seed per leaf.
 
 Workload: all-to-all -- every host sends ``--mbytes`` MB to every other host over ``--flows``
-TCP flows per ordered pair, each flow a fixed share (bench/fabric/traffic.py). Figure: the time
-until the last byte of the last flow arrived. Source ports are fixed per (run, case), so every
-contender gets the same 5-tuples.
+TCP flows per ordered pair, each flow a fixed share (in-process, bench/fabric/traffic.py).
+Figure: the time until the last byte of the last flow arrived. Source ports are fixed per
+(run, case), so every contender gets the same 5-tuples.
 
-Hotspot: spine1 -> leaf2 carries UDP background (iperf3, ``--hot`` x rate) from spine1 into
-that link. Cases: ``none`` (no hotspot), ``before`` (background starts ``--settle`` s before the
-exchange), ``during`` (starts ``--hot-at`` s into the exchange).
+Traffic profiles (both reported):
 
-Contenders (each on a freshly built fabric, one after the other, same parameters):
+* ``deep``: deep buffers, 100 ms pfifo per class at the link rate, TCP cubic in the hosts;
+* ``shallow``: what an AI backend fabric looks like: queues of 5 ms at the link rate, TCP BBR
+  in the hosts. Such fabrics mark ECN early (RED-like, 55-90 % of a shallow buffer) with
+  DCQCN at the hosts; this kernel has no RED/CoDel/PIE qdisc and no DCTCP, so the profile uses
+  shallow drop-tail queues and BBR (rate-based like DCQCN) instead of ECN marking.
 
-1. ``ecmp``: static equal-weight multipath routes on the leaves (what any BGP ECMP installs;
-   no control-plane noise);
-2. ``frr``: FRR 10.x on every node, eBGP, NNHN (``send-nexthop-characteristics`` spine->leaf)
-   and ``bgp bestpath bandwidth ignore`` (static next-next-hop-count weights);
-3. ``dlb``: glbd everywhere, heartbeats off (leaves weight by their local links only);
-4. ``glb-ht``: glbd GLB (heartbeats), hash-threshold nexthop groups;
-5. ``glb-res``: glbd GLB, resilient nexthop groups (glbd's default);
-6. ``optimum``: static weighted routes from the known residual capacities (spine1's share for
-   the hot leaf's prefix = (1 - hot) of the others'); in the ``during`` case an oracle switches
-   them at the instant the background starts;
-7. ``glb-flowlet``: glbd GLB, resilient groups, with flowlet switching on the leaves
-   (docs/flowlet.md), glbd's defaults otherwise: a flow may change spine after an idle gap
-   longer than the flowlet timeout, by default ``"auto"`` (the peak queueing delay glbd
-   measures on the leaf's uplinks and, from heartbeats, the spines' downlinks), and the
-   resilient groups' idle timer follows that timeout, so idle buckets follow the weights as
-   soon as moving them cannot reorder. ``--flowlet-timeout-ms`` fixes both instead.
-   ``glb-flowlet-ht`` (opt-in): the same with hash-threshold groups.
+Cases: ``none`` (no hotspot), ``before`` (UDP background of ``--hot`` x rate from spine1 into
+its link to leaf2, from ``--settle`` s before the exchange), ``during`` (the same from
+``--hot-at`` s into the exchange), ``fail`` (spine3's fabric ports go down ``--fail-at`` s into
+the exchange; the share of running flows that changed spine is reported, bench/fabric/failcase.py).
+
+Contenders, interleaved within each run (each on its own fabric, all built before the first
+exchange; the order rotates from run to run):
+
+1. ``glb``: glbd exactly as shipped. Its config says only what the topology requires: the
+   neighbours, the leaf's prefix, the fabric links' capacity, the control socket path;
+2. ``ecmp``: static equal-weight multipath routes on the leaves (what any BGP ECMP installs);
+3. ``frr``: FRR 10.x on every node, eBGP, NNHN (``send-nexthop-characteristics`` spine->leaf)
+   and ``bgp bestpath bandwidth ignore`` (static next-next-hop-count weights).
+
+Opt-in (``--only``), not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
+lab's timers, and helpers told the background's traffic class), ``optimum`` (static weights
+from the known residual capacities), and the diagnostics in EXTRA_CONTENDERS.
+
+CPU: the hosts' traffic never competes with the routers' control planes for a core
+(bench/fabric/isolate.py): every router process on CPU 0, the traffic on the others. The
+report gives each contender's control-plane CPU per router next to its results.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,40 +73,52 @@ from glbdlab.netns import LabError, list_lab_namespaces
 from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all
 from glbdlab.topology import Fabric, Topology, leaf_spine
 
-from bench.fabric import model
+from bench.fabric import failcase, isolate, model
 from bench.fabric.traffic import (
     LinkSampler,
     UdpBlaster,
     all_to_all,
-    cpu_times,
-    idle_pct,
     loadavg,
     tcp_counters,
 )
 
-CONTENDERS = ("ecmp", "frr", "dlb", "glb-ht", "glb-res", "glb-flowlet", "optimum")
-#: opt-in diagnostic contenders (``--only``), not part of the default run
-EXTRA_CONTENDERS = ("glb-res-fast", "ecmp-res", "glb-res-frozen", "glb-flowlet-ht")
+#: the default run: glbd as shipped first, then the baselines
+CONTENDERS = ("glb", "ecmp", "frr")
+#: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
+EXTRA_CONTENDERS = (
+    "glb-res",
+    "glb-ht",
+    "glb-flowlet",
+    "dlb",
+    "optimum",
+    "glb-res-fast",
+    "ecmp-res",
+    "glb-res-frozen",
+    "glb-flowlet-ht",
+)
 #: contenders whose leaves run glbd's flowlet program
 FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
+#: contenders with static routes (re-installed after the spine failure)
+STATIC = ("ecmp", "optimum", "ecmp-res")
 LABELS = {
+    "glb": "glbd as shipped",
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
-    "dlb": "glbd DLB-only (no HB)",
-    "glb-ht": "glbd GLB hash-threshold",
-    "glb-res": "glbd GLB resilient",
+    "dlb": "glbd DLB-only (tuned)",
+    "glb-ht": "glbd hash-threshold (tuned)",
+    "glb-res": "glbd resilient (tuned)",
     "optimum": "offline optimum",
-    "glb-res-fast": "glbd GLB resilient, 0.2 s timers",
+    "glb-res-fast": "glbd resilient, 0.2 s timers",
     "ecmp-res": "ECMP, static resilient groups",
-    "glb-res-frozen": "glbd resilient, weights frozen equal",
-    "glb-flowlet": "glbd GLB resilient + flowlets",
-    "glb-flowlet-ht": "glbd GLB hash-threshold + flowlets",
+    "glb-res-frozen": "glbd resilient, weights frozen",
+    "glb-flowlet": "glbd + flowlets (tuned)",
+    "glb-flowlet-ht": "glbd ht + flowlets (tuned)",
 }
 #: [fib] settings of the diagnostic contenders (written into the generated glbd.toml)
 FIB_OVERRIDES = {
     "glb-res-fast": {"resilient_idle_timer_s": "0.2", "resilient_unbalanced_timer_s": "0.2"},
 }
-CASES = ("none", "before", "during")
+CASES = ("none", "before", "during", "fail")
 BG_PORT = 5399
 #: the exchange's TCP sockets use TOS 0x08 (IPTOS_THROUGHPUT): routers put it in the lowest
 #: strict-priority class of every fabric link (10:3), below the background (best effort,
@@ -103,10 +126,41 @@ BG_PORT = 5399
 #: push it out of the tail of a shared queue, and the hot link's residual capacity is known
 #: (rate - background).
 DATA_TOS = 0x08
-#: the class glbd's helpers count as not steerable (``link_quality.foreign_classes``): the
-#: background's; their heartbeats then report the residual capacity
+#: the class the tuned contenders' helpers count as not steerable
+#: (``link_quality.foreign_classes``): the background's. glbd ships ``[]``; ``glb`` sets nothing.
 FOREIGN_CLASSES = ("10:2",)
 DATA_PORT = 5201
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    latency: str  # queue of each class (and the tbf's), in time at the link rate
+    cc: str  # the hosts' TCP congestion control
+    flows: int  # TCP flows per ordered host pair
+    note: str
+
+
+PROFILES = {
+    "deep": Profile(
+        "deep",
+        "100ms",
+        "cubic",
+        16,
+        "deep buffers: 100 ms pfifo queues, TCP cubic, 16 flows per host pair",
+    ),
+    # few flows per pair, as RDMA queue pairs are: 192 flows over 5-packet queues at 10 Mbit/s
+    # are past any TCP's minimum window and measure only losses
+    "shallow": Profile(
+        "shallow",
+        "8ms",
+        "bbr",
+        4,
+        "AI-backend-like: 8 ms drop-tail queues (7 packets at the link rate), TCP BBR in the "
+        "hosts (rate-based like DCQCN; no ECN marking: this kernel has no RED/CoDel/PIE qdisc "
+        "and no DCTCP), 4 flows per host pair",
+    ),
+}
 
 
 @dataclass
@@ -117,20 +171,27 @@ class Params:
     hot: float = 0.75  # background share of the hot link
     hot_spine: str = "spine1"
     hot_leaf: str = "leaf2"
+    fail_spine: str = "spine3"
     mbytes: float = 2.0  # per ordered host pair
-    flows: int = 16  # per ordered host pair
+    flows: int = 16  # per ordered host pair (set per profile)
+    flows_override: int = 0  # --flows: every profile's flows per pair (0: the profile's)
     runs: int = 5
     cases: tuple[str, ...] = CASES
+    profiles: tuple[str, ...] = ("deep", "shallow")
+    profile: str = "deep"  # the profile being run (set per profile by main)
     settle: float = 2.0
     hot_at: float = 0.5
+    fail_at: float = 0.5
+    #: flows are recorded this long before and after the failure
+    fail_window: float = 0.3
     sample: float = 0.25
     burst: str = "64kbit"
     latency: str = "100ms"
     hash_policy: int = 3  # leaves' fib_multipath_hash_policy (3 = 5-tuple from the headers)
     cc: str = "cubic"  # TCP congestion control in the hosts (the machine's default may be bbr)
-    #: glbd's helpers report residual capacity (``foreign_classes``: the background's class)
+    #: the tuned contenders' helpers report residual capacity (``foreign_classes``)
     residual: bool = True
-    #: the leaves' path table keeps weights with memory (``path_quality.weight_memory``)
+    #: the tuned leaves' path table keeps weights with memory (``path_quality.weight_memory``)
     memory: bool = True
     #: flowlet timeout of the flowlet contenders, ms; 0 = glbd's default ("auto")
     flowlet_timeout_ms: float = 0.0
@@ -148,6 +209,14 @@ class Params:
         """The fixed flowlet timeout, or None for glbd's default."""
         return self.flowlet_timeout_ms / 1e3 if self.flowlet_timeout_ms else None
 
+    def bound(self) -> model.Bound:
+        return model.Bound(self.spines, self.leaves, self.rate, self.hot_mbps, self.pair_bytes)
+
+    def for_profile(self, name: str) -> Params:
+        pr = PROFILES[name]
+        flows = self.flows_override or pr.flows
+        return dataclasses.replace(self, profile=name, latency=pr.latency, cc=pr.cc, flows=flows)
+
 
 @dataclass
 class Exchange:
@@ -157,18 +226,34 @@ class Exchange:
     ok: bool
     completion_s: float
     error: str = ""
+    profile: str = "deep"
+    #: the fluid bound of this exchange, from when its background started or its spine failed
+    bound_s: float = float("nan")
+    t_event: float | None = None  # s after the start: the background started / the spine failed
     per_dst_s: dict[str, float] = field(default_factory=dict)
     util: dict[str, float] = field(default_factory=dict)
     spread_pp: float = float("nan")
     retrans: int = 0
     reorder: int = 0
     rto: int = 0
-    cpu_idle_pct: float = float("nan")
+    cpu_idle_pct: float = float("nan")  # the traffic CPUs' idle share
+    router_cpu_idle_pct: float = float("nan")  # the router CPUs' idle share
+    #: every process in the contender's router namespaces, % of one core per router
+    cp_cpu_pct: float = float("nan")
     bench_cpu_pct: float = float("nan")  # this process (flows, sampler) in % of one core
     connect_s: float = float("nan")  # until every flow's handshake completed
     loadavg: str = ""
+    #: fail case: running flows (seen before and after), those that changed spine, and those
+    #: that were on the failed spine
+    fail_running: int = 0
+    fail_changed: int = 0
+    fail_on_failed: int = 0
     weights: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     hot_series: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def changed_share(self) -> float:
+        return self.fail_changed / self.fail_running if self.fail_running else float("nan")
 
 
 def log(msg: str) -> None:
@@ -357,6 +442,9 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
+        elif self.key == "glb":
+            opts = GlbdOptions(capacity_mbps=self.p.rate, defaults_only=True)
+            self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
         else:
             opts = GlbdOptions(
                 heartbeat=self.key != "dlb",
@@ -439,8 +527,17 @@ class Background:
 class WeightWatch:
     """Polls one leaf's kernel weights toward the hot leaf's prefix every ``interval`` s."""
 
-    def __init__(self, fab: Fabric, leaf: str, prefix: str, names: dict[str, str], interval: float):
+    def __init__(
+        self,
+        fab: Fabric,
+        leaf: str,
+        prefix: str,
+        names: dict[str, str],
+        interval: float,
+        cpus: frozenset[int] = frozenset(),
+    ):
         self.fab, self.leaf, self.prefix, self.names = fab, leaf, prefix, names
+        self.cpus = cpus
         self.interval = interval
         self.t0 = time.monotonic()
         self.rows: list[tuple[float, dict[str, int]]] = []
@@ -448,6 +545,8 @@ class WeightWatch:
         self._th = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        if self.cpus:
+            isolate.pin_thread(self.cpus)
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
                 g = leaf_paths(self.fab, self.leaf, self.prefix)
@@ -504,7 +603,7 @@ def prepare(fab: Fabric, p: Params) -> None:
     qdiscs of their own have per-class byte counters, like a switch's per-queue counters, which
     glbd's ``foreign_classes`` reads."""
     topo = fab.topo
-    qlen = max(10, math.ceil(p.rate * 1e6 / 8 * _secs(p.latency) / 1514))
+    qlen = max(2, math.ceil(p.rate * 1e6 / 8 * _secs(p.latency) / 1514))
     for node in topo.names("spine") + topo.names("leaf"):
         ns = fab.ns(node)
         cmds = []
@@ -527,7 +626,14 @@ def prepare(fab: Fabric, p: Params) -> None:
         ns.run(["tc", "-batch", "-"], input="\n".join(cmds) + "\n")
         ns.run(["nft", "-f", "-"], input=_NFT_CONTROL)
         if topo.node(node).role == "leaf":
-            ns.run(["sysctl", "-q", "-w", *hash_sysctls(p, topo.node(node).index)])
+            # a next hop whose link lost carrier is not used (the spine-failure case): what
+            # a static ECMP baseline needs to survive a dead spine; nexthop objects (glbd,
+            # FRR) are flushed by the kernel anyway
+            linkdown = [
+                f"net.ipv4.conf.{c}.ignore_routes_with_linkdown=1" for c in ("all", "default")
+            ]
+            ns.run(["sysctl", "-q", "-w", *hash_sysctls(p, topo.node(node).index), *linkdown])
+    failcase.install(fab)
     # one segment per skb from the hosts' TCP (no 64 KB TSO bursts that tbf would split into
     # 44 back-to-back packets and tail-drop together: a NIC would pace them onto the wire)
     for h in topo.names("host"):
@@ -566,80 +672,109 @@ def host_addr(topo: Topology, host: str) -> str:
     return _ip(topo.links_of(host)[0].end(host)[1])
 
 
-def run_contender(key: str, p: Params, run_dir: Path) -> list[Exchange]:
+@dataclass
+class Setup:
+    """One contender's fabric, control plane and measurement, built before the first run."""
+
+    key: str
+    fab: Fabric
+    cp: ControlPlane
+    sampler: LinkSampler
+    hns: dict[str, Any]
+    addrs: dict[str, str]
+    gw_names: dict[str, str]
+    cpu: isolate.ControlPlaneCpu
+
+
+def build(
+    key: str, p: Params, run_dir: Path, cpus: isolate.Cpus, stack: contextlib.ExitStack
+) -> Setup:
+    """A fabric for ``key`` with its control plane converged and its routers on the router CPUs
+    (torn down by ``stack``)."""
     topo = leaf_spine(p.spines, p.leaves)
-    out: list[Exchange] = []
+    fab = stack.enter_context(Fabric(topo))
+    prepare(fab, p)
+    cp = ControlPlane(key, fab, p, run_dir / p.profile)
+    stack.callback(cp.stop)
+    t = time.monotonic()
+    cp.start()
+    routers = [fab.ns(n).name for n in topo.names("leaf") + topo.names("spine")]
+    pinned = isolate.pin_namespaces(routers, cpus.routers)
+    log(f"{p.profile}/{key}: fabric {fab.tag} ready in {time.monotonic() - t:.1f} s "
+        f"({pinned} router processes on CPU {sorted(cpus.routers)})")  # fmt: skip
     hosts = topo.names("host")
-    hot_pfx = topo.node(p.hot_leaf).prefix4
-    assert hot_pfx
-    gw_names = {
-        fab_gw: s for s in topo.names("spine") for fab_gw in [_ip(topo.link(s, "leaf1").end(s)[1])]
-    }
-    with Fabric(topo) as fab:
-        tag = fab.tag
-        prepare(fab, p)
-        cp = ControlPlane(key, fab, p, run_dir)
-        t = time.monotonic()
-        try:
-            cp.start()
-            log(f"{key}: fabric {tag} ready in {time.monotonic() - t:.1f} s")
-            hns = {h: fab.ns(h) for h in hosts}
-            addrs = {h: host_addr(topo, h) for h in hosts}
-            for a in hosts:
-                for b in hosts:
-                    if a != b and not fab.ns(a).ping(addrs[b], count=5, wait=1.0):
-                        raise LabError(f"{key}: {a} cannot reach {b}")
-            links = [
-                (s, fab.ifname(s, lf)) for s in topo.names("spine") for lf in topo.names("leaf")
-            ]
-            links += [
-                (lf, fab.ifname(lf, s)) for lf in topo.names("leaf") for s in topo.names("spine")
-            ]
-            sampler = LinkSampler({n: fab.ns(n) for n, _ in links}, links, p.sample)
-            try:
-                for run in range(p.runs):
-                    for ci, case in enumerate(p.cases):
-                        ex = one_exchange(
-                            key, case, run, ci, fab, cp, p, hns, addrs, sampler, gw_names, hot_pfx
-                        )
-                        out.append(ex)
-                        log(
-                            f"{key:8} run {run + 1}/{p.runs} {case:6}: "
-                            + (f"{ex.completion_s:6.2f} s" if ex.ok else f"FAILED {ex.error}")
-                            + f"  retrans {ex.retrans:5d} reorder {ex.reorder:4d}"
-                            f"  spread {ex.spread_pp:5.1f} pp  cpu idle {ex.cpu_idle_pct:4.1f} %"
-                            f" (bench {ex.bench_cpu_pct:3.0f} %)"
-                            f"  load {ex.loadavg}"
-                        )
-            finally:
-                sampler.close()
-        finally:
-            cp.stop()
-    left = list_lab_namespaces(tag)
+    hns = {h: fab.ns(h) for h in hosts}
+    addrs = {h: host_addr(topo, h) for h in hosts}
+    for a in hosts:
+        for b in hosts:
+            if a != b and not fab.ns(a).ping(addrs[b], count=5, wait=1.0):
+                raise LabError(f"{key}: {a} cannot reach {b}")
+    links = [(s, fab.ifname(s, lf)) for s in topo.names("spine") for lf in topo.names("leaf")]
+    links += [(lf, fab.ifname(lf, s)) for lf in topo.names("leaf") for s in topo.names("spine")]
+    sampler = LinkSampler({n: fab.ns(n) for n, _ in links}, links, p.sample, cpus.routers)
+    stack.callback(sampler.close)
+    gw_names = {_ip(topo.link(s, "leaf1").end(s)[1]): s for s in topo.names("spine")}
+    return Setup(key, fab, cp, sampler, hns, addrs, gw_names, isolate.ControlPlaneCpu(routers))
+
+
+def _teardown_check(tags: list[str]) -> None:
+    left = [n for tag in tags for n in list_lab_namespaces(tag)]
     if left:
         log(f"WARNING: namespaces left behind: {left}")
-    else:
-        log(f"{key}: fabric {tag} deleted (no glb-{tag}-* namespace left)")
+
+
+def run_profile(
+    keys: Sequence[str], p: Params, run_dir: Path, cpus: isolate.Cpus
+) -> list[Exchange]:
+    """Every run of profile ``p.profile``: each case, every contender in turn (the order
+    rotates per run), so the box's noise falls on all of them alike."""
+    out: list[Exchange] = []
+    tags: list[str] = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(_teardown_check, tags)  # last: after every fabric was deleted
+        setups: dict[str, Setup] = {}
+        for key in keys:
+            try:
+                setups[key] = build(key, p, run_dir, cpus, stack)
+            except LabError as e:  # one contender's failure does not cost the others
+                log(f"{p.profile}/{key}: error: {e}")
+        ready = [k for k in keys if k in setups]
+        tags += [st.fab.tag for st in setups.values()]
+        for run in range(p.runs):
+            order = ready[run % len(ready) :] + ready[: run % len(ready)] if ready else []
+            for ci, case in enumerate(p.cases):
+                for key in order:
+                    ex = one_exchange(setups[key], case, run, ci, p, cpus)
+                    out.append(ex)
+                    log(
+                        f"{p.profile:7} {key:8} run {run + 1}/{p.runs} {case:6}: "
+                        + (f"{ex.completion_s:6.2f} s" if ex.ok else f"FAILED {ex.error}")
+                        + f" ({ex.completion_s / ex.bound_s:4.2f} x bound)"
+                        f"  reorder {ex.reorder:4d} retrans {ex.retrans:5d}"
+                        + (
+                            f"  changed {ex.fail_changed}/{ex.fail_running}"
+                            if case == "fail"
+                            else ""
+                        )
+                        + f"  routers {ex.cp_cpu_pct:4.1f} %/router"
+                        f"  traffic CPU idle {ex.cpu_idle_pct:4.1f} %"
+                    )
     return out
 
 
 def one_exchange(
-    key: str,
-    case: str,
-    run: int,
-    ci: int,
-    fab: Fabric,
-    cp: ControlPlane,
-    p: Params,
-    hns: dict[str, Any],
-    addrs: dict[str, str],
-    sampler: LinkSampler,
-    gw_names: dict[str, str],
-    hot_pfx: str,
+    st: Setup, case: str, run: int, ci: int, p: Params, cpus: isolate.Cpus
 ) -> Exchange:
+    key, fab, cp = st.key, st.fab, st.cp
     topo = fab.topo
+    hot_pfx = topo.node(p.hot_leaf).prefix4
+    assert hot_pfx
     bg = Background(fab, p)
     timer: threading.Timer | None = None
+    fail: failcase.SpineFailure | None = None
+    if case == "fail":
+        fail = failcase.SpineFailure(fab, p.fail_spine, DATA_PORT + ci, p.fail_at, p.fail_window)
+        fail.on_thread_start = lambda: isolate.pin_thread(cpus.routers)
     if case == "before":
         if key == "optimum":
             set_optimum(fab, p, True)
@@ -651,54 +786,73 @@ def one_exchange(
             set_optimum(fab, p, True)
         bg.start()
 
-    def on_start(_t0: float) -> None:
+    def on_start(t0: float) -> None:
         nonlocal timer
         if case == "during":
-            timer = threading.Timer(p.hot_at, hot_now)
+            timer = threading.Timer(max(0.0, t0 + p.hot_at - time.monotonic()), hot_now)
             timer.start()
+        if fail is not None:
+            fail.arm(t0)
 
     watch_leaf = next(lf for lf in topo.names("leaf") if lf != p.hot_leaf)
     sport_base = 20000 + (run * len(CASES) + ci) * 400
-    c0 = tcp_counters(list(hns.values()))
-    cpu0 = cpu_times()
+    c0 = tcp_counters(list(st.hns.values()))
+    cpu0 = isolate.per_cpu_times()
+    st.cpu.start(time.monotonic())
     pt0 = time.process_time()
-    sampler.start()
+    st.sampler.start()
     try:
-        with WeightWatch(fab, watch_leaf, hot_pfx, gw_names, 0.5) as ww:
+        with WeightWatch(fab, watch_leaf, hot_pfx, st.gw_names, 0.5, cpus.routers) as ww:
             res = all_to_all(
-                hns,
-                addrs,
+                st.hns,
+                st.addrs,
                 nbytes=p.pair_bytes,
                 flows=p.flows,
                 port=DATA_PORT + ci,
                 sport_base=sport_base,
                 cc=p.cc,
                 tos=DATA_TOS,
-                timeout=max(
-                    120.0,
-                    6 * model.Bound(p.spines, p.leaves, p.rate, p.hot_mbps, p.pair_bytes).t_ecmp,
-                ),
+                timeout=max(120.0, 6 * p.bound().t_ecmp),
                 on_start=on_start,
             )
     finally:
-        samples = sampler.stop()
+        samples = st.sampler.stop()
         if timer is not None:
             timer.cancel()
             timer.join()
         bg.close()
         if key == "optimum":
             set_optimum(fab, p, False)
-    cpu1 = cpu_times()
+    t_end = time.monotonic()
+    cpu1 = isolate.per_cpu_times()
+    cp_pct = st.cpu.pct_of_core(t_end)
     ex_cpu = time.process_time() - pt0
-    c1 = tcp_counters(list(hns.values()))
-    ex = Exchange(key, case, run, res.ok, res.completion_s, res.error)
+    c1 = tcp_counters(list(st.hns.values()))
+    ex = Exchange(key, case, run, res.ok, res.completion_s, res.error, profile=p.profile)
+    n_routers = p.spines + p.leaves
+    ex.cp_cpu_pct = cp_pct / n_routers
+    ex.cpu_idle_pct = isolate.cpu_idle_pct(cpus.traffic, cpu0, cpu1)
+    ex.router_cpu_idle_pct = isolate.cpu_idle_pct(cpus.routers, cpu0, cpu1)
+    if case == "during" and bg.t_on:
+        ex.t_event = round(bg.t_on - res.t0, 3)
+    ex.bound_s = model.exchange_bound(p.bound(), case, ex.t_event, p.hot_mbps * BG_WIRE)
+    if fail is not None:
+        fr = fail.finish()
+        ex.t_event = fr.t_fail or None
+        ex.bound_s = model.exchange_bound(p.bound(), case, ex.t_event)
+        ex.fail_running, ex.fail_changed, ex.fail_on_failed = fr.running, fr.changed, fr.on_failed
+        if fr.error:
+            ex.error = (ex.error + "; " if ex.error else "") + f"fail case: {fr.error}"
+        fail.restore()
+        if key in STATIC:
+            install_static(fab)  # the spine's routes went with its ports
+        cp.wait_routes(90.0)
     conn = [f.t_connected - res.t0 for f in res.flows if f.t_connected]
     ex.connect_s = round(max(conn), 3) if conn else float("nan")
     ex.per_dst_s = {h: round(v, 3) for h, v in res.per_dst().items()}
     ex.retrans = c1["retrans"] - c0["retrans"]
     ex.reorder = c1["reorder"] - c0["reorder"]
     ex.rto = c1["rto"] - c0["rto"]
-    ex.cpu_idle_pct = idle_pct(cpu0, cpu1)
     ex.bench_cpu_pct = 100.0 * ex_cpu / max(res.completion_s, 1e-3)
     ex.loadavg = loadavg()
     ex.weights = ww.rows
@@ -715,199 +869,14 @@ def one_exchange(
         ]
     # let queues drain and adaptive weights relax before the next exchange
     time.sleep(1.0)
-    if case != "none" and not cp.wait_equal(20.0):
+    if case in ("before", "during") and not cp.wait_equal(20.0):
         log(f"{key}: weights toward {hot_pfx} still unequal 20 s after the hotspot ended")
     return ex
 
 
-# ------------------------------------------------------------------------------ report
-
-
-def report(p: Params, results: list[Exchange], meta: dict[str, Any]) -> str:
-    b = model.Bound(p.spines, p.leaves, p.rate, p.hot_mbps, p.pair_bytes)
-    lines = [
-        f"# Fabric benchmark {meta['date']}",
-        "",
-        f"command: `{meta['command']}`",
-        f"machine: {meta['machine']}; load average at start {meta['load_start']}, "
-        f"at end {meta['load_end']}; CPU idle during the exchanges (machine-wide, median) "
-        f"{meta['cpu_idle_median']:.0f} % (min {meta['cpu_idle_min']:.0f} %)",
-        f"fabric: {p.spines} spines x {p.leaves} leaves, every link tbf {p.rate:g} Mbit/s "
-        f"(burst {p.burst}, latency {p.latency}); all-to-all {p.mbytes:g} MB per ordered host "
-        f"pair over {p.flows} TCP {p.cc} flows ({p.leaves * (p.leaves - 1) * p.flows} flows); "
-        f"hotspot: {p.hot_mbps:g} Mbit/s UDP {p.hot_spine}->{p.hot_leaf} "
-        f"(before: {p.settle:g} s ahead; during: from t={p.hot_at:g} s); runs: {p.runs}",
-        "",
-        "Fluid-model bound (what the topology allows, before any measurement):",
-        f"  no hotspot, every contender  : {b.t_nohot:.2f} s",
-        f"  hotspot, ECMP                : {b.t_ecmp:.2f} s "
-        f"(1/{p.spines} of {p.hot_leaf}'s traffic through {p.rate - p.hot_mbps:g} Mbit/s)",
-        f"  hotspot, optimum             : {b.t_opt:.2f} s "
-        f"({p.hot_leaf} receives over {p.spines * p.rate - p.hot_mbps:g} Mbit/s)",
-        f"  => best possible speed-up over ECMP: {b.gain:.2f}x; a 2x speed-up needs a background "
-        f"share >= {b.min_hot_for_2x:.2f} of the link with {p.spines} spines "
-        f"(here {p.hot:.2f})",
-        "",
-    ]
-    by: dict[tuple[str, str], list[Exchange]] = {}
-    for ex in results:
-        by.setdefault((ex.case, ex.contender), []).append(ex)
-    keys = [c for c in CONTENDERS + EXTRA_CONTENDERS if any(ex.contender == c for ex in results)]
-    for case in p.cases:
-        rows = {k: by.get((case, k), []) for k in keys}
-        med = {k: model.summarize([e.completion_s for e in v if e.ok]) for k, v in rows.items()}
-        ecmp = med.get("ecmp")
-        opt = med.get("optimum")
-        title = {
-            "none": "no hotspot",
-            "before": "hotspot before the exchange",
-            "during": f"hotspot from t={p.hot_at:g} s",
-        }[case]
-        lines += [
-            f"## {title}",
-            "",
-            "| contender | completion s, median [min-max] | speed-up vs ECMP | vs optimum "
-            "| util spread pp | retrans | reorder | CPU idle % | ok |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for k in keys:
-            s = med[k]
-            vs_e = f"{ecmp.median / s.median:.2f}x" if ecmp and ecmp.n and s.n else "-"
-            vs_o = f"{s.median / opt.median:.2f}" if opt and opt.n and s.n else "-"
-            sp = model.summarize([e.spread_pp for e in rows[k]])
-            rt = model.summarize([float(e.retrans) for e in rows[k]])
-            ro = model.summarize([float(e.reorder) for e in rows[k]])
-            okn = sum(1 for e in rows[k] if e.ok)
-            # the machine's idle CPU during the exchange: the routers' control planes and the
-            # bench's traffic share it (ECMP's row is what the traffic alone leaves)
-            idle = model.summarize([e.cpu_idle_pct for e in rows[k]])
-            lines.append(
-                f"| {LABELS[k]} | {s.fmt()} | {vs_e} | {vs_o} | {sp.median:.0f} "
-                f"| {rt.median:.0f} | {ro.median:.0f} | {idle.median:.0f} | {okn}/{len(rows[k])} |"
-            )
-        lines.append("")
-    lines += targets(p, by, keys)
-    lines += [
-        "",
-        "Utilisation of the downlinks into the hot leaf, 0.5 s bins, first run, "
-        "hotspot before (' ' idle ... '@' saturated; includes the background):",
-        "",
-    ]
-    for k in keys:
-        exs = by.get(("before", k)) or by.get(("during", k)) or []
-        if not exs:
-            continue
-        lines.append(f"  {LABELS[k]} ({exs[0].case}, {exs[0].completion_s:.1f} s):")
-        for link, ser in exs[0].hot_series.items():
-            lines.append(f"    {link:<14} |{model.spark(ser)}|")
-    lines += [
-        "",
-        f"Weights on the watch leaf toward {p.hot_leaf}'s prefix mid-exchange "
-        "(first run, hotspot before):",
-        "",
-    ]
-    for k in keys:
-        exs = by.get(("before", k)) or []
-        if exs and exs[0].weights:
-            mid = exs[0].weights[len(exs[0].weights) // 2][1]
-            lines.append(f"  {LABELS[k]:<26} " + " ".join(f"{n}={w}" for n, w in mid.items()))
-    return "\n".join(lines)
-
-
-def targets(p: Params, by: dict[tuple[str, str], list[Exchange]], keys: list[str]) -> list[str]:
-    def med(case: str, k: str) -> float | None:
-        s = model.summarize([e.completion_s for e in by.get((case, k), []) if e.ok])
-        return s.median if s.n else None
-
-    out = ["## Targets", ""]
-    same = [m for k in ("ecmp", "frr", "optimum") if (m := med("none", k)) is not None]
-    if len(same) >= 2:
-        mid = (max(same) + min(same)) / 2
-        out += [
-            f"- noise floor: without a hotspot ECMP, FRR and the optimum forward identically "
-            f"(equal weights, same hash); their medians span {min(same):.2f}-{max(same):.2f} s "
-            f"(+-{100 * (max(same) - mid) / mid:.0f} %), so differences below that are not "
-            "resolved by this run",
-        ]
-
-    def per_run(case: str, num: str, den: str) -> model.Summary:
-        """Per-run ratio time(num)/time(den); the same run index means the same 5-tuples."""
-        a = {e.run: e.completion_s for e in by.get((case, num), []) if e.ok}
-        b = {e.run: e.completion_s for e in by.get((case, den), []) if e.ok}
-        return model.summarize([a[r] / b[r] for r in a if r in b])
-
-    for k in ("glb-ht", "glb-res", "glb-flowlet", *EXTRA_CONTENDERS):
-        if k not in keys:
-            continue
-        for case in ("before", "during"):
-            sp, vo = per_run(case, "ecmp", k), per_run(case, k, "optimum")
-            if sp.n and vo.n:
-                out.append(
-                    f"- {LABELS[k]}, hotspot {case}, run by run (same 5-tuples): speed-up vs "
-                    f"ECMP {sp.fmt()}, time / optimum's {vo.fmt()}"
-                )
-        t_none, e_none = med("none", k), med("none", "ecmp")
-        if t_none and e_none:
-            ok = t_none <= 1.05 * e_none
-            out.append(
-                f"- {LABELS[k]}, no hotspot: {t_none / e_none:.3f} x ECMP's time "
-                f"(target <= 1.05): {'met' if ok else 'NOT met'}"
-            )
-        for case in ("before", "during"):
-            t = med(case, k)
-            if t is None:
-                continue
-            for base in ("ecmp", "frr"):
-                tb = med(case, base)
-                if tb:
-                    out.append(
-                        f"- {LABELS[k]}, hotspot {case}: {tb / t:.2f}x faster than {LABELS[base]} "
-                        f"(target >= 2): {'met' if tb / t >= 2 else 'NOT met'}"
-                    )
-            to = med(case, "optimum")
-            if to:
-                out.append(
-                    f"- {LABELS[k]}, hotspot {case}: {t / to:.2f} x the optimum's time "
-                    f"(target <= 1.15): {'met' if t / to <= 1.15 else 'NOT met'}"
-                )
-        if k in FLOWLET:
-            out += _flowlet_targets(p, by, k, med)
-    return out
-
-
-def _flowlet_targets(
-    p: Params,
-    by: dict[tuple[str, str], list[Exchange]],
-    k: str,
-    med: Callable[[str, str], float | None],
-) -> list[str]:
-    """The flowlet contenders' own targets: within 1.25x of the fluid bound in every case
-    (the hotspot-during bound taken as the hotspot-before one: the background starts 0.5 s
-    in, so it is slightly above the true one), not slower than ECMP without a hotspot, and
-    no more reorder events per exchange than resilient groups (5)."""
-    b = model.Bound(p.spines, p.leaves, p.rate, p.hot_mbps, p.pair_bytes)
-    out: list[str] = []
-    for case, bound in (("none", b.t_nohot), ("before", b.t_opt), ("during", b.t_opt)):
-        t = med(case, k)
-        if t is None:
-            continue
-        out.append(
-            f"- {LABELS[k]}, {case}: {t / bound:.2f} x the fluid bound {bound:.2f} s "
-            f"(target <= 1.25): {'met' if t / bound <= 1.25 else 'NOT met'}"
-        )
-        ro = model.summarize([float(e.reorder) for e in by.get((case, k), [])])
-        if ro.n:
-            out.append(
-                f"- {LABELS[k]}, {case}: {ro.median:.0f} reorder events per exchange, median "
-                f"(target <= 5): {'met' if ro.median <= 5 else 'NOT met'}"
-            )
-    t, e = med("none", k), med("none", "ecmp")
-    if t and e:
-        out.append(
-            f"- {LABELS[k]}, no hotspot: {t / e:.3f} x ECMP's time (target <= 1, not slower): "
-            f"{'met' if t <= e else 'NOT met'}"
-        )
-    return out
+#: the background's bytes on the wire per byte UdpBlaster counts (it counts IP + UDP headers
+#: with the payload; the Ethernet header comes on top): 1200-byte datagrams
+BG_WIRE = (1200 + 28 + 14) / (1200 + 28)
 
 
 # ------------------------------------------------------------------------------ main
@@ -922,15 +891,18 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     ap.add_argument("--rate", type=float, default=d.rate, help="fabric link rate, Mbit/s")
     ap.add_argument("--hot", type=float, default=d.hot, help="background share of the hot link")
     ap.add_argument("--mbytes", type=float, default=d.mbytes, help="MB per ordered host pair")
-    ap.add_argument("--flows", type=int, default=d.flows, help="TCP flows per ordered host pair")
+    ap.add_argument("--flows", type=int, default=0,
+                    help="TCP flows per ordered host pair (default: the profile's)")  # fmt: skip
     ap.add_argument(
         "--hash-policy", type=int, choices=(1, 3), default=d.hash_policy,
         help="leaves' fib_multipath_hash_policy: 3 = 5-tuple from the headers (default), "
         "1 = L4 but short-circuited to the sender's socket hash on veths",
     )  # fmt: skip
-    ap.add_argument("--cc", default=d.cc, help="TCP congestion control in the hosts")
+    ap.add_argument("--profiles", default=",".join(d.profiles),
+                    help=f"traffic profiles: {', '.join(PROFILES)}")  # fmt: skip
     ap.add_argument("--settle", type=float, default=d.settle)
     ap.add_argument("--hot-at", type=float, default=d.hot_at)
+    ap.add_argument("--fail-at", type=float, default=d.fail_at)
     ap.add_argument("--cases", default=",".join(d.cases))
     ap.add_argument(
         "--only", default=",".join(CONTENDERS),
@@ -938,11 +910,11 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     )  # fmt: skip
     ap.add_argument(
         "--no-residual", action="store_true",
-        help="glbd's helpers report the configured capacity, not the residual (no foreign_classes)",
+        help="tuned contenders: helpers report the configured capacity (no foreign_classes)",
     )  # fmt: skip
     ap.add_argument(
         "--no-memory", action="store_true",
-        help="the leaves' weights without memory (path_quality.weight_memory = false)",
+        help="tuned contenders: weights without memory (path_quality.weight_memory = false)",
     )  # fmt: skip
     ap.add_argument(
         "--flowlet-timeout-ms", type=float, default=d.flowlet_timeout_ms,
@@ -954,17 +926,21 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     ap.add_argument("--plot", default="", metavar="DIR", help="also draw the results into DIR")
     a = ap.parse_args(argv)
     cases = tuple(c for c in a.cases.split(",") if c)
+    profiles = tuple(c for c in a.profiles.split(",") if c)
     only = [c for c in a.only.split(",") if c]
     for c in cases:
         if c not in CASES:
             ap.error(f"unknown case {c!r}")
+    for c in profiles:
+        if c not in PROFILES:
+            ap.error(f"unknown profile {c!r}")
     for c in only:
         if c not in CONTENDERS + EXTRA_CONTENDERS:
             ap.error(f"unknown contender {c!r}")
     p = Params(
-        rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows=a.flows, runs=a.runs, cases=cases,
-        settle=a.settle, hot_at=a.hot_at, cc=a.cc, hash_policy=a.hash_policy,
-        residual=not a.no_residual, memory=not a.no_memory,
+        rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows_override=a.flows, runs=a.runs, cases=cases,
+        profiles=profiles, settle=a.settle, hot_at=a.hot_at, fail_at=a.fail_at,
+        hash_policy=a.hash_policy, residual=not a.no_residual, memory=not a.no_memory,
         flowlet_timeout_ms=a.flowlet_timeout_ms,
     )  # fmt: skip
     return p, only, a
@@ -973,69 +949,88 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
 def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
     """Params, results and meta of a JSON file written by a run."""
     d = json.loads(Path(path).read_text())
-    prm = dict(d["params"])
-    prm["cases"] = tuple(prm["cases"])
-    prm.setdefault("residual", False)  # files from before the option
-    prm.setdefault("memory", True)
-    prm.setdefault("flowlet_timeout_ms", 0.0)
+    known = {f.name for f in dataclasses.fields(Params)}
+    prm = {k: v for k, v in d["params"].items() if k in known}
+    for k in ("cases", "profiles"):
+        if k in prm:
+            prm[k] = tuple(prm[k])
+    ex_fields = {f.name for f in dataclasses.fields(Exchange)}
     rows = []
     for r in d["results"]:
+        r = {k: v for k, v in r.items() if k in ex_fields}
         r["weights"] = [(t, w) for t, w in r.get("weights", [])]
         rows.append(Exchange(**r))
     return Params(**prm), rows, d["meta"]
 
 
+def commit() -> str:
+    """The commit this run measures (``+dirty`` with uncommitted changes to tracked files)."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")
+
+
 def _plot(out_dir: str, results: Path) -> None:
-    """With ``--plot DIR``: completion times per contender and case (bench/plots.py)."""
+    """With ``--plot DIR``: completion times per contender, case and profile (bench/plots.py)."""
     if out_dir:
         from bench.plots import plot_fabric
 
-        print(f"plot: {plot_fabric(results, Path(out_dir) / 'fabric-completion.png')}")
+        for prof in json.loads(results.read_text())["params"].get("profiles", ["deep"]):
+            out = Path(out_dir) / f"fabric-completion-{prof}.png"
+            print(f"plot: {plot_fabric(results, out, profile=prof)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bench.fabric.report import report
+
     p, only, a = parse(argv)
     if a.report:
         rp, rows, saved = load(a.report)
         print(report(rp, rows, saved))
         _plot(a.plot, Path(a.report))
         return 0
+    cpus = isolate.plan()
+    isolate.pin_thread(cpus.traffic)  # this thread drives the traffic
     run_dir = Path(tempfile.mkdtemp(prefix="glbd-fabric-"))
     out_path = Path(a.out) if a.out else run_dir.with_suffix(".json")
     with open("/proc/cpuinfo") as f:
         model_name = next((ln.split(":", 1)[1].strip() for ln in f if "model name" in ln), "?")
     meta: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit(),
         "command": " ".join(
             ["python -m bench.fabric", *(argv if argv is not None else sys.argv[1:])]
         ),
         "machine": f"{model_name}, {os.cpu_count()} CPUs, "
         f"kernel {Path('/proc/sys/kernel/osrelease').read_text().strip()}",
+        "cpus": cpus.describe(),
         "load_start": loadavg(),
     }
     log(
-        f"fabric benchmark: contenders {','.join(only)}, cases {','.join(p.cases)}, "
-        f"{p.runs} runs; load {meta['load_start']}; run dir {run_dir}"
+        f"fabric benchmark at {meta['commit']}: contenders {','.join(only)}, profiles "
+        f"{','.join(p.profiles)}, cases {','.join(p.cases)}, {p.runs} runs; {meta['cpus']}; "
+        f"load {meta['load_start']}; run dir {run_dir}"
     )
     results: list[Exchange] = []
-    failed: list[str] = []
     t_all = time.monotonic()
     try:
-        for key in only:
-            try:
-                results += run_contender(key, p, run_dir)
-            except LabError as e:  # one contender's failure does not cost the others
-                log(f"{key}: error: {e}")
-                failed.append(key)
+        for prof in p.profiles:
+            results += run_profile(only, p.for_profile(prof), run_dir, cpus)
     finally:
         meta["load_end"] = loadavg()
         meta["duration_s"] = round(time.monotonic() - t_all, 1)
-        idles = [e.cpu_idle_pct for e in results if e.cpu_idle_pct == e.cpu_idle_pct]
-        meta["cpu_idle_median"] = model.summarize(idles).median if idles else float("nan")
-        meta["cpu_idle_min"] = min(idles) if idles else float("nan")
         out_path.write_text(
             json.dumps(
-                {"meta": meta, "params": p.__dict__, "results": [e.__dict__ for e in results]},
+                {
+                    "meta": meta,
+                    "params": dataclasses.asdict(p),
+                    "results": [dataclasses.asdict(e) for e in results],
+                },
                 indent=1,
                 default=str,
             )
@@ -1045,11 +1040,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = report(p, results, meta)
     print("\n" + text + f"\n\n(total {meta['duration_s']:.0f} s; raw results: {out_path})")
     _plot(a.plot, out_path)
-    if failed:
-        print(f"contenders that could not run: {', '.join(failed)}")
+    missing = [k for k in only if not any(e.contender == k for e in results)]
+    if missing:
+        print(f"contenders that could not run: {', '.join(missing)}")
     if not results:
         return 1
-    return 0 if all(e.ok for e in results) and not failed else 2
+    return 0 if all(e.ok for e in results) and not missing else 2
 
 
 if __name__ == "__main__":

@@ -334,7 +334,14 @@ class LinkSampler:
     ``samples`` is a list of {(node, ifname): (monotonic time of the read, tx_bytes)}: each
     namespace's read carries its own time, so a late thread (busy machine) skews nothing."""
 
-    def __init__(self, ns: dict[str, Netns], links: Iterable[tuple[str, str]], interval: float):
+    def __init__(
+        self,
+        ns: dict[str, Netns],
+        links: Iterable[tuple[str, str]],
+        interval: float,
+        cpus: frozenset[int] = frozenset(),
+    ):
+        self.cpus = cpus  # the thread's CPUs (empty: inherited)
         self.links = list(links)
         self.interval = interval
         nodes = sorted({n for n, _ in self.links})
@@ -357,6 +364,8 @@ class LinkSampler:
         self._thread.start()
 
     def _run(self) -> None:
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
         nxt = time.monotonic()
         while not self._stop.wait(max(0.0, nxt + self.interval - time.monotonic())):
             nxt += self.interval

@@ -51,6 +51,10 @@ class GlbdOptions:
     fib: Mapping[str, str] = field(default_factory=dict)
     #: ``link_quality.foreign_classes`` on the spines (helpers), e.g. ("10:2",)
     foreign_classes: tuple[str, ...] = ()
+    #: glbd as shipped: the config says only what the topology requires (neighbours, what a
+    #: leaf originates, link capacities, the control socket); every other option is the
+    #: default, and the timer, group and heartbeat fields above are not written
+    defaults_only: bool = False
 
 
 def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> str:
@@ -83,6 +87,15 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
             f'local_address = "{addr4.split("/")[0]}"',
             f'description = "{peer}"',
         ]
+    if opts.defaults_only:
+        lines += ["", "[link_quality]"]
+        if opts.capacity_mbps:
+            lines.append("[link_quality.capacity_mbps]")
+            lines += [f'"{i}" = {opts.capacity_mbps}' for i in fabric_ifs]
+        lines += ["", "[control]", f'socket = "{run_dir / node / "glbd.sock"}"']
+        lines += ["", "[logging]", 'format = "json"']
+        extra = opts.extra.get(n.role, "")
+        return "\n".join(lines) + "\n" + (extra + "\n" if extra else "")
     lines += [
         "",
         "[bgp]",

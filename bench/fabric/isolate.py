@@ -1,0 +1,129 @@
+"""CPU isolation of the fabric benchmark: the hosts' traffic and the routers' control planes
+never share a core.
+
+On a real fabric the hosts and the routers are different machines; on this box they share the
+CPUs. Every process inside a router namespace (glbd, its BFD engine, ExaBGP and helpers, FRR's
+daemons) is pinned to the *router CPUs* (CPU 0), and the bench (the in-process traffic, the UDP
+background, the kernel's forwarding work it triggers in softirq on the sending CPU) to the
+*traffic CPUs* (the others). Real-time priorities of the daemons then act only among themselves.
+The bench's own measurement threads (link sampler, weight watch, failure injection) run on the
+router CPUs: they are not the hosts' traffic either.
+
+The control planes' CPU is read per contender from /proc (every task in its router
+namespaces), so the report shows what each contender's routers cost next to its results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from glbdlab.netns import namespace_pids
+from glbdlab.procstat import cpu_ticks
+
+_HZ = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Cpus:
+    routers: frozenset[int]
+    traffic: frozenset[int]
+
+    @property
+    def isolated(self) -> bool:
+        return bool(self.routers) and bool(self.traffic) and not (self.routers & self.traffic)
+
+    def describe(self) -> str:
+        if not self.isolated:
+            return "NOT isolated (one CPU): traffic and control planes share it"
+        return (
+            f"routers' control planes on CPU {_fmt(self.routers)}, "
+            f"hosts' traffic on CPU {_fmt(self.traffic)}"
+        )
+
+
+def _fmt(cpus: Iterable[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def plan() -> Cpus:
+    """CPU 0 for the routers, the rest of the CPUs this process may use for the traffic."""
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        return Cpus(frozenset(mine), frozenset(mine))
+    return Cpus(frozenset(mine[:1]), frozenset(mine[1:]))
+
+
+def pin_thread(cpus: frozenset[int]) -> None:
+    """Pin the calling thread (and what it spawns from now on) to ``cpus``."""
+    os.sched_setaffinity(0, cpus)
+
+
+def tasks(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def namespace_processes(names: Iterable[str]) -> list[int]:
+    return sorted({p for n in names for p in namespace_pids(n)})
+
+
+def pin_namespaces(names: Iterable[str], cpus: frozenset[int]) -> int:
+    """Pin every thread of every process inside the namespaces ``names`` to ``cpus`` (their
+    later threads and children inherit it). Returns how many processes were pinned."""
+    pids = namespace_processes(names)
+    for pid in pids:
+        for tid in tasks(pid):
+            with contextlib.suppress(OSError):  # a thread that just ended
+                os.sched_setaffinity(tid, cpus)
+    return len(pids)
+
+
+class ControlPlaneCpu:
+    """CPU time of every process in a contender's router namespaces, between two reads."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = list(names)
+        self._t0 = 0.0
+        self._ticks0: dict[int, int] = {}
+
+    def _read(self) -> dict[int, int]:
+        return {p: cpu_ticks(p) for p in namespace_processes(self.names)}
+
+    def start(self, now: float) -> None:
+        self._t0 = now
+        self._ticks0 = self._read()
+
+    def pct_of_core(self, now: float) -> float:
+        """Their CPU since :meth:`start`, in % of one core (processes started in between count
+        from zero; processes that ended in between are lost)."""
+        dt = now - self._t0
+        if dt <= 0:
+            return float("nan")
+        ticks = sum(t - self._ticks0.get(p, 0) for p, t in self._read().items())
+        return 100.0 * ticks / _HZ / dt
+
+
+def cpu_idle_pct(
+    cpus: frozenset[int], a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]
+) -> float:
+    """Idle share (%) of ``cpus`` between two :func:`per_cpu_times` readings."""
+    idle = sum(b[c][0] - a[c][0] for c in cpus if c in a and c in b)
+    total = sum(b[c][1] - a[c][1] for c in cpus if c in a and c in b)
+    return 100.0 * idle / total if total > 0 else float("nan")
+
+
+def per_cpu_times() -> dict[int, tuple[int, int]]:
+    """CPU number -> (idle + iowait, total) jiffies, from /proc/stat."""
+    out: dict[int, tuple[int, int]] = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            head, _, rest = line.partition(" ")
+            if head.startswith("cpu") and head[3:].isdigit():
+                vals = [int(x) for x in rest.split()]
+                out[int(head[3:])] = (vals[3] + vals[4], sum(vals[:8]))
+    return out
