@@ -258,7 +258,8 @@ class Node:
         recent = now - self._bfd_last_exit < BFD_BACKOFF_RESET_S
         self._bfd_backoff = min(BFD_BACKOFF_MAX_S, self._bfd_backoff * 2 or 0.5) if recent else 0.0
         self._bfd_last_exit = now
-        self.bfd_down_since = now
+        # time.monotonic, as the readers (status, watchdog) use: the loop's clock may differ
+        self.bfd_down_since = time.monotonic()
         was_up = sorted(self._bfd_up)
         log.error(
             "bfd_engine_exited",
@@ -301,21 +302,22 @@ class Node:
             self.counters["bfd_engine_unconfirmed"] += 1
             self.on_bfd(
                 BfdEvent(
-                    interface,
-                    peer,
-                    State.UP,
-                    State.DOWN,
-                    Diag.CONTROL_DETECTION_TIME_EXPIRED,
-                    "engine_restart_unconfirmed",
-                    True,
-                    False,
-                    0,
-                    0,
-                    time.monotonic(),
+                    interface=interface,
+                    peer=peer,
+                    old=State.UP,
+                    new=State.DOWN,
+                    diag=Diag.CONTROL_DETECTION_TIME_EXPIRED,
+                    reason="engine_restart_unconfirmed",
+                    failure=True,
+                    remote_cpi=False,
+                    remote_diag=0,
+                    local_discriminator=0,
+                    at=time.monotonic(),
                 )
             )
 
     async def stop_bfd(self) -> None:
+        self.bfd_down_since = None  # BFD off is not a dead engine (status, watchdog)
         await self.addrs.close()
         await self.failover.stop()
         if self.bfd is not None:

@@ -120,8 +120,9 @@ class LinkMonParams:
             raise ValueError("onset_recheck must be in [0, 1)")
         if self.foreign_every < 1:
             raise ValueError("foreign_every must be >= 1")
-        if self.idle_sample_interval_s is not None and not (
-            self.idle_sample_interval_s >= self.sample_interval_s
+        if (
+            self.idle_sample_interval_s is not None
+            and self.idle_sample_interval_s < self.sample_interval_s
         ):
             raise ValueError("idle_sample_interval_s must be >= sample_interval_s")
 
