@@ -42,6 +42,9 @@ class DropReason(enum.StrEnum):
     UNKNOWN_DISCRIMINATOR = "unknown_discriminator"
     WRONG_INTERFACE = "wrong_interface"
     WRONG_PEER = "wrong_peer"
+    #: another UDP source port than the session's, from the same remote session while Up
+    #: (RFC 5881 §4: one source port per session)
+    WRONG_SOURCE_PORT = "wrong_source_port"
     NO_SESSION = "no_session"
     TX_NO_SOCKET = "tx_no_socket"
 

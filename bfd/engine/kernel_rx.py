@@ -3,16 +3,41 @@ and consumes the peer's repeated packets, so the engine reads only packets that 
 
 A session in the steady state receives the same 24 bytes every interval (RFC 5880: nothing but
 the detection timer depends on them). For such a session the engine writes what it expects into
-a *slot* of an mmap-able array map: the interface, the peer's address and UDP ports, and the
-payload it last accepted. The program, on every IPv4/IPv6 packet the interface receives for this
-host, looks Your Discriminator up (a hash map to the slot) and, if everything matches, writes the
-arrival time (``CLOCK_MONOTONIC``) and a count into the slot and drops the packet (``TCX_DROP``):
-no socket queue, wakeup, ``recvmsg`` or interpreter work. Anything else goes on untouched
-(``TCX_NEXT``) to the socket and the engine's general path: a first packet, a change, a Poll or
-Final (the engine clears the slot while it may have to answer), authentication, a packet from
-another address or port, a hop limit below 255 (RFC 5881 §5), IPv4 options or fragments, or any
-trailing byte. The engine reads the stamps from the mmap before each transmission and before a
-detection timeout, so detection still counts from the arrival.
+a *slot* of an mmap-able array map: the interface, the peer's address and UDP ports, the
+session's local address, the UDP checksum and the payload it last accepted. The program, on
+every IPv4/IPv6 packet the interface receives for this host, looks Your Discriminator up (a hash
+map to the slot) and, if everything matches, writes the arrival time (``CLOCK_MONOTONIC``) and a
+count into the slot and drops the packet (``TCX_DROP``): no socket queue, wakeup, ``recvmsg`` or
+interpreter work. Anything else goes on untouched (``TCX_NEXT``) to the socket, the stack's own
+checks and the engine's general path: a first packet, a change, a Poll or Final (the engine
+clears the slot while it may have to answer), authentication, a packet from another address or
+port or to another address, a hop limit below 255 (RFC 5881 §5), IPv4 options or fragments, any
+trailing byte, a VLAN tag, or a checksum the stack might reject. The engine reads the stamps from
+the mmap before each transmission and before a detection timeout, so detection still counts from
+the arrival.
+
+The program takes a frame only if the stack would have delivered it to the session's socket:
+
+* No VLAN tag. On ingress the kernel moves the outer tag (802.1Q or 802.1ad, any id, 0 too)
+  into the skb before tc runs (``__sk_buff.vlan_present``), and ``__sk_buff.protocol`` is the
+  frame's ethertype after it (set from the frame by ``eth_type_trans`` and moved on with the
+  tag): a tag still in the frame (the inner one of QinQ) shows as 0x8100/0x88A8, not IP.
+* Addressed to the session's local address (the one its packets leave from), not only to this
+  host's MAC (``PACKET_HOST``).
+* The IPv4 header checksum: verified in the program, as ``ip_rcv`` does (it covers the
+  identification, which a connected sender changes every packet).
+* The UDP checksum: it covers the pseudo-header (source, destination, protocol, length), the
+  UDP header and the payload, and the program matches every one of those bytes against the slot
+  except the checksum itself. So the checksum of a valid repeat is a function of the slot alone:
+  the engine computes it (:func:`udp_checksum`) and the program compares the field to it; the
+  one other value the stack accepts is 0 over IPv4 ("no checksum"), taken too. Over IPv6 the
+  slot's value is never 0, so a zero checksum is never taken. Hence a taken frame's checksum is
+  always one the stack accepts. (The engine cannot compare against "the last packet the stack
+  validated": a socket never shows the field. A frame from a local sender -- a veth peer, a
+  virtio host -- may carry only the pseudo-header sum, ``CHECKSUM_PARTIAL``, which the stack
+  trusts for that frame alone: such frames are not taken, they go to the socket.)
+* From the UDP port the session learned (the engine drops another port while Up, see
+  :mod:`.loop`).
 
 Why a tc program and not a socket filter: a socket filter's drop counts as a UDP receive error
 (``UdpInErrors``) and a socket drop, 100 a second per session. A tcx link (Linux 6.6+) belongs to
@@ -20,7 +45,7 @@ the file descriptor: it goes away with the engine process, so a crash leaves not
 A dropped packet shows only in the kernel's drop tracepoint (reason ``TC_INGRESS``).
 
 Why no libbpf/bpftool: the ``bfd`` package uses only the standard library, and the program is
-132 instructions with two maps; :class:`Asm` writes it and one ``bpf()`` call loads it, with no
+181 instructions with two maps; :class:`Asm` writes it and one ``bpf()`` call loads it, with no
 ELF, BTF or pinned objects to clean up. Where it cannot load or attach (an older kernel, no
 ``CAP_BPF``/``CAP_NET_ADMIN``), :func:`open_kernel_rx` says why and the engine reads every
 packet itself, as before.
@@ -39,15 +64,24 @@ import struct
 import sys
 from typing import Any
 
-__all__ = ["SLOTS", "KernelRx", "KernelRxError", "Slot", "open_kernel_rx", "program"]
+__all__ = [
+    "SLOTS",
+    "KernelRx",
+    "KernelRxError",
+    "Slot",
+    "open_kernel_rx",
+    "program",
+    "udp_checksum",
+]
 
 #: sessions that can use the kernel path at once (the rest use the general path)
 SLOTS = 4096
 SLOT_SIZE = 96
 # slot layout (bytes): 0 stamp (u64, kernel), 8 count (u64, kernel), 16 ifindex (u32),
-# 20 kind (u32: 0 off, 4 IPv4, 6 IPv6), 24 UDP ports as on the wire (u32), 32 payload (24),
-# 64 source address (16; IPv4 in the first 4)
-_SLOT = struct.Struct("=III4x24s8x16s16x")  # from offset 16: what the engine writes
+# 20 kind (u32: 0 off, 4 IPv4, 6 IPv6), 24 UDP ports as on the wire (u32), 28 the UDP checksum
+# a valid repeat carries, as on the wire (2), 32 payload (24), 64 source address (16; IPv4 in
+# the first 4), 80 destination address (16: the session's local address)
+_SLOT = struct.Struct("=III2s2x24s8x16s16s")  # from offset 16: what the engine writes
 _OFF_KIND = 20
 _KIND = struct.Struct("=I")
 
@@ -83,7 +117,7 @@ class Asm:
     W, H, B, DW = 0x00, 0x08, 0x10, 0x18
     MEM, ATOMIC = 0x60, 0xC0
     K, X = 0x00, 0x08
-    ADD, AND, MOV = 0x00, 0x50, 0xB0
+    ADD, AND, RSH, MOV = 0x00, 0x50, 0x70, 0xB0
     JA, JEQ, JNE, CALL, EXIT = 0x00, 0x10, 0x50, 0x80, 0x90
 
     def __init__(self) -> None:
@@ -105,6 +139,12 @@ class Asm:
 
     def add(self, dst: int, imm: int) -> None:
         self._i(self.ALU64 | self.ADD | self.K, dst, imm=imm)
+
+    def addr(self, dst: int, src: int) -> None:
+        self._i(self.ALU64 | self.ADD | self.X, dst, src)
+
+    def rsh(self, dst: int, imm: int) -> None:
+        self._i(self.ALU64 | self.RSH | self.K, dst, imm=imm)
 
     def and_(self, dst: int, imm: int) -> None:
         self._i(self.ALU64 | self.AND | self.K, dst, imm=imm)
@@ -202,6 +242,8 @@ def program(idx_fd: int, slots_fd: int) -> bytes:
     a.movr(r6, r1)
     a.ldx(a.W, r0, r6, 4)  # __sk_buff.pkt_type: addressed to this host
     a.jne(r0, _PACKET_HOST, "pass")
+    a.ldx(a.W, r0, r6, 20)  # __sk_buff.vlan_present: a tag the kernel took out of the frame
+    a.jne(r0, 0, "pass")
     a.ldx(a.W, r0, r6, 16)  # __sk_buff.protocol, network order
     a.jeq(r0, _raw(u16(0x86DD)), "v6")
     a.jne(r0, _raw(u16(0x0800)), "pass")
@@ -220,9 +262,26 @@ def program(idx_fd: int, slots_fd: int) -> bytes:
     a.jne(r0, socket.IPPROTO_UDP, "pass")
     a.ldx(a.H, r0, fp, -60)  # UDP length
     a.jne(r0, _raw(u16(32)), "pass")
+    # the header checksum (it covers the identification, which may change every packet): the
+    # ones' complement sum of the header's ten words is 0xFFFF (in either byte order)
+    a.mov(r1, 0)
+    for i in range(10):
+        a.ldx(a.H, r0, fp, -84 + 2 * i)
+        a.addr(r1, r0)
+    for _ in range(2):
+        a.movr(r0, r1)
+        a.rsh(r0, 16)
+        a.and_(r1, 0xFFFF)
+        a.addr(r1, r0)
+    a.jne(r1, 0xFFFF, "pass")
     slot(-48, 4)
     same(a.W, 24, -64)  # ports
     same(a.W, 64, -72)  # source
+    same(a.W, 80, -68)  # destination
+    a.ldx(a.H, r0, fp, -58)  # UDP checksum: 0 is none (IPv4), else the one a repeat carries
+    a.jeq(r0, 0, "v4sum")
+    same(a.H, 28, -58)
+    a.label("v4sum")
     for i in range(3):
         same(a.DW, 32 + 8 * i, -56 + 8 * i)
     a.ja("hit")
@@ -244,6 +303,9 @@ def program(idx_fd: int, slots_fd: int) -> bytes:
     same(a.W, 24, -32)
     same(a.DW, 64, -64)
     same(a.DW, 72, -56)
+    same(a.DW, 80, -48)
+    same(a.DW, 88, -40)
+    same(a.H, 28, -26)  # UDP checksum (never 0 in the slot: a 0 is not taken)
     for i in range(3):
         same(a.DW, 32 + 8 * i, -24 + 8 * i)
     a.label("hit")
@@ -282,6 +344,20 @@ def _map_create(kind: int, key: int, value: int, entries: int, flags: int, name:
     struct.pack_into("=IIIII", attr, 0, kind, key, value, entries, flags)
     attr[28 : 28 + len(name)] = name
     return _bpf(_BPF_MAP_CREATE, attr)
+
+
+def udp_checksum(src: bytes, dst: bytes, sport: int, payload: bytes) -> bytes:
+    """The UDP checksum field (network order) of a datagram from ``src``:``sport`` to
+    ``dst``:3784 carrying ``payload`` (RFC 768; RFC 8200 §8.1 for IPv6): the ones' complement
+    of the ones' complement sum of the pseudo-header, the UDP header and the payload, sent as
+    0xFFFF when it is 0."""
+    ulen = 8 + len(payload)
+    data = src + dst + struct.pack("!HHHHHH", socket.IPPROTO_UDP, ulen, sport, 3784, ulen, 0)
+    data += payload + b"\0" * (len(payload) % 2)
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return struct.pack("!H", (~total & 0xFFFF) or 0xFFFF)
 
 
 class Slot:
@@ -363,7 +439,7 @@ class KernelRx:
         if not self.free:
             return None
         s = Slot(self.free.pop())
-        _SLOT.pack_into(self.mm, s.index * SLOT_SIZE + 16, 0, 0, 0, b"", b"")
+        _SLOT.pack_into(self.mm, s.index * SLOT_SIZE + 16, 0, 0, 0, b"", b"", b"", b"")
         attr = bytearray(_ATTR_SIZE)
         key = ctypes.create_string_buffer(struct.pack("!I", discr), 4)
         val = ctypes.create_string_buffer(struct.pack("=I", s.index), 4)
@@ -385,15 +461,25 @@ class KernelRx:
         self.free.append(s.index)
 
     def expect(
-        self, s: Slot, ifindex: int, family: int, src: str, sport: int, payload: bytes
+        self,
+        s: Slot,
+        ifindex: int,
+        family: int,
+        src: str,
+        sport: int,
+        dst: str,
+        payload: bytes,
     ) -> None:
-        """Let the kernel consume packets equal to ``payload`` from ``src``:``sport``."""
+        """Let the kernel consume packets equal to ``payload`` from ``src``:``sport`` to
+        ``dst`` (the session's local address)."""
         base = s.index * SLOT_SIZE
         _KIND.pack_into(self.mm, base + _OFF_KIND, 0)  # off while it changes
         ports = _raw(struct.pack("!HH", sport, 3784))
-        addr = socket.inet_pton(family, src)
+        saddr = socket.inet_pton(family, src)
+        daddr = socket.inet_pton(family, dst)
         kind = 6 if family == socket.AF_INET6 else 4
-        _SLOT.pack_into(self.mm, base + 16, ifindex, 0, ports, payload, addr)
+        csum = udp_checksum(saddr, daddr, sport, payload)
+        _SLOT.pack_into(self.mm, base + 16, ifindex, 0, ports, csum, payload, saddr, daddr)
         s.count = self.words[s.index * 12 + 1]
         _KIND.pack_into(self.mm, base + _OFF_KIND, kind)
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..packet import DecodeError, decode
+from ..packet import DecodeError, State, decode
 from ..reasons import DropReason
 from ..session import Effect, Session, StateChange, Transmit
 from ..transport import RX_BUFSIZE, RX_CMSG_SPACE, SO_TIMESTAMPNS, parse_ancillary
@@ -217,7 +217,7 @@ class Loop:
     def _read(self, rx: RxSock, now: float, until: float | None = None) -> int:
         """Drain ``rx`` (up to ``_RX_BATCH`` datagrams; with ``until``, up to the first one
         that arrived after it). The steady state -- the bytes last accepted for the session
-        their Your Discriminator names, from the same source, hop limit 255, the usual
+        their Your Discriminator names, from the same source and port, hop limit 255, the usual
         ancillary layout -- only restarts the session's detection timer
         (:meth:`Session.rx_repeat`); everything else takes the general path (:meth:`_rx_one`).
         Returns how many datagrams were read."""
@@ -253,6 +253,7 @@ class Loop:
                         ent is not None
                         and data == ent.rx_bytes
                         and host == ent.rx_host
+                        and addr[1] == ent.rx_port
                         and ent.rx is rx
                     ):
                         _, kind, stamp = anc[0]
@@ -321,6 +322,16 @@ class Loop:
             if ent is None:
                 rx.drop(DropReason.NO_SESSION)
                 return
+        sess = ent.sess
+        if (
+            port != ent.rx_port
+            and sess.state == State.UP
+            and pkt.my_discriminator == sess.remote_discr
+        ):
+            # RFC 5881 §4: one source port per session. Only while Up and from the same remote
+            # session: a peer that restarts (a new discriminator) or one we lost is heard.
+            sess.drop(DropReason.WRONG_SOURCE_PORT)
+            return
         if ent.slot is not None:
             self._ksync(ent, now)
         ent.rx_bytes = data
@@ -347,11 +358,16 @@ class Loop:
                 krx.clear(slot)
                 ent.kx = None
             return
-        if ent.kx is not None and ent.kx[0] is want and ent.kx[1] == rx.kernel:
+        kx = ent.kx
+        if kx is not None and kx[0] is want and kx[1:] == (rx.kernel, ent.rx_port, ent.local_ip):
             return  # the kernel has it already
+        if not ent.local_ip:  # no transmit socket yet: no address to match
+            krx.clear(slot)
+            ent.kx = None
+            return
         host = ent.rx_host.split("%", 1)[0]
-        krx.expect(slot, rx.kernel, ent.family, host, ent.rx_port, ent.rx_bytes)
-        ent.kx = (want, rx.kernel)
+        krx.expect(slot, rx.kernel, ent.family, host, ent.rx_port, ent.local_ip, ent.rx_bytes)
+        ent.kx = (want, rx.kernel, ent.rx_port, ent.local_ip)
 
     def _ksync(self, ent: Entry, now: float) -> None:
         """Apply what the kernel path took for the session since the last look: the repeats

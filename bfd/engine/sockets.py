@@ -93,6 +93,7 @@ class Entry:
         "gen",
         "key",
         "kx",
+        "local_ip",
         "peer",
         "port",
         "removed",
@@ -118,14 +119,18 @@ class Entry:
         #: the last accepted packet, raw and decoded: the steady state skips the decode
         self.rx_bytes = b""
         self.rx_pkt: ControlPacket | None = None
-        #: its source address exactly as read (with any ``%scope``) and port
+        #: its source address exactly as read (with any ``%scope``) and port; the port is the
+        #: one the session learned (while Up, another one is dropped: RFC 5881 §4)
         self.rx_host = ""
         self.rx_port = 0
         #: the session's slot in the kernel path (None: every packet is read) and what the
-        #: kernel is told to take: (packet, interface index), or None
+        #: kernel is told to take: (packet, interface index, source port, local address)
         self.slot: Slot | None = None
-        self.kx: tuple[ControlPacket, int] | None = None
+        self.kx: tuple[ControlPacket, int, int, str] | None = None
         self.tx: socket.socket | None = None
+        #: the address the transmit socket sends from (no ``%scope``): the peer's packets are
+        #: addressed to it ("" while there is no transmit socket)
+        self.local_ip = ""
         self.port = 0
         self.dst: Any = None
         #: the deadline pushed on the heap for this session (None: none pending) and its
@@ -177,6 +182,7 @@ class SocketTable:
                     self.used_ports.discard(port)
                     raise
                 ent.tx, ent.port = tx, port
+                ent.local_ip = str(tx.getsockname()[0]).split("%", 1)[0]
             ent.socket_error = ""
         except OSError as exc:
             msg = f"{exc.strerror or exc}"
@@ -211,6 +217,7 @@ class SocketTable:
         if ent.tx is not None:
             ent.tx.close()
             ent.tx = None
+            ent.local_ip = ""
             self.used_ports.discard(ent.port)
         rx = ent.rx
         if rx is None:

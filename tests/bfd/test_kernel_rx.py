@@ -9,18 +9,25 @@ over IPv4, IPv6 and IPv6 link-local addresses (as on unnumbered links).
   with a hop limit below 255 (RFC 5881 §5) or from another address are dropped by reason, and
   a packet that changes the state is seen at once.
 * Without the kernel path (``kernel_rx=False``) every packet is read, and the session is the same.
+
+The peer's veth computes its UDP checksums itself (transmit checksum offload off), as a NIC's
+peer on a wire would: a veth frame with the offload on carries only the pseudo-header's sum
+(``CHECKSUM_PARTIAL``), which the kernel path leaves to the socket (see its docstring).
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import queue
 import socket
+import struct
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from bfdwait import next_event, until
-from glbdlab.netns import Lab
+from glbdlab.netns import Lab, Netns
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import ControlPacket, State
@@ -40,6 +47,17 @@ ADDRS = {
 }
 
 
+def tx_checksum_off(ns: Netns, ifname: str) -> None:
+    """``ethtool -K <ifname> tx off`` in ``ns`` (the SIOCETHTOOL ioctl, ETHTOOL_STXCSUM)."""
+    value = ctypes.create_string_buffer(struct.pack("=II", 0x17, 0), 8)
+    ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
+    s = ns.socket()
+    try:
+        fcntl.ioctl(s.fileno(), 0x8946, ifr)
+    finally:
+        s.close()
+
+
 class Rig:
     """glbd's engine in ``b`` with one session to the scripted peer in ``a``."""
 
@@ -47,6 +65,7 @@ class Rig:
         self.family = socket.AF_INET if kind == "ipv4" else socket.AF_INET6
         self.peer, self.local, self.other = ADDRS[kind]
         self.a, self.b = lab.pair()
+        tx_checksum_off(self.a, "a-b")
         if self.family == socket.AF_INET6:
             self.a.addr_add("a-b", self.peer + "/64")
             self.b.addr_add("b-a", self.local + "/64")
