@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from glbdlab.netns import Lab, Netns
 
-from glbd.app import config
 from glbd.cli import glbctl as ctl
+from tests.glbdtoml import one_neighbour
 
 SP_IF, LF_IF = "sp-lf", "lf-sp"
 SP_ADDR, LF_ADDR = "198.18.0.1", "198.18.0.2"
@@ -29,37 +29,7 @@ METRICS = ("127.0.0.1", 9477)
 IDLE = 2000
 
 
-def _toml(tmp: Path, name: str, rid: str, asn: int, role: str, peer: str, peer_as: int,
-          local: str, ifname: str, extra: str = "") -> Path:  # fmt: skip
-    d = tmp / name
-    d.mkdir()
-    f = d / "glbd.toml"
-    f.write_text(
-        f"""router_id = "{rid}"
-local_as = {asn}
-role = "{role}"
-
-[[neighbors]]
-address = "{peer}"
-remote_as = {peer_as}
-interface = "{ifname}"
-local_address = "{local}"
-
-[bgp]
-hold_time = 9
-
-[bfd]
-enabled = false
-
-[control]
-socket = "{d / "glbd.sock"}"
-
-[logging]
-format = "json"
-{extra}"""
-    )
-    config.load(f)  # the test's configs are valid ones
-    return f
+_toml = one_neighbour
 
 
 def _request(sock: Path, cmd: str) -> Any:

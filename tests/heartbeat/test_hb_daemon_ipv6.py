@@ -19,42 +19,13 @@ from glbdlab.netns import Lab
 
 from glbd.app import config
 from glbd.cli import glbctl as ctl
+from tests.glbdtoml import one_neighbour
 
 SP_IF, LF_IF = "sp-lf", "lf-sp"
 SP_ADDR, LF_ADDR = "2001:db8:ff::1", "2001:db8:ff::2"
 
 
-def _toml(tmp: Path, name: str, rid: str, asn: int, role: str, peer: str, peer_as: int,
-          local: str, ifname: str) -> Path:  # fmt: skip
-    d = tmp / name
-    d.mkdir()
-    f = d / "glbd.toml"
-    f.write_text(
-        f"""router_id = "{rid}"
-local_as = {asn}
-role = "{role}"
-
-[[neighbors]]
-address = "{peer}"
-remote_as = {peer_as}
-interface = "{ifname}"
-local_address = "{local}"
-
-[bgp]
-hold_time = 9
-
-[bfd]
-enabled = false
-
-[control]
-socket = "{d / "glbd.sock"}"
-
-[logging]
-format = "json"
-"""
-    )
-    config.load(f)  # the test's configs are valid ones
-    return f
+_toml = one_neighbour
 
 
 def _request(sock: Path, cmd: str) -> Any:

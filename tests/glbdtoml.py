@@ -1,0 +1,42 @@
+"""The glbd.toml of a two-router test (one neighbour, BFD off), validated before use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glbd.app import config
+
+
+def one_neighbour(tmp: Path, name: str, rid: str, asn: int, role: str, peer: str, peer_as: int,
+                  local: str, ifname: str, extra: str = "") -> Path:  # fmt: skip
+    """``tmp/name/glbd.toml`` for router ``name`` with one neighbour ``peer`` on ``ifname``;
+    ``extra`` is appended (new tables only)."""
+    d = tmp / name
+    d.mkdir()
+    f = d / "glbd.toml"
+    f.write_text(
+        f"""router_id = "{rid}"
+local_as = {asn}
+role = "{role}"
+
+[[neighbors]]
+address = "{peer}"
+remote_as = {peer_as}
+interface = "{ifname}"
+local_address = "{local}"
+
+[bgp]
+hold_time = 9
+
+[bfd]
+enabled = false
+
+[control]
+socket = "{d / "glbd.sock"}"
+
+[logging]
+format = "json"
+{extra}"""
+    )
+    config.load(f)  # the test's configs are valid ones
+    return f
