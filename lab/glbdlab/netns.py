@@ -45,6 +45,7 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import ipaddress
 import os
 import re
@@ -293,6 +294,18 @@ class Netns:
     def link_up(self, ifname: str) -> None:
         self.ip("link", "set", ifname, "up")
 
+    def tx_checksum_off(self, ifname: str) -> None:
+        """``ethtool -K ifname tx off`` (the SIOCETHTOOL ioctl, ETHTOOL_STXCSUM): frames leave
+        with their checksums filled in, as from a NIC onto a wire, instead of the partial
+        checksum a veth passes to its peer (which a tc program on the peer cannot verify)."""
+        value = ctypes.create_string_buffer(struct.pack("=II", _ETHTOOL_STXCSUM, 0), 8)
+        ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
+        s = self.socket()
+        try:
+            fcntl.ioctl(s.fileno(), _SIOCETHTOOL, ifr)
+        finally:
+            s.close()
+
     def drop_egress(self, ifname: str, match: str = "") -> None:
         """Silently drop what leaves ``ifname`` (optionally only what nft ``match`` selects,
         e.g. ``udp dport 3784``): an nftables netdev egress hook, after every local hook and
@@ -352,6 +365,10 @@ class Netns:
                     if (typ, rid, rseq) == (129 if v6 else 0, ident, seq):
                         return True
         return False
+
+
+_SIOCETHTOOL = 0x8946
+_ETHTOOL_STXCSUM = 0x17
 
 
 def _inet_cksum(data: bytes) -> int:
@@ -472,7 +489,8 @@ class Lab:
         b_addr: str | Sequence[str] | None = None,
         up: bool = True,
     ) -> Link:
-        """A veth pair created directly in both namespaces, optionally addressed, and up."""
+        """A veth pair created directly in both namespaces, optionally addressed, and up; transmit
+        checksum offload is off at both ends (:meth:`Netns.tx_checksum_off`)."""
         check_ifname(a_if)
         check_ifname(b_if)
         _run(
@@ -484,6 +502,7 @@ class Lab:
         link = Link(a, a_if, b, b_if)
         self.links.append(link)
         for ns, ifname, addrs in ((a, a_if, a_addr), (b, b_if, b_addr)):
+            ns.tx_checksum_off(ifname)  # a wire between NICs: real checksums on every frame
             cmds = []
             for cidr in [addrs] if isinstance(addrs, str) else list(addrs or []):
                 iface = ipaddress.ip_interface(cidr)

@@ -17,17 +17,14 @@ peer on a wire would: a veth frame with the offload on carries only the pseudo-h
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
 import queue
 import socket
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from bfdwait import next_event, until
-from glbdlab.netns import Lab, Netns
+from glbdlab.netns import Lab
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import ControlPacket, State
@@ -47,17 +44,6 @@ ADDRS = {
 }
 
 
-def tx_checksum_off(ns: Netns, ifname: str) -> None:
-    """``ethtool -K <ifname> tx off`` in ``ns`` (the SIOCETHTOOL ioctl, ETHTOOL_STXCSUM)."""
-    value = ctypes.create_string_buffer(struct.pack("=II", 0x17, 0), 8)
-    ifr = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
-    s = ns.socket()
-    try:
-        fcntl.ioctl(s.fileno(), 0x8946, ifr)
-    finally:
-        s.close()
-
-
 class Rig:
     """glbd's engine in ``b`` with one session to the scripted peer in ``a``."""
 
@@ -65,7 +51,6 @@ class Rig:
         self.family = socket.AF_INET if kind == "ipv4" else socket.AF_INET6
         self.peer, self.local, self.other = ADDRS[kind]
         self.a, self.b = lab.pair()
-        tx_checksum_off(self.a, "a-b")
         if self.family == socket.AF_INET6:
             self.a.addr_add("a-b", self.peer + "/64")
             self.b.addr_add("b-a", self.local + "/64")
