@@ -47,6 +47,13 @@ class DropReason(enum.StrEnum):
     WRONG_SOURCE_PORT = "wrong_source_port"
     NO_SESSION = "no_session"
     TX_NO_SOCKET = "tx_no_socket"
+    #: not shown to have arrived from the wire on the socket's interface (a local sender, a
+    #: looped copy): dropped by the kernel filter of ``bfd/engine/wirefilter.py``
+    LOCAL_ORIGIN = "local_origin"
+    #: keyed (non-meticulous) MD5/SHA1: a correctly signed packet whose sequence number has
+    #: not advanced for longer than :attr:`bfd.session.Session.stale_sequence_hold` (a replay of
+    #: the last packet, or a peer that stopped incrementing)
+    AUTH_SEQUENCE_STALE = "auth_sequence_stale"
 
 
 #: the reasons :func:`bfd.packet.decode` raises, in check order
@@ -59,6 +66,7 @@ SESSION_REASONS = (
     DropReason.AUTH_KEY_ID_MISMATCH,
     DropReason.AUTH_SEQUENCE,
     DropReason.AUTH_FAILED,
+    DropReason.AUTH_SEQUENCE_STALE,
 )
 
 

@@ -23,6 +23,10 @@ Rules implemented (clause numbers of RFC 5880 unless noted):
 * §6.8.6 reception: A bit vs configuration, authentication (§6.7.2-6.7.4 incl. sequence
   windows), remote variables, Final ends a poll, the AdminDown discard, the state machine,
   Poll answered with Final at once.
+* Keyed (non-meticulous) MD5/SHA1 may repeat a sequence number (§6.7.3/6.7.4), so a replay of
+  the last packet passes the window. Local policy on top: a sequence number that has stood
+  still for longer than :attr:`Session.stale_sequence_hold` (the detection time, at least
+  :data:`KEYED_SEQ_HOLD_MIN`) no longer counts as the peer being alive (``auth_sequence_stale``).
 * §6.8.7 transmit interval = max(DesiredMinTx in use, RemoteMinRxInterval), sent at a random
   75-100 % of it (75-90 % when DetectMult = 1); nothing periodic while
   RemoteMinRxInterval = 0 or, in the passive role, while RemoteDiscr = 0. P and F never together.
@@ -61,6 +65,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SLOW_TX_US = 1_000_000  # §6.8.3: DesiredMinTx while not Up
+#: seconds: the least time a keyed (non-meticulous) sequence number may stand still before its
+#: packets are taken as replays; genuine peers advance faster (BIRD: its wall clock in seconds;
+#: FRR, VPP and glbd: every packet)
+KEYED_SEQ_HOLD_MIN = 2.0
 U32 = 0xFFFFFFFF
 
 
@@ -232,6 +240,8 @@ class Session:
         self.xmit_auth_seq = rng.getrandbits(32)
         self.rcv_auth_seq = 0
         self.auth_seq_known = False
+        #: when the current bfd.RcvAuthSeq was first received
+        self.auth_seq_since = now
         # timers in use (§6.8.3): advertised vs. applied
         self.polling = False
         self._adv_tx = max(params.desired_min_tx, params.slow_tx)
@@ -273,6 +283,14 @@ class Session:
     def detect_time(self) -> float:
         """§6.8.4 detection time in seconds (0 until the peer has been heard)."""
         return self.remote_detect_mult * max(self._rx_used, self.remote_desired_tx) / 1e6
+
+    @property
+    def stale_sequence_hold(self) -> float:
+        """Keyed (non-meticulous) authentication: how long, in seconds, the peer's sequence
+        number may stand still and its packets still count; after that they are dropped as
+        ``auth_sequence_stale`` (a replay of one captured packet, or a peer that stopped
+        incrementing), so the session times out."""
+        return max(self.detect_time, KEYED_SEQ_HOLD_MIN)
 
     @property
     def tx_interval(self) -> float:
@@ -618,6 +636,12 @@ class Session:
                 return DropReason.AUTH_SEQUENCE
         if not verify(pkt, key):
             return DropReason.AUTH_FAILED
+        if not self.auth_seq_known or a.sequence != self.rcv_auth_seq:
+            self.auth_seq_since = now
+        elif now - self.auth_seq_since > self.stale_sequence_hold:
+            # keyed: a repeat is allowed, but not forever -- a peer that is alive moves on,
+            # and a replay of its last packet must not keep a dead session Up
+            return DropReason.AUTH_SEQUENCE_STALE
         self.rcv_auth_seq = a.sequence
         self.auth_seq_known = True
         return None

@@ -50,6 +50,9 @@ class DropReason(enum.StrEnum):
     INTERVAL_TOO_LONG = "interval_too_long"
     STALE_SEQUENCE = "stale_sequence"
     SEQUENCE_JUMP = "sequence_jump"
+    #: not from the wire on the socket's interface (a local sender's looped multicast copy):
+    #: dropped by the transport's kernel socket filter, counted when the endpoint is read
+    LOCAL_ORIGIN = "local_origin"
 
 
 _MALFORMED = {r: DropReason("malformed_" + r) for r in DecodeReason}

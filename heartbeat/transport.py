@@ -30,6 +30,7 @@ callback, and keeps exactly one ``loop.call_at`` timer armed at the earliest cor
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import errno
 import ipaddress
 import logging
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import wire
-from .reasons import UpdateReason
+from .reasons import DropReason, UpdateReason
 from .receiver import Neighbor, Receiver, RemoteUpdate
 from .sender import Sender, Transmit
 
@@ -131,6 +132,29 @@ def pktinfo6(source: str, ifindex: int) -> list[tuple[int, int, bytes]]:
     return [(socket.IPPROTO_IPV6, IPV6_PKTINFO, src.packed + struct.pack("@I", ifindex))]
 
 
+#: classic BPF: keep a datagram only if it arrived on the port (skb->dev->ifindex, patched in)
+#: as host, broadcast or multicast. A local sender's multicast copy is looped back on the port
+#: as PACKET_LOOPBACK (5); its unicast arrives on lo. Same program as bfd/engine/wirefilter.py.
+_WIRE_ONLY = ((0x20, 0, 0, -0x1000 + 8), (0x15, 0, 3, 0), (0x20, 0, 0, -0x1000 + 4),
+              (0x25, 1, 0, 2), (0x06, 0, 0, 0xFFFFFFFF), (0x06, 0, 0, 0))  # fmt: skip
+
+
+def _wire_only(s: socket.socket, ifindex: int) -> None:
+    """Attach :data:`_WIRE_ONLY` for ``ifindex`` (``SO_ATTACH_FILTER``, no privilege needed)."""
+    code = b"".join(
+        struct.pack("=HBBI", c, jt, jf, (ifindex if i == 1 else k) & 0xFFFFFFFF)
+        for i, (c, jt, jf, k) in enumerate(_WIRE_ONLY)
+    )
+    buf = ctypes.create_string_buffer(code, len(code))
+    s.setsockopt(socket.SOL_SOCKET, 26, struct.pack("@HP", len(_WIRE_ONLY), ctypes.addressof(buf)))
+
+
+def _kernel_drops(s: socket.socket) -> int:
+    """The socket's kernel drop counter (``SO_MEMINFO``'s ``SK_MEMINFO_DROPS``, a u32): every
+    datagram the filter dropped, and any lost to a full buffer or a bad checksum."""
+    return int(struct.unpack_from("=I", s.getsockopt(socket.SOL_SOCKET, 55, 36), 32)[0])
+
+
 def open_socket(ifname: str, group: str = DEFAULT_GROUP, port: int = DEFAULT_PORT) -> socket.socket:
     """A non-blocking UDP socket that receives ``group:port`` on ``ifname`` only and sends
     there with TTL (hop limit) 255."""
@@ -141,6 +165,7 @@ def open_socket(ifname: str, group: str = DEFAULT_GROUP, port: int = DEFAULT_POR
     try:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+        _wire_only(s, idx)  # before the bind: nothing a local process sends is ever queued
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         if fam == socket.AF_INET:
             mreqn = struct.pack("4s4si", ga.packed, b"\0" * 4, idx)
@@ -201,6 +226,8 @@ class _Sock:
     dest: tuple[Any, ...]
     #: IPV6_PKTINFO pinning the source (IPv6 with a source only)
     anc: list[tuple[int, int, bytes]] | None = None
+    #: the socket's kernel drop count already taken (:meth:`McastTransport.take_local_origin`)
+    kdrops: int = 0
 
 
 @dataclass(slots=True)
@@ -239,6 +266,8 @@ class McastTransport:
         self._socks: dict[str, _Sock] = {}
         self._retry: dict[str, _Retry] = {}
         self.errors: dict[str, int] = {}
+        #: filter drops of sockets closed since the last take_local_origin
+        self._closed_drops = 0
 
     @property
     def interfaces(self) -> list[str]:
@@ -276,7 +305,14 @@ class McastTransport:
         s = self._socks.pop(ifname, None)
         if s is not None:
             self._loop.remove_reader(s.sock.fileno())
+            self._closed_drops += _take_drops(s)
             s.sock.close()
+
+    def take_local_origin(self) -> int:
+        """How many datagrams the sockets' kernel filter dropped (not from the wire) since the
+        last call."""
+        n, self._closed_drops = self._closed_drops, 0
+        return n + sum(_take_drops(s) for s in self._socks.values())
 
     def set_interfaces(self, ifnames: Iterable[str] | Mapping[str, IfSpec]) -> None:
         """Open sockets for ``ifnames`` (names: IPv4; a mapping: per :class:`IfSpec`) and close
@@ -383,6 +419,14 @@ class McastTransport:
             except Exception:  # a bug in a callback must not kill the reader
                 self._count("handler_exception")
                 log.exception("heartbeat handler failed")
+
+
+def _take_drops(s: _Sock) -> int:
+    if not isinstance(s.sock, socket.socket):  # a stand-in (tests): no kernel, no filter
+        return 0
+    now = _kernel_drops(s.sock)
+    n, s.kdrops = (now - s.kdrops) & 0xFFFFFFFF, now
+    return n
 
 
 def _family(n: Neighbor) -> int:
@@ -595,6 +639,10 @@ class HeartbeatEndpoint:
 
     def to_dict(self) -> dict[str, Any]:
         now = self._loop.time()
+        if self.receiver is not None:  # the kernel filter's drops, counted when read
+            n = self.transport.take_local_origin()
+            if n:
+                self.receiver.drops[DropReason.LOCAL_ORIGIN] += n
         return {
             "auth": self.auth(),
             "group": self.transport.group,

@@ -27,6 +27,7 @@ from ..session import Session
 from ..transport import open_rx_socket, open_tx_socket, peer_sockaddr
 from .kernel_rx import KernelRx, Slot
 from .model import EngineError, SessionConfig
+from .wirefilter import fold, wire_only
 
 __all__ = ["Entry", "FailoverPort", "RxSock", "SocketTable"]
 
@@ -196,6 +197,7 @@ class SocketTable:
         if rx is None:
             sock = open_rx_socket(ifname, family)
             rx = RxSock(sock, ifname, family, self.unmatched_drops)
+            wire_only(rx, ifname)  # a kernel filter: nothing a local process sends gets in
             if self.krx is not None:
                 try:
                     rx.kernel = self.krx.attach(ifname)
@@ -237,9 +239,12 @@ class SocketTable:
             if rx.kernel and self.krx is not None:
                 self.krx.detach(rx.kernel)
                 rx.kernel = 0
+            fold(rx)  # the kernel filter's last drops
             rx.sock.close()
 
     def snapshot(self) -> list[dict[str, Any]]:
+        for rx in self.by_fd.values():  # the kernel filter's drops, counted when read
+            fold(rx)
         return [
             {
                 "interface": rx.ifname,
