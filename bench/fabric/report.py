@@ -151,7 +151,7 @@ def _verdicts(prof: str, rows: list[Exchange]) -> list[str]:
         rg = _med([float(e.reorder) for e in ex(case, "glb")])
         re = _med([float(e.reorder) for e in ex(case, "ecmp")])
         if rg.n and re.n:
-            out.append(v(f"{case}, reorder events", f"{rg.median:.0f} (ECMP {re.median:.0f})",
+            out.append(v(f"{case}, reorder events", f"{rg.median:g} (ECMP {re.median:g})",
                          f"<= ECMP + {T_REORDER}", rg.median <= re.median + T_REORDER))  # fmt: skip
     for case in cases:
         xb = _med([e.completion_s / e.bound_s for e in ex(case, "glb") if e.ok and e.bound_s > 0])

@@ -86,6 +86,7 @@ from bench.fabric.traffic import (
 CONTENDERS = ("glb", "ecmp", "frr")
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
+    "glb-fl",
     "glb-res",
     "glb-ht",
     "glb-flowlet",
@@ -102,6 +103,7 @@ FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
 STATIC = ("ecmp", "optimum", "ecmp-res")
 LABELS = {
     "glb": "glbd as shipped",
+    "glb-fl": "glbd as shipped + flowlets on",
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
     "dlb": "glbd DLB-only (tuned)",
@@ -442,8 +444,9 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
-        elif self.key == "glb":
-            opts = GlbdOptions(capacity_mbps=self.p.rate, defaults_only=True)
+        elif self.key in ("glb", "glb-fl"):
+            extra = {"leaf": "[flowlet]\nenabled = true"} if self.key == "glb-fl" else {}
+            opts = GlbdOptions(capacity_mbps=self.p.rate, defaults_only=True, extra=extra)
             self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
         else:
             opts = GlbdOptions(
