@@ -31,6 +31,7 @@ from bench.fabric.model import Bound
 #: contender key -> label, in drawing order (unknown keys follow, with their key as label)
 CONTENDERS = {
     "glb": "glbd as shipped",
+    "glb-fl": "glbd as shipped + flowlets",
     "ecmp": "ECMP",
     "frr": "FRR 10.7 NNHN count",
     "dlb": "glbd DLB only",
