@@ -43,6 +43,7 @@ from pathlib import Path
 
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns, require_netns
+from glbdlab.nodes import PERMIT_ALL
 from glbdlab.provision import provisioned
 
 from glbd.cli import glbctl as ctl
@@ -91,6 +92,8 @@ def glbd_conf(run_dir: Path, gr: bool, bfd: bool) -> str:
             'interface = "l1-s1"',
             'local_address = "172.16.51.2"',
             "passive = false",
+            f"import = {PERMIT_ALL}",
+            f"export = {PERMIT_ALL}",
             "",
             "[bgp]",
             f'graceful_restart = "{"full" if gr else "off"}"',

@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glbdlab.demo import IpMonitorWatcher, NexthopWatcher
 from glbdlab.netns import LabError
-from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, stop_all, wait_until
+from glbdlab.nodes import PERMIT_ALL, GlbdNode, GlbdOptions, kernel_group_for, stop_all, wait_until
 from glbdlab.procstat import cpu_ticks, descendants
 from glbdlab.topology import Fabric, leaf_spine
 
@@ -1111,6 +1111,8 @@ class LoadRig:
                 f'local_address = "{lf}"',
                 f'description = "emu-spine{i}"',
                 "passive = false",
+                f"import = {PERMIT_ALL}",
+                f"export = {PERMIT_ALL}",
             ]
         return "\n".join(lines) + "\n"
 

@@ -65,6 +65,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from glbdlab.nodes import PERMIT_ALL
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SPINE_AS = 65100
@@ -451,6 +453,8 @@ def leaf_config(args: argparse.Namespace, run_dir: Path) -> str:
             f'local_address = "{lf}"',
             f'description = "spine{i}"',
             "passive = false",
+            f"import = {PERMIT_ALL}",
+            f"export = {PERMIT_ALL}",
         ]
     lines += [
         "",

@@ -6,6 +6,10 @@ from pathlib import Path
 
 from glbd.app import config
 
+#: a prefix list that permits every route (RFC 8212: an eBGP neighbor without an import or
+#: export list exchanges nothing), as TOML
+PERMIT_ALL = '["0.0.0.0/0 le 32", "::/0 le 128"]'
+
 
 def one_neighbour(tmp: Path, name: str, rid: str, asn: int, role: str, peer: str, peer_as: int,
                   local: str, ifname: str, extra: str = "") -> Path:  # fmt: skip
@@ -24,6 +28,8 @@ address = "{peer}"
 remote_as = {peer_as}
 interface = "{ifname}"
 local_address = "{local}"
+import = {PERMIT_ALL}
+export = {PERMIT_ALL}
 
 [bgp]
 hold_time = 9

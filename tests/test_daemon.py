@@ -34,6 +34,8 @@ role = "load-balancer"
 address = "198.18.1.0"
 remote_as = 65100
 interface = "leaf1-sw1"
+import = ["0.0.0.0/0 le 32", "::/0 le 128"]
+export = ["0.0.0.0/0 le 32", "::/0 le 128"]
 [heartbeat]
 hold_multiplier = {hold}
 [control]

@@ -107,6 +107,8 @@ role = "load-balancer"
 address = "198.18.1.0"
 remote_as = 65100
 interface = "spine1"
+import = ["0.0.0.0/0 le 32", "::/0 le 128"]
+export = ["0.0.0.0/0 le 32", "::/0 le 128"]
 [control]
 socket = "{tmp_path / "ctl.sock"}"
 """)

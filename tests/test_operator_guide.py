@@ -23,7 +23,7 @@ def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
     """Every dotted key of a config model, nested sections included."""
     out: set[str] = set()
     for name, field in model.model_fields.items():
-        out.add(prefix + name)
+        out.add(prefix + (field.alias or name))  # the TOML spelling (``import`` for import_)
         todo, seen = [field.annotation], []
         while todo:
             t = todo.pop()

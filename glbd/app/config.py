@@ -41,6 +41,7 @@ from pydantic import (
 
 from glbd.app.secrets import Secret, read_secret
 from glbd.core import prefixlist
+from glbd.core.pathtable import DEFAULT_MAX_PROFILES
 
 
 def _ip(v: Any) -> Any:
@@ -403,6 +404,9 @@ class BgpSection(_Model):
     #: band 0; sessions stay up. ``glbctl drain`` does the same until undrain or a restart
     drain: bool = False
     drain_prepend: Annotated[int, Field(ge=0, le=10)] = 3
+    #: RFC 8212 (FRR's ``bgp ebgp-requires-policy``): an eBGP neighbor without an ``import``
+    #: list has every route rejected, one without an ``export`` list is sent nothing
+    ebgp_requires_policy: bool = True
 
 
 class HeartbeatAuth(_KeyFile):
@@ -619,6 +623,9 @@ class PathQualitySection(_Model):
     #: weights with memory: hold a next hop's penalty for a clearly worse downstream link until
     #: that link shows headroom (docs/heartbeat.md §7); false = weights from the current bands only
     weight_memory: bool = True
+    #: most profiles (kernel groups) with NNHN; a prefix beyond it is routed by plain ECMP
+    #: (docs/fib.md "Profile cap"): every UPDATE can carry a new NNHN list
+    max_profiles: Annotated[int, Field(ge=1, le=1_000_000)] = DEFAULT_MAX_PROFILES
 
     @field_validator("weight_table")
     @classmethod
@@ -833,6 +840,27 @@ class Config(_Model):
             k: getattr(n.bfd, k) for k in type(n.bfd).model_fields if getattr(n.bfd, k) is not None
         }
         return self.bfd.model_copy(update=over)
+
+    def policy_warnings(self) -> list[str]:
+        """What ``glbd check-config`` warns about RFC 8212: each eBGP neighbor (its AS not
+        ours) that exchanges nothing in one direction for want of an import/export list."""
+        if not self.bgp.ebgp_requires_policy:
+            return []
+        effect = {"import": "no route from it is taken", "export": "nothing is sent to it"}
+        out = []
+        for n in [*self.neighbors, *self.unnumbered]:
+            if n.peer_as(self.local_as) == self.local_as:
+                continue  # iBGP: RFC 8212 is about eBGP only
+            missing = [side for side, pl in (("import", n.import_), ("export", n.export)) if not pl]
+            if missing:
+                name = n.address if isinstance(n, NeighborSection) else f"on {n.interface}"
+                out.append(
+                    f"neighbors {name}: eBGP without {' and '.join(missing)} policy: "
+                    + "; ".join(effect[m] for m in missing)
+                    + ' (RFC 8212, bgp.ebgp_requires_policy; e.g. ["0.0.0.0/0 le 32", '
+                    '"::/0 le 128"] permits all)'
+                )
+        return out
 
     def redacted(self) -> dict[str, Any]:
         """JSON-safe dump with secrets removed (for `glbctl config` and logs)."""

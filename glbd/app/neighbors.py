@@ -228,6 +228,7 @@ def _row(
         "gr_helping": False,
         "stale_for_s": None,
         "update_delay": None,  # no session: nothing the RIB's deferral waits for
+        "policy_missing": None,  # RFC 8212: the RIB says once it has the neighbor
         "counters": {},
     }
 

@@ -52,6 +52,7 @@ from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, Speak
 from glbd.io.fib import FibProgrammer
 from glbd.io.linkrunner import MonitorRunner
 from glbd.io.linkstats import StatsReader
+from glbd.io.ndp import NdpSpeaker
 from heartbeat.receiver import Neighbor, Receiver, RemoteUpdate
 from heartbeat.sender import Sender, initial_sequence
 from heartbeat.transport import HeartbeatEndpoint
@@ -422,6 +423,7 @@ class Node:
         if self.bgp is None:
             return
         if _neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
+            await self.bgp.refresh_connected()
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
         self.apply_drain(new)
 
@@ -447,6 +449,7 @@ class Node:
         """Neighbors whose port came up: their BGP and BFD sessions start now (BGP first: it
         takes them from the waiting rows before this yields)."""
         if self.bgp is not None:
+            await self.bgp.refresh_connected()  # the port's addresses: next-hop checks
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
         new = [s for s in self.bfd_sessions() if ipaddress.ip_address(s.peer) in found]
         if new and self.bfd is None:
@@ -459,6 +462,7 @@ class Node:
         """Neighbors whose port was deleted: their BGP and BFD sessions go (retried forever
         otherwise); they wait for the port again, as at start."""
         if self.bgp is not None:
+            await self.bgp.refresh_connected()
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
         if self.bfd is not None:
             gone = {params.unscoped(a) for a in lost}
@@ -473,16 +477,20 @@ class Node:
         if isinstance(ev, NextHopsChanged):
             if self.table is not None:
                 self._table_changed(self.table.on_next_hops_changed(ev))
+                if self.table.fallback_total:
+                    self._note_fallbacks(self.table)
         elif isinstance(ev, PeerUp):
             self.fibsync.bgp_up(self.loop.time())
             self._arm_fib_timer()
             if ev.bgp_id is not None:
                 self.peer_ids[ev.peer] = int(ev.bgp_id)
             self._update_heartbeat_neighbors()
+            self._ndp_established()
             log.info("bgp_peer_up", peer=str(ev.peer), bgp_id=str(ev.bgp_id))
         elif isinstance(ev, PeerDown):
             self.peer_ids.pop(ev.peer, None)
             self._update_heartbeat_neighbors()
+            self._ndp_established()
             log.info("bgp_peer_down", peer=str(ev.peer), reason=ev.reason)
         elif isinstance(ev, SpeakerLost):
             log.warning("exabgp_lost", generation=ev.generation, note="FIB left as it is")
@@ -532,6 +540,17 @@ class Node:
             for p, n in self._peer_interfaces().items()
         ]
         self.endpoint.set_neighbors(nbs)
+
+    def _ndp_established(self) -> None:
+        """Tell unnumbered peer discovery which ports have a BGP session Established, and to
+        which address: another router's advertisements then cannot move it (core.ndpeers)."""
+        parts = getattr(self.host, "components", ())
+        speaker = next((getattr(c, "speaker", None) for c in parts if c.name == "unnumbered"), None)
+        if isinstance(speaker, NdpSpeaker):
+            up = self._peer_interfaces().values()
+            speaker.set_established(
+                {n.interface: n.address for n in up if isinstance(n.address, ipaddress.IPv6Address)}
+            )
 
     def on_local(self, changes: list[QualityChanged], monitor: LinkMonitor) -> None:
         for ch in changes:
@@ -622,6 +641,16 @@ class Node:
             self.bgp.peer_bfd_admin_down(peer)
 
     # ---- FIB sync (the decision is glbd.core.fibsync; this runs it) -------------------------
+
+    def _note_fallbacks(self, table: PathTable) -> None:
+        """Prefixes the profile cap routes over plain ECMP: counted by reason (``glbctl
+        counters``, metrics) and logged at most once a minute (``PathTable.fallback_warning``)."""
+        for why, n in table.fallbacks.items():
+            self.counters[why.counter] = n
+        self.counters["profile_fallback_prefixes"] = table.fallback_prefixes()
+        warn = table.fallback_warning(self.loop.time())
+        if warn is not None:
+            log.warning("profile_cap_reached", **warn)
 
     def _table_changed(self, changes: Changes) -> None:
         """Route what the path table returned to the FIB sync. New weights of groups the

@@ -148,6 +148,7 @@ def table_params(cfg: cfgmod.Config) -> PathTableParams:
         max_weight=pq.max_weight,
         capacity_aware=pq.capacity_aware,
         memory=pq.weight_memory,
+        max_profiles=pq.max_profiles,
     )
 
 
@@ -260,6 +261,7 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
         update_delay_establish_wait_s=c.bgp.update_delay_establish_wait_s,
         drain=c.bgp.drain,
         drain_prepend=c.bgp.drain_prepend,
+        ebgp_requires_policy=c.bgp.ebgp_requires_policy,
     )
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import ipaddress
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -22,7 +23,7 @@ import structlog
 from glbd.app import config as cfgmod
 from glbd.core.ndpeers import NdpEvent, PeerChange
 from glbd.io.metrics import Row, Sample
-from glbd.io.ndp import NdpSpeaker
+from glbd.io.ndp import STATE_FILE, NdpSpeaker
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +64,9 @@ class UnnumberedPart:
                 self.speaker = None
             return
         if self.speaker is None:
-            self.speaker = NdpSpeaker(ports, self._on_event, netns=self.netns)
+            # learned peers survive a restart (not a reboot: the socket's directory is a tmpfs)
+            state = Path(cfg.control.socket).parent / STATE_FILE
+            self.speaker = NdpSpeaker(ports, self._on_event, netns=self.netns, state_path=state)
             await self.speaker.start()
             return
         have = set(self.speaker.snapshot()["ports"])

@@ -9,7 +9,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypedDict, cast
 
 from glbd.core.pathtable import PathTable
-from glbd.core.reasons import NHC_DISREGARDED, MetricsDrop, NhcDiscard, RouteRejected
+from glbd.core.reasons import (
+    NHC_DISREGARDED,
+    MetricsDrop,
+    NhcDiscard,
+    ProfileFallback,
+    RouteRejected,
+)
 from glbd.io.metrics import LATENCY_BUCKETS, Metric, Sample, histogram
 
 # ---- snapshot shapes the samplers read (the keys they use; snapshots carry more) --------------
@@ -440,10 +446,25 @@ def quality_samples(snap: QualityView) -> Iterable[Sample]:
                 help="heartbeats sent",
                 kind="counter",
             )
-    for k, v in snap.get("counters", {}).items():
+    counters = snap.get("counters", {})
+    for k, v in counters.items():
         named = NODE_COUNTERS.get(k)
         if named is not None:  # a counter without a name and help is not exported
             yield Sample(named[0], float(v), help=named[1], kind="counter")
+    for why in ProfileFallback:
+        yield Sample(
+            "glbd_profile_fallbacks_total",
+            float(counters.get(why.counter, 0)),
+            {"reason": str(why)},
+            "prefixes routed over plain ECMP of their next hops instead of a profile of their "
+            "own, by reason",
+            kind="counter",
+        )
+    yield Sample(
+        "glbd_profile_fallback_prefixes",
+        float(counters.get("profile_fallback_prefixes", 0)),
+        help="prefixes routed over plain ECMP now because the profile cap keeps their profile out",
+    )
 
 
 def fib_samples(snap: FibView) -> Iterable[Sample]:
@@ -519,8 +540,8 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
             "glbd_bgp_routes_rejected_total",
             float(counters.get(why.counter, 0)),
             {"reason": str(why)},
-            "received routes not taken (AS loop, import filter, inactive family, max prefixes), "
-            "by reason",
+            "received routes not taken (AS loop, import filter, inactive family, max prefixes, "
+            "unusable next hop), by reason",
             kind="counter",
         )
     for status in sorted(NHC_DISREGARDED):

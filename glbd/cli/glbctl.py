@@ -186,6 +186,14 @@ def _route_line(r: dict[str, Any]) -> str:
     )
 
 
+def _policy_cell(r: dict[str, Any]) -> str:
+    """A neighbor's RFC 8212 state: the sides refused for want of an import/export list."""
+    missing = r.get("policy_missing")
+    if missing is None:
+        return "-"
+    return f"missing {'/'.join(missing)} (RFC 8212)" if missing else "ok"
+
+
 #: per-command table columns (wide rows keep their key columns; --json has everything);
 #: a column is a key, or (header, function of the row)
 Column = str | tuple[str, Callable[[dict[str, Any]], Any]]
@@ -193,6 +201,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
     "neighbors": (
         "peer", "interface", "remote_as", "bgp_id", "state", "uptime_s", "prefixes_in",
         "prefixes_out", "bfd_down", "update_delay", "last_down_reason",
+        ("policy", _policy_cell),
     ),
     "bfd": (
         "peer", "interface", "state", "remote_state", "diag_name", "detect_time_ms",

@@ -12,8 +12,15 @@ Inputs (plain method calls, no clock, no I/O):
 
 Profiles: prefixes whose next-hop set *and* per-next-hop NNH sets are equal share one profile,
 keyed by a stable string (``pf-`` + 16 hex digits of a BLAKE2b hash of the canonical form), so the
-FIB keeps one nexthop group per profile. There is no profile limit and no 3-stage assumption:
-a next hop may have several NNHs (5-stage Clos, anycast prefixes).
+FIB keeps one nexthop group per profile. There is no 3-stage assumption: a next hop may have
+several NNHs (5-stage Clos, anycast prefixes).
+
+Profile cap: every distinct NNHN list an UPDATE carries can make one more profile (and kernel
+group), so the profiles that carry NNHN are capped (``PathTableParams.max_profiles``). A prefix
+whose NNHN would make one beyond the cap is not refused: it falls back to the profile of its
+next hops without NNHN (plain ECMP with local quality, shared by every such prefix with the same
+next hops), counted (:class:`ProfileFallback`). When a profile slot frees up (its last prefix
+left), the oldest waiting profile takes it at once and its prefixes move back to it.
 
 Weight of next hop *n* in a profile (documented functions; see docs/heartbeat.md §7):
 
@@ -84,7 +91,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from glbd.core.reasons import QualitySource, RemoteStatus
+from glbd.core.reasons import ProfileFallback, QualitySource, RemoteStatus
 from glbd.core.rib import Role
 from heartbeat import wire
 
@@ -109,6 +116,13 @@ DEFAULT_WEIGHT_TABLE: tuple[int, ...] = (1, 2, 3, 5, 8, 12, 18, 27)
 #: the weight-relevant prefix of a heartbeat v1 entry: far end, link id, capacity, band, flags
 _SIG = struct.Struct("!IIIBB6x")
 MAX_Q = 7.0
+#: profiles with NNHN a table keeps at most. A 64-leaf 3-stage fabric makes about one per
+#: remote leaf (63) plus one per failure pattern or multi-homed leaf pair (C(64, 2) = 2016):
+#: 4096 covers both with room, and 4096 kernel groups cost the kernel a few MB
+DEFAULT_MAX_PROFILES = 4096
+#: the fallback warning is logged at most this often (a flood of unique NNHN lists must not
+#: flood the log; the counters have every one)
+FALLBACK_WARN_INTERVAL_S = 60.0
 
 
 def _ip(n: int) -> str:
@@ -202,6 +216,8 @@ class PathTableParams:
     #: grows by ``memory_increase`` per step (additive increase); at q = 7 it is released fully
     memory_release_q: float = 6.0
     memory_increase: float = 0.25
+    #: profiles with NNHN at most; a prefix beyond it is routed over plain ECMP (module doc)
+    max_profiles: int = DEFAULT_MAX_PROFILES
 
     def __post_init__(self) -> None:
         if self.combine not in ("bottleneck", "mean"):
@@ -219,6 +235,8 @@ class PathTableParams:
             raise ValueError("memory_increase must be in (0, 1]")
         if not 0.0 <= self.memory_release_q <= MAX_Q:
             raise ValueError("memory_release_q must be 0..7")
+        if self.max_profiles < 1:
+            raise ValueError("max_profiles must be at least 1")
 
 
 # --- outputs ---------------------------------------------------------------------------------
@@ -338,6 +356,8 @@ class _Profile:
     spine_cap: dict[int, float] = field(default_factory=dict)
     #: the :class:`Weight` objects, built when somebody reads them (views, tests)
     wcache: dict[NextHop, Weight] | None = None
+    #: some next hop has an NNH set: the profile counts against ``max_profiles``
+    nnhn: bool = False
 
     def __post_init__(self) -> None:
         self.items = [
@@ -423,6 +443,17 @@ class PathTable:
         #: bumped when a local input or the parameters change: a profile whose rows are of an
         #: older epoch looks at every row, not only at the helpers a heartbeat changed
         self._local_epoch = 0
+        #: profiles with ``nnhn`` (what the cap counts)
+        self._nnhn_profiles = 0
+        #: profiles the cap keeps out: key -> (next hops, prefixes waiting), oldest first;
+        #: each prefix is meanwhile in the profile of its next hops without NNHN
+        self._waiting: dict[str, tuple[dict[NextHop, frozenset[int] | None], set[str]]] = {}
+        self._waiting_of: dict[str, str] = {}  # prefix -> the profile it waits for
+        #: prefixes sent to plain ECMP, by reason (every time, not only the ones still there)
+        self.fallbacks: dict[ProfileFallback, int] = dict.fromkeys(ProfileFallback, 0)
+        self.fallback_total = 0
+        self._unlogged = 0
+        self._warned_at: float | None = None
 
     @property
     def params(self) -> PathTableParams:
@@ -440,7 +471,7 @@ class PathTable:
             for prof in self._profiles.values():
                 prof.mem = [1.0] * len(prof.items)
         # a configuration change is not a measurement: no controller step
-        return self._recompute(set(self._profiles), step=False)
+        return self._recompute(set(self._profiles), step=False) | self._promote()
 
     # --- inputs ----------------------------------------------------------------------------
 
@@ -538,26 +569,107 @@ class PathTable:
         self, prefix: str, nhs: dict[NextHop, frozenset[int] | None], key: str
     ) -> Changes:
         old = self._prefix.get(prefix)
-        if old == key:
+        wanted = self._waiting_of.get(prefix)
+        if wanted is not None:
+            if wanted == key:
+                return Changes()  # still waiting for a slot
+            self._unwait(prefix, wanted)
+        elif old == key:
             return Changes()
+        if key not in self._profiles and self._at_cap(nhs, old, prefix):
+            self._wait(prefix, key, nhs)
+            nhs = dict.fromkeys(nhs)
+            key = profile_key(nhs)
+        if old == key:
+            return Changes()  # moved between waiting and its own plain profile: same group
         removed = self._detach(prefix, old) if old is not None else frozenset()
         self._prefix[prefix] = key
         prof = self._profiles.get(key)
         updated: frozenset[str] = frozenset()
         if prof is None:
-            prof = _Profile(key, nhs)
-            self._profiles[key] = prof
-            self._index(prof, add=True)
-            self._compute(prof)
+            prof = self._new_profile(key, nhs)
             updated = frozenset((key,))
         prof.prefixes.add(prefix)
-        return Changes(updated, removed, frozenset((prefix,)))
+        ch = Changes(updated, removed, frozenset((prefix,)))
+        return ch | self._promote() if removed and self._waiting else ch
 
     def remove_prefix(self, prefix: str) -> Changes:
         old = self._prefix.pop(prefix, None)
         if old is None:
             return Changes()
-        return Changes(frozenset(), self._detach(prefix, old), frozenset((prefix,)))
+        wanted = self._waiting_of.get(prefix)
+        if wanted is not None:
+            self._unwait(prefix, wanted)
+        ch = Changes(frozenset(), self._detach(prefix, old), frozenset((prefix,)))
+        return ch | self._promote() if ch.removed and self._waiting else ch
+
+    # --- the profile cap -------------------------------------------------------------------
+
+    def _at_cap(
+        self, nhs: Mapping[NextHop, frozenset[int] | None], old: str | None, prefix: str
+    ) -> bool:
+        """A new profile of ``nhs`` would exceed the cap (a profile ``prefix`` leaves empty
+        frees its slot first: a prefix moving between NNHN sets keeps its slot)."""
+        if all(v is None for v in nhs.values()):
+            return False  # plain: bounded by the next-hop sets, never capped
+        n = self._nnhn_profiles
+        op = None if old is None else self._profiles.get(old)
+        if op is not None and op.nnhn and len(op.prefixes) == 1 and prefix in op.prefixes:
+            n -= 1
+        return n >= self._p.max_profiles
+
+    def _wait(self, prefix: str, key: str, nhs: dict[NextHop, frozenset[int] | None]) -> None:
+        entry = self._waiting.get(key)
+        if entry is None:
+            entry = self._waiting[key] = (nhs, set())
+        entry[1].add(prefix)
+        self._waiting_of[prefix] = key
+        self.fallbacks[ProfileFallback.PROFILE_CAP] += 1
+        self.fallback_total += 1
+        self._unlogged += 1
+
+    def _unwait(self, prefix: str, key: str) -> None:
+        del self._waiting_of[prefix]
+        prefixes = self._waiting[key][1]
+        prefixes.discard(prefix)
+        if not prefixes:
+            del self._waiting[key]
+
+    def _promote(self) -> Changes:
+        """Waiting profiles take the slots that are free, oldest first: each is created and
+        its prefixes move to it from their plain profiles (one group more, routes re-pointed)."""
+        out = Changes()
+        while self._waiting and self._nnhn_profiles < self._p.max_profiles:
+            key = next(iter(self._waiting))
+            nhs, prefixes = self._waiting.pop(key)
+            prof = self._profiles.get(key) or self._new_profile(key, nhs)
+            removed: set[str] = set()
+            for p in prefixes:
+                del self._waiting_of[p]
+                removed |= self._detach(p, self._prefix[p])
+                self._prefix[p] = key
+                prof.prefixes.add(p)
+            out = out | Changes(frozenset((key,)), frozenset(removed), frozenset(prefixes))
+        return out
+
+    def fallback_prefixes(self) -> int:
+        """Prefixes routed over plain ECMP now because the cap keeps their profile out."""
+        return len(self._waiting_of)
+
+    def fallback_warning(self, now: float) -> dict[str, Any] | None:
+        """The fields of a warning when prefixes fell back since the last one and that one is
+        at least ``FALLBACK_WARN_INTERVAL_S`` old (``now``: monotonic seconds); else None."""
+        if not self._unlogged or (
+            self._warned_at is not None and now - self._warned_at < FALLBACK_WARN_INTERVAL_S
+        ):
+            return None
+        n, self._unlogged, self._warned_at = self._unlogged, 0, now
+        return {
+            "reason": str(ProfileFallback.PROFILE_CAP),
+            "fell_back": n,
+            "fallback_prefixes": len(self._waiting_of),
+            "max_profiles": self._p.max_profiles,
+        }
 
     def on_next_hops_changed(self, ev: NextHopsChanged) -> Changes:
         """Convenience for the RIB's event. Next hops whose peer BGP id is unknown are used
@@ -621,12 +733,21 @@ class PathTable:
 
     # --- internals -------------------------------------------------------------------------
 
+    def _new_profile(self, key: str, nhs: dict[NextHop, frozenset[int] | None]) -> _Profile:
+        prof = _Profile(key, nhs, nnhn=any(v is not None for v in nhs.values()))
+        self._profiles[key] = prof
+        self._nnhn_profiles += prof.nnhn
+        self._index(prof, add=True)
+        self._compute(prof)
+        return prof
+
     def _detach(self, prefix: str, key: str) -> frozenset[str]:
         prof = self._profiles[key]
         prof.prefixes.discard(prefix)
         if prof.prefixes:
             return frozenset()
         del self._profiles[key]
+        self._nnhn_profiles -= prof.nnhn
         self._index(prof, add=False)
         return frozenset((key,))
 

@@ -13,8 +13,10 @@ __all__ = [
     "NHC_DISREGARDED",
     "FibConflict",
     "MetricsDrop",
+    "NdpIgnored",
     "NhcDiscard",
     "NhcStatus",
+    "ProfileFallback",
     "QualitySource",
     "RemoteStatus",
     "ResetReason",
@@ -69,6 +71,16 @@ class RouteRejected(enum.StrEnum):
     FAMILY_NOT_ACTIVE = "family_not_active"
     #: past the neighbor's ``max_prefixes`` with action "teardown" (the session is closed)
     MAX_PREFIXES = "max_prefixes"
+    #: its next hop is one of this router's own addresses (it would route to itself)
+    NEXTHOP_SELF = "nexthop_self"
+    #: its next hop is outside every subnet of the session's interface (directly connected
+    #: sessions only): the kernel cannot resolve it on that port
+    NEXTHOP_OFFLINK = "nexthop_offlink"
+    #: its next hop is unspecified, loopback or multicast: no gateway at all
+    NEXTHOP_INVALID = "nexthop_invalid"
+    #: an eBGP neighbor without an ``import`` list while ``bgp.ebgp_requires_policy`` is on
+    #: (RFC 8212: no policy, no routes)
+    NO_IMPORT_POLICY = "no_import_policy"
 
     @property
     def counter(self) -> str:
@@ -203,3 +215,34 @@ class MetricsDrop(enum.StrEnum):
 def nhc_malformed(reason: str) -> NhcStatus:
     """The status for a :class:`glbd.codec.nhc.DecodeError` reason."""
     return NhcStatus(f"nhc_malformed_{reason}")
+
+
+class NdpIgnored(enum.StrEnum):
+    """Why a router advertisement from a link-local address other than an unnumbered port's
+    learned peer did not (yet) move that port's peer (:class:`glbd.core.ndpeers.NdpPeers`;
+    counted with the NDP drops: ``glbctl counters`` ``unnumbered`` ``dropped_<reason>``,
+    metric ``glbd_ndp_dropped_total{reason}``)."""
+
+    #: the learned peer's BGP session is Established: nothing else moves it while it is up
+    PEER_ESTABLISHED = "peer_established"
+    #: counted as a candidate, not yet heard ``confirm`` times over ``confirm_span_s`` without
+    #: the learned peer in between (or, after a restart, the remembered peer was not heard)
+    CANDIDATE_UNCONFIRMED = "candidate_unconfirmed"
+    #: confirmed, but the port's peer moved less than ``min_change_interval_s`` ago
+    CHANGE_RATE_LIMITED = "change_rate_limited"
+    #: the port is not an unnumbered port being watched
+    PORT_NOT_WATCHED = "port_not_watched"
+
+
+class ProfileFallback(enum.StrEnum):
+    """Why a prefix is routed over plain ECMP of its next hops (its NNHN left out, so it shares
+    the profile of its next-hop set) instead of a path-quality profile of its own
+    (:class:`glbd.core.pathtable.PathTable`; ``glbctl counters`` ``profile_fallback_<reason>``,
+    metric ``glbd_profile_fallbacks_total{reason}``)."""
+
+    #: its NNHN set would have made a new profile beyond ``PathTableParams.max_profiles``
+    PROFILE_CAP = "profile_cap"
+
+    @property
+    def counter(self) -> str:
+        return f"profile_fallback_{self.value}"

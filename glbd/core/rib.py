@@ -22,9 +22,18 @@ Selection (eBGP only, as in a Clos fabric):
    multipath-relax they must also share the neighbor AS (the first AS of the path). At most
    ``max_paths`` paths, in the order of rule 3.
 
+A received route whose next hop cannot forward is rejected and counted by reason
+(:class:`~glbd.core.reasons.RouteRejected`): one of our own addresses (``nexthop_self``), a
+global address outside the subnets of a directly connected session's interface
+(``nexthop_offlink``, from the addresses the io passes to :meth:`Rib.set_connected`), or no
+gateway at all (``nexthop_invalid``). It is an implicit withdraw of that peer's path only: the
+prefix's other paths are selected as usual, and the FIB never sees a nexthop it would refuse.
+
 Advertisement to peer Q: the best path's AS path with our AS prepended, next hop = our local
 address on that session (next-hop-self), nothing to a peer that contributed a path of the
 multipath set, nothing to a peer whose AS is already in the path (it would drop it anyway).
+With ``RibParams.ebgp_requires_policy`` (RFC 8212), nothing to an eBGP peer without an export
+filter and nothing taken from one without an import filter (``no_import_policy``).
 Drained (``RibParams.drain``), every advertisement also carries GRACEFUL_SHUTDOWN and
 ``drain_prepend`` extra copies of our AS (for peers that ignore the community).
 A helper attaches one NHC per prefix and peer: header AFI/SAFI = the prefix's family, header
@@ -83,6 +92,7 @@ from glbd.core.reasons import (
 
 __all__ = [
     "Advertise",
+    "Connected",
     "Decision",
     "Effect",
     "NeighborParams",
@@ -224,6 +234,21 @@ class RibParams:
     update_delay_s: float = 0.0
     #: how long the deferral waits for a configured neighbor to establish at all
     update_delay_establish_wait_s: float = 10.0
+    #: RFC 8212: an eBGP neighbor (its AS not ours) without an import filter has every route
+    #: rejected (``no_import_policy``), and one without an export filter is sent nothing.
+    #: Off here so a bare RibParams filters nothing; ``bgp.ebgp_requires_policy`` (on by
+    #: default) is what a daemon runs with
+    ebgp_requires_policy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """One address of this router (the io reads them from the kernel and passes them in,
+    :meth:`Rib.set_connected`): ``address`` on ``interface``, reaching ``network`` on-link."""
+
+    interface: str
+    address: IPAddress
+    network: Prefix
 
 
 @dataclass(slots=True)
@@ -498,6 +523,15 @@ class Rib:
         self._delay_wait_until: float | None = None
         self._delay_waited = False  # the establish-wait is over
         self._delay_eor: set[IPAddress] = set()
+        #: next-hop check (``_next_hop_rejected``): this router's addresses and on-link
+        #: subnets by interface (``set_connected``), and the own addresses the params name
+        self._own: frozenset[IPAddress] = frozenset()
+        self._own_ll: dict[str, frozenset[IPAddress]] = {}
+        self._subnets: dict[str, tuple[Prefix, ...]] = {}
+        self._own_params: tuple[RibParams, frozenset[IPAddress]] | None = None
+        #: RFC 8212: the policy sides each neighbor was last logged as missing
+        self._policy_logged: dict[IPAddress, tuple[str, ...]] = {}
+        self._log_policy()
 
     # ---- inputs ------------------------------------------------------------------------
 
@@ -553,6 +587,102 @@ class Rib:
         st.state = state if st.state != "up" else st.state
         return []
 
+    def set_connected(self, connected: Iterable[Connected]) -> None:
+        """This router's addresses and on-link subnets, per interface (all of them: a next hop
+        on any of them is our own). Applies to routes received from now on; until it is called
+        only the neighbors' local addresses count as our own and no next hop is off-link."""
+        own: set[IPAddress] = set()
+        own_ll: dict[str, set[IPAddress]] = {}
+        subnets: dict[str, list[Prefix]] = {}
+        for c in connected:
+            if c.address.version == 6 and c.address.is_link_local:
+                own_ll.setdefault(c.interface, set()).add(c.address)
+                continue  # fe80::/64 is on every port: never a subnet for the check
+            own.add(c.address)
+            subnets.setdefault(c.interface, []).append(c.network)
+        self._own = frozenset(own)
+        self._own_ll = {k: frozenset(v) for k, v in own_ll.items()}
+        self._subnets = {k: tuple(v) for k, v in subnets.items()}
+
+    def _next_hop_rejected(self, st: PeerState, nh: IPAddress) -> RouteRejected | None:
+        """Why ``nh``, received from ``st``, cannot forward (None: usable). Our own address,
+        a global one outside the session interface's subnets while the session's peer is
+        inside them, or no gateway at all: the kernel would refuse such a nexthop, and a
+        prefix's other paths must not wait on it."""
+        if nh.is_unspecified or nh.is_loopback or nh.is_multicast:
+            return RouteRejected.NEXTHOP_INVALID
+        n = st.params
+        if nh.version == 6 and nh.is_link_local:  # on-link on the session's port by definition
+            mine = self._own_ll.get(n.interface or "", frozenset())
+            if nh in mine or nh == n.local_address or nh == n.local_address6:
+                return RouteRejected.NEXTHOP_SELF
+            return None
+        if nh in self._own or nh in self._params_own():
+            return RouteRejected.NEXTHOP_SELF
+        subnets = self._subnets.get(n.interface or "", ())
+        nets = [x for x in subnets if x.version == nh.version]
+        if not nets or any(nh in x for x in nets):
+            return None
+        peer = n.address  # a directly connected session (either family) or a multihop one
+        if (peer.version == 6 and peer.is_link_local) or any(peer in x for x in subnets):
+            return RouteRejected.NEXTHOP_OFFLINK
+        return None
+
+    def _params_own(self) -> frozenset[IPAddress]:
+        """The neighbors' global local addresses (our side of each session), per params."""
+        have = self._own_params
+        if have is not None and have[0] is self.params:
+            return have[1]
+        own = frozenset(
+            a
+            for n in self.params.neighbors
+            for a in (n.local_address, n.local_address6)
+            if a is not None and not (a.version == 6 and a.is_link_local)
+        )
+        self._own_params = (self.params, own)
+        return own
+
+    def _check_next_hops(
+        self,
+        st: PeerState,
+        announced: tuple[api.RouteAnnounced, ...],
+        changed: set[Prefix],
+    ) -> tuple[api.RouteAnnounced, ...]:
+        """The announced routes whose next hop can forward; a rejected one is counted by reason
+        and is an implicit withdraw of the path it replaces. One check per distinct next hop
+        (an UPDATE has one, shared by its routes)."""
+        peer = st.params.address
+        first = announced[0].next_hop
+        if (
+            all(a.next_hop is first for a in announced)
+            and self._next_hop_rejected(st, peer if first is None else first) is None
+        ):
+            return announced
+        out: list[api.RouteAnnounced] = []
+        verdicts: dict[IPAddress, RouteRejected | None] = {}
+        for a in announced:
+            nh = peer if a.next_hop is None else a.next_hop
+            if nh not in verdicts:
+                verdicts[nh] = self._next_hop_rejected(st, nh)
+            why = verdicts[nh]
+            if why is None:
+                out.append(a)
+                continue
+            self._reject(st, why, 1)
+            if self._del_path(st, a.prefix):
+                changed.add(a.prefix)
+            k = st.counters[why.counter]
+            if k & (k - 1) == 0:  # 1st, 2nd, 4th, 8th... per peer and reason
+                log.warning(
+                    "bgp_next_hop_rejected",
+                    peer=str(peer),
+                    prefix=str(a.prefix),
+                    next_hop=str(nh),
+                    reason=why,
+                    count=k,
+                )
+        return tuple(out)
+
     def on_update(self, ev: api.UpdateEvent, now: float) -> list[Effect]:
         """Store the UPDATE's paths; select and advertise now, or at the end of the coalescing
         window (``RibParams.update_coalesce_s``) if another UPDATE came shortly before, or at
@@ -589,8 +719,10 @@ class Rib:
             return self._defer(changed, now)
         nb = st.params
         announced = ev.announced
-        if nb.import_filter is not None or len(nb.families) < 2:
+        if nb.import_filter is not None or len(nb.families) < 2 or self._no_import(nb):
             announced = self._import(st, announced, changed)
+        if announced:
+            announced = self._check_next_hops(st, announced, changed)
         decoded: nhcmod.Nhc | None = None
         decode_error = ""
         if attrs.nhc is not None:
@@ -694,8 +826,11 @@ class Rib:
         one is an implicit withdraw of the path it replaces."""
         n = st.params
         out = []
+        refused = self._no_import(n)
         for a in announced:
-            if a.prefix.version not in n.families:
+            if refused:
+                why = RouteRejected.NO_IMPORT_POLICY
+            elif a.prefix.version not in n.families:
                 why = RouteRejected.FAMILY_NOT_ACTIVE
             elif n.import_filter is not None and not n.import_filter.permits(a.prefix):
                 why = RouteRejected.IMPORT_DENIED
@@ -706,6 +841,38 @@ class Rib:
             if self._del_path(st, a.prefix):
                 changed.add(a.prefix)
         return tuple(out)
+
+    def _is_ebgp(self, n: NeighborParams) -> bool:
+        return n.remote_as is None or n.remote_as != self.params.local_as
+
+    def _no_import(self, n: NeighborParams) -> bool:
+        """RFC 8212: this eBGP neighbor has no import filter, so nothing it sends is taken."""
+        return self.params.ebgp_requires_policy and n.import_filter is None and self._is_ebgp(n)
+
+    def _no_export(self, n: NeighborParams) -> bool:
+        """RFC 8212: this eBGP neighbor has no export filter, so nothing is sent to it."""
+        return self.params.ebgp_requires_policy and n.export_filter is None and self._is_ebgp(n)
+
+    def policy_missing(self, n: NeighborParams) -> tuple[str, ...]:
+        """The sides ("import", "export") RFC 8212 refuses for this neighbor: () when none."""
+        sides = (("import", self._no_import(n)), ("export", self._no_export(n)))
+        return tuple(side for side, missing in sides if missing)
+
+    def _log_policy(self) -> None:
+        """Log each neighbor whose missing policy changed (once, not per route)."""
+        seen: dict[IPAddress, tuple[str, ...]] = {}
+        for addr, st in self.peers.items():
+            missing = seen[addr] = self.policy_missing(st.params)
+            if missing and self._policy_logged.get(addr) != missing:
+                log.warning(
+                    "ebgp_no_policy",
+                    peer=str(addr),
+                    missing=list(missing),
+                    detail="RFC 8212 (bgp.ebgp_requires_policy): set the neighbor's "
+                    + " and ".join(missing)
+                    + " list, e.g. a permit-all one, to exchange routes",
+                )
+        self._policy_logged = seen
 
     def _reject(self, st: PeerState, why: RouteRejected, n: int) -> None:
         if n:
@@ -957,13 +1124,22 @@ class Rib:
             params.max_paths,
             params.drain,
             params.drain_prepend,
+            params.ebgp_requires_policy,
         ) != (
             self.params.multipath_relax,
             self.params.max_paths,
             self.params.drain,
             self.params.drain_prepend,
+            self.params.ebgp_requires_policy,
         )
         self.params = params
+        for st in self.peers.values():
+            if st.n_paths and self._no_import(st.params):  # RFC 8212: its paths go now
+                for prefix, _ in list(st.paths()):
+                    self._del_path(st, prefix)
+                    self._reject(st, RouteRejected.NO_IMPORT_POLICY, 1)
+                    changed.add(prefix)
+        self._log_policy()
         self.originated = set(params.originated)
         self._outcome.clear()  # neighbors' parameters feed every Adj-RIB-Out
         if self._delaying and params.update_delay_s <= 0:
@@ -1072,6 +1248,8 @@ class Rib:
                     if self._delay_waits_for(st, now)
                     else "done",
                     "last_down_reason": st.last_down_reason,
+                    # RFC 8212: the sides refused for want of a policy ([] when none)
+                    "policy_missing": list(self.policy_missing(st.params)),
                     "counters": dict(st.counters),
                 }
             )
@@ -1612,9 +1790,12 @@ class Rib:
         ):
             return None
         n = st.params
-        if prefix.version not in n.families or (
-            n.export_filter is not None and not n.export_filter.permits(prefix)
-        ):
+        if n.export_filter is None:
+            if self._no_export(n):
+                return None
+        elif not n.export_filter.permits(prefix):
+            return None
+        if prefix.version not in n.families:
             return None
         if prefix.version == 6:
             nh: IPAddress | None = (

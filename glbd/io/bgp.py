@@ -42,9 +42,12 @@ from typing import Any
 import structlog
 
 from glbd.codec import exabgp_api as api
+from glbd.codec.netlink import const as c
+from glbd.codec.netlink.codec import IfAddrMsg, IfInfoMsg, Message
 from glbd.core.reasons import ResetReason
 from glbd.core.rib import (
     Advertise,
+    Connected,
     Decision,
     Effect,
     NextHopsChanged,
@@ -57,7 +60,9 @@ from glbd.core.rib import (
     StaleTimerExpired,
 )
 from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+from glbd.io.netlink import NetlinkSocket
 from glbd.io.netns import in_netns
+from glbd.io.rtnl import link_dump
 
 __all__ = [
     "BgpEvent",
@@ -97,6 +102,37 @@ _CEASE_SUBCODE = {ResetReason.BFD_DOWN: 10, ResetReason.MAX_PREFIXES: 1}
 #: how long a max_prefixes hold waits for ExaBGP to report the session down before it
 #: reloads the neighbor out anyway (s)
 HELD_CLOSE_WAIT_S = 2.0
+
+
+async def read_connected(netns: str | None = None) -> list[Connected]:
+    """Every interface address in ``netns`` with the subnet it reaches on-link (a point-to-point
+    address: its peer's)."""
+    sock = await NetlinkSocket.open(netns=netns)
+    try:
+        links = await sock.dump(link_dump(skip_stats=True))
+        addrs = await sock.dump(
+            Message(c.RTM_GETADDR, c.NLM_F_REQUEST | c.NLM_F_DUMP, header=IfAddrMsg())
+        )
+    finally:
+        sock.close()
+    names: dict[int, str] = {}
+    for m in links:
+        name = m.attr(c.IFLA_IFNAME)
+        if isinstance(m.header, IfInfoMsg) and name is not None:
+            names[m.header.index] = name.as_str()
+    out: list[Connected] = []
+    for m in addrs:
+        h = m.header
+        if not isinstance(h, IfAddrMsg) or h.index not in names:
+            continue
+        remote = m.attr(c.IFA_ADDRESS)
+        local = m.attr(c.IFA_LOCAL) or remote
+        if local is None:
+            continue
+        own, on_link = local.as_addr(), (remote or local).as_addr()
+        net = ipaddress.ip_network(f"{on_link}/{h.prefixlen}", strict=False)
+        out.append(Connected(names[h.index], own, net))
+    return out
 
 
 def command_for(d: Decision) -> api.Command:
@@ -240,7 +276,19 @@ class BgpSpeaker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._arm()
+        await self.refresh_connected()
         await self.supervisor.start()
+
+    async def refresh_connected(self) -> None:
+        """Read this namespace's interface addresses and give them to the RIB's next-hop check
+        (:meth:`glbd.core.rib.Rib.set_connected`). At start and whenever the caller learns the
+        addresses changed; a failed read keeps what the RIB had (logged)."""
+        try:
+            rows = await read_connected(self.netns)
+        except (OSError, ValueError) as e:
+            log.warning("bgp_connected_unknown", error=str(e))
+            return
+        self.rib.set_connected(rows)
 
     async def stop(self) -> None:
         """Withdraw everything glbd announces, wait for the acks, stop ExaBGP."""

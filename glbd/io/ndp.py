@@ -8,7 +8,14 @@ address; and it feeds the advertisements it hears into :class:`glbd.core.ndpeers
 whose events go to ``on_event``. A port that does not exist yet is retried every interval.
 
 Received messages are checked as RFC 4861 §6.1.2 asks (hop limit 255, link-local source,
-code 0, well-formed options); every drop is counted by :class:`glbd.codec.ndp.NdpDrop`.
+code 0, well-formed options); every drop is counted by :class:`glbd.codec.ndp.NdpDrop`, and
+every advertisement the core did not take by :class:`glbd.core.reasons.NdpIgnored` (both in
+``dropped``).
+
+Which learned peers have a BGP session Established comes from the app (``set_established``):
+the core does not move those. With ``state_path`` the learned peers are remembered in a small
+JSON file (written atomically, 0600, on each learn or change) and loaded at start as each
+port's preferred peer, still subject to the core's rules (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,21 +24,26 @@ import asyncio
 import contextlib
 import fcntl
 import ipaddress
+import json
+import os
 import socket
+import stat
 import struct
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from glbd.codec import ndp
 from glbd.codec.ipzone import strip_zone
-from glbd.core.ndpeers import HOLD_S, NdpEvent, NdpPeers
+from glbd.core.ndpeers import HOLD_S, NdpEvent, NdpPeers, PeerChange
 from glbd.io.netns import in_netns
+from glbd.io.paths import write_private
 
-__all__ = ["NdpSpeaker"]
+__all__ = ["STATE_FILE", "NdpSpeaker"]
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +64,11 @@ _ALL_NODES = "ff02::1"
 _ALL_ROUTERS = "ff02::2"
 #: ancillary data: hop limit (int) and packet info (in6_pktinfo: address, ifindex)
 _ANC_SPACE = socket.CMSG_SPACE(4) + socket.CMSG_SPACE(20)
+#: the learned peers' file, next to the control socket (a tmpfs: it outlives a restart of
+#: glbd, not a reboot, when the links' peers may have changed anyway)
+STATE_FILE = "ndp-peers.json"
+#: a state file larger than this is not ours: ignored
+_STATE_MAX = 65536
 
 
 def _filter(*passed: int) -> bytes:
@@ -83,10 +100,14 @@ class NdpSpeaker:
         netns: str | None = None,
         interval_s: float = INTERVAL_S,
         hold_s: float = HOLD_S,
+        state_path: Path | None = None,
     ) -> None:
         self.netns = netns
         self.interval_s = interval_s
         self.core = NdpPeers(hold_s=hold_s)
+        self.state_path = state_path
+        #: port -> its peer as last learned (this run or, until heard, the state file's)
+        self.remembered: dict[str, ipaddress.IPv6Address] = _load(state_path)
         self._on_event = on_event
         self._ports: dict[str, _Port] = {}
         self.sent: Counter[str] = Counter()
@@ -103,6 +124,8 @@ class NdpSpeaker:
         if name not in self._ports:
             self._ports[name] = _Port(name)
             self.core.watch(name)
+            if name in self.remembered:
+                self.core.prefer(name, self.remembered[name])
             if self._loop is not None:
                 self._open(self._ports[name])
 
@@ -114,6 +137,10 @@ class NdpSpeaker:
 
     def peers(self) -> dict[str, ipaddress.IPv6Address]:
         return self.core.peers()
+
+    def set_established(self, sessions: Mapping[str, ipaddress.IPv6Address]) -> None:
+        """The ports whose BGP session is Established (all of them), with its peer address."""
+        self.core.set_established(sessions, time.monotonic())
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -136,7 +163,7 @@ class NdpSpeaker:
             "ports": self.core.snapshot(),
             "sent": dict(self.sent),
             "received": self.received,
-            "dropped": dict(self.dropped),
+            "dropped": {**self.dropped, **self.core.counters},
         }
 
     # ---- sockets ---------------------------------------------------------------------------
@@ -282,6 +309,18 @@ class NdpSpeaker:
             self._on_event(ev)
         except Exception:
             log.exception("ndp_on_event_failed")
+        if ev.change is not PeerChange.EXPIRED and self.remembered.get(ev.interface) != ev.address:
+            self.remembered[ev.interface] = ev.address
+            self._save()
+
+    def _save(self) -> None:
+        if self.state_path is None:
+            return
+        peers = {i: str(a) for i, a in sorted(self.remembered.items())}
+        try:
+            write_private(self.state_path, json.dumps({"version": 1, "peers": peers}) + "\n")
+        except OSError as e:  # remembered for this run only: the next start learns afresh
+            log.warning("ndp_state_not_saved", path=str(self.state_path), error=str(e))
 
     def _check(self, p: _Port) -> None:
         """Close ``p``'s socket if its port is gone or is another port now (same name, new
@@ -320,3 +359,36 @@ class NdpSpeaker:
                     self._open(p)  # sends its first advertisement
                 else:
                     self._send(p, ndp.encode_advert(p.lladdr), _ALL_NODES, "ra")
+
+
+def _load(path: Path | None) -> dict[str, ipaddress.IPv6Address]:
+    """The state file's peers; nothing if there is none, or it is not a regular file of
+    root's (or ours), or is malformed (logged): the ports then learn as on a first start."""
+    if path is None:
+        return {}
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        log.warning("ndp_state_ignored", path=str(path), error=str(e))
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+            log.warning("ndp_state_ignored", path=str(path), error="not a file of root's")
+            return {}
+        raw = f.read(_STATE_MAX + 1)
+    out: dict[str, ipaddress.IPv6Address] = {}
+    try:
+        if len(raw) > _STATE_MAX:
+            raise ValueError("too large")
+        peers = json.loads(raw)["peers"]
+        for port, addr in peers.items():
+            a = ipaddress.IPv6Address(addr)
+            if isinstance(port, str) and a.is_link_local and a.scope_id is None:
+                out[port] = a
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        log.warning("ndp_state_ignored", path=str(path), error=str(e) or type(e).__name__)
+        return {}
+    return out

@@ -57,6 +57,10 @@ class GlbdOptions:
     defaults_only: bool = False
 
 
+#: a prefix list that permits every route, as TOML: the lab's eBGP policy both ways
+PERMIT_ALL = '["0.0.0.0/0 le 32", "::/0 le 128"]'
+
+
 def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> str:
     n = topo.node(node)
     if n.role == "host":
@@ -86,6 +90,10 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
             f'interface = "{ifname}"',
             f'local_address = "{addr4.split("/")[0]}"',
             f'description = "{peer}"',
+            # RFC 8212 (bgp.ebgp_requires_policy): without both lists an eBGP session
+            # exchanges nothing, so the topology requires them, defaults_only or not
+            f"import = {PERMIT_ALL}",
+            f"export = {PERMIT_ALL}",
         ]
     if opts.defaults_only:
         lines += ["", "[link_quality]"]

@@ -222,6 +222,8 @@ def glbd_conf(run_dir: Path, gr: bool) -> str:
             'interface = "l1-s1"',
             'local_address = "172.16.43.2"',
             "passive = false",
+            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]',
+            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]',
             "",
             "[bgp]",
             # helper only: FRR's restart needs no capability from glbd

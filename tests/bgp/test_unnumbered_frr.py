@@ -126,6 +126,8 @@ def leaf_conf(run_dir: Path, ports: str) -> str:
             "[[neighbors]]",
             f"interfaces = {ports}",
             'remote_as = "external"',
+            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]',
+            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]',
             "",
             "[bfd]",
             "enabled = false",

@@ -32,6 +32,8 @@ def conf(run_dir: Path, rid: str, asn: int, role: str, prefix: str, port: str) -
             "[[neighbors]]",
             f'interface = "{port}"',
             'remote_as = "external"',
+            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]',
+            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]',
             "[bfd]",
             "min_tx_ms = 100",
             "min_rx_ms = 100",

@@ -73,7 +73,7 @@ def test_zone_is_dropped() -> None:
 
 def test_change_needs_confirmation() -> None:
     """One stray advertisement does not move a working session; a repeated one does."""
-    c = NdpPeers(hold_s=30.0, confirm=2)
+    c = NdpPeers(hold_s=30.0, confirm=2, confirm_span_s=0.0, min_change_interval_s=0.0)
     c.watch("swp1")
     c.heard("swp1", P1, 0.0)
     assert c.heard("swp1", P2, 1.0) is None
@@ -103,7 +103,7 @@ def test_forget() -> None:
 def test_changes_are_spaced() -> None:
     """A neighbor alternating between two addresses moves the session at most every
     min_change_interval_s."""
-    c = NdpPeers(hold_s=30.0, confirm=2, min_change_interval_s=5.0)
+    c = NdpPeers(hold_s=30.0, confirm=2, min_change_interval_s=5.0, confirm_span_s=0.0)
     c.watch("swp1")
     c.heard("swp1", P1, 0.0)
     assert c.heard("swp1", P2, 1.0) is None

@@ -142,7 +142,9 @@ def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path)
     def edit(text: str) -> str:  # r-m1: a neighbor's port (monitored), shaped to 1 Mbit/s
         return text.replace("timeout_us = 1000\n", "").replace(
             "[bfd]",
-            '[[neighbors]]\naddress = "198.18.1.2"\nremote_as = 65100\ninterface = "r-m1"\n\n'
+            '[[neighbors]]\naddress = "198.18.1.2"\nremote_as = 65100\ninterface = "r-m1"\n'
+            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]\n'
+            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]\n\n'
             '[link_quality]\ncapacity_mbps = { "r-m1" = 1 }\n\n[bfd]',
         )
 

@@ -23,6 +23,8 @@ def _hb_toml(tmp_path: Path, body: str) -> Path:
     f.write_text(
         'router_id = "10.0.0.1"\nlocal_as = 65001\nrole = "both"\n'
         '[[neighbors]]\naddress = "192.0.2.1"\ninterface = "eth1"\nremote_as = 65100\n'
+        'import = ["0.0.0.0/0 le 32", "::/0 le 128"]\n'
+        'export = ["0.0.0.0/0 le 32", "::/0 le 128"]\n'
         "[heartbeat]\n" + body.replace("DIR", str(tmp_path))
     )
     return f
