@@ -777,7 +777,7 @@ def one_exchange(
     fail: failcase.SpineFailure | None = None
     if case == "fail":
         fail = failcase.SpineFailure(fab, p.fail_spine, DATA_PORT + ci, p.fail_at, p.fail_window)
-        fail.on_thread_start = lambda: isolate.pin_thread(cpus.routers)
+        fail.on_thread_start = lambda: isolate.pin_injector(cpus.routers)
     if case == "before":
         if key == "optimum":
             set_optimum(fab, p, True)
