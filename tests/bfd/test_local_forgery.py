@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import queue
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from bfdwait import next_event, until
-from glbdlab.netns import Lab, Netns
+from glbdlab.netns import Lab
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import ControlPacket, State
 from bfd.session import SessionParams
+from tests.localforger import forge
 
 pytestmark = pytest.mark.netns
 
@@ -31,32 +30,6 @@ PEER, LOCAL = "fe80::a", "fe80::b"
 PEER_DISCR = 0x5EED
 PEER_PORT = 49200
 SLOW = SessionParams(desired_min_tx=1_000_000, required_min_rx=1_000_000, detect_mult=5)
-
-#: run as root in glbd's namespace, it becomes uid/gid 65534 and sends, as the neighbour
-#: (``argv``: interface, source, source port, destination, destination port, payload hex)
-FORGER = r"""
-import os, socket, sys
-ifname, src, sport, dst, dport, payload = sys.argv[1:]
-os.setgroups([]); os.setgid(65534); os.setuid(65534)
-assert os.getuid() == os.geteuid() == 65534
-idx = socket.if_nametoindex(ifname)
-s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IPV6, 78, 1)  # IPV6_FREEBIND: an address that is not ours
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, 255)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, idx)
-s.bind((src, int(sport), 0, idx))
-s.sendto(bytes.fromhex(payload), (dst, int(dport), 0, idx))
-print("sent")
-"""
-
-
-def forge(ns: Netns, ifname: str, src: str, sport: int, dst: str, dport: int, data: bytes) -> None:
-    """Send ``data`` from a uid-65534 process in ``ns`` that poses as ``src``."""
-    argv = [sys.executable, "-I", "-c", FORGER, ifname, src, str(sport), dst, str(dport)]
-    proc = ns.popen([*argv, data.hex()], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and out.strip() == b"sent", err.decode()
 
 
 class Rig:

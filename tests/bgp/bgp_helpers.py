@@ -245,3 +245,46 @@ def kernel_weights(ns: Netns, prefix: str) -> dict[str, int]:
             gw = nh.get("gateway") or (nh.get("via") or {}).get("host")
             got[str(gw)] = int(nh.get("weight", 1))
     return got
+
+
+def unnumbered_conf(
+    run_dir: Path, rid: str, asn: int, role: str, prefix: str, port: str, extra: Iterable[str] = ()
+) -> str:
+    """glbd.toml of a router with one unnumbered eBGP neighbour on ``port`` (permit-all policy,
+    RFC 8212); ``extra`` lines go before the ``[control]`` table."""
+    return "\n".join(
+        [
+            f'router_id = "{rid}"',
+            f"local_as = {asn}",
+            f'role = "{role}"',
+            f'originate = ["{prefix}"]',
+            "[[neighbors]]",
+            f'interface = "{port}"',
+            'remote_as = "external"',
+            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]',
+            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]',
+            *extra,
+            "[control]",
+            f'socket = "{run_dir / "glbd.sock"}"',
+            "[logging]",
+            'format = "json"',
+            "",
+        ]
+    )
+
+
+def link_local(ns: Netns, ifname: str) -> str:
+    """The usable (not tentative) link-local address of ``ifname`` in ``ns``, or ""."""
+    out = json.loads(ns.ip("-6", "-j", "addr", "show", "dev", ifname).stdout)
+    for a in out[0].get("addr_info", []):
+        if ipaddress.IPv6Address(a["local"]).is_link_local and not a.get("tentative"):
+            return str(a["local"])
+    return ""
+
+
+def glbctl_request(sock: Path, cmd: str) -> Any:
+    """``cmd`` on the control socket, or None while glbd does not answer."""
+    try:
+        return ctl.request(str(sock), cmd, timeout=2.0)
+    except Exception:
+        return None

@@ -11,13 +11,13 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bgp_helpers import wait_for
+from bgp_helpers import glbctl_request as request
+from bgp_helpers import link_local, wait_for
+from bgp_helpers import unnumbered_conf as conf
 from glbdlab.netns import Lab, Netns
 
-from glbd.cli import glbctl as ctl
 from glbd.core.ndpeers import NdpEvent, PeerChange
 from glbd.core.reasons import NdpIgnored
 from glbd.io.ndp import STATE_FILE, NdpSpeaker
@@ -97,42 +97,6 @@ async def test_forged_adverts_do_not_move_the_spine(netns_lab: Lab, tmp_path: Pa
     finally:
         await sa.stop()
         await sb.stop()
-
-
-def conf(run_dir: Path, rid: str, asn: int, role: str, prefix: str, port: str) -> str:
-    return "\n".join(
-        [
-            f'router_id = "{rid}"',
-            f"local_as = {asn}",
-            f'role = "{role}"',
-            f'originate = ["{prefix}"]',
-            "[[neighbors]]",
-            f'interface = "{port}"',
-            'remote_as = "external"',
-            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]',
-            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]',
-            "[control]",
-            f'socket = "{run_dir / "glbd.sock"}"',
-            "[logging]",
-            'format = "json"',
-            "",
-        ]
-    )
-
-
-def link_local(ns: Netns, ifname: str) -> str:
-    out = json.loads(ns.ip("-6", "-j", "addr", "show", "dev", ifname).stdout)
-    for a in out[0].get("addr_info", []):
-        if ipaddress.IPv6Address(a["local"]).is_link_local and not a.get("tentative"):
-            return str(a["local"])
-    return ""
-
-
-def request(sock: Path, cmd: str) -> Any:
-    try:
-        return ctl.request(str(sock), cmd, timeout=2.0)
-    except Exception:
-        return None
 
 
 @pytest.mark.slow

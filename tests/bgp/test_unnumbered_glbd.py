@@ -7,51 +7,18 @@ with new addresses and everything moves to them."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bgp_helpers import wait_for
+from bgp_helpers import glbctl_request as request
+from bgp_helpers import link_local, unnumbered_conf, wait_for
 from glbdlab.netns import Lab, Netns
-
-from glbd.cli import glbctl as ctl
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-
-def conf(run_dir: Path, rid: str, asn: int, role: str, prefix: str, port: str) -> str:
-    return "\n".join(
-        [
-            f'router_id = "{rid}"',
-            f"local_as = {asn}",
-            f'role = "{role}"',
-            f'originate = ["{prefix}"]',
-            "[[neighbors]]",
-            f'interface = "{port}"',
-            'remote_as = "external"',
-            'import = ["0.0.0.0/0 le 32", "::/0 le 128"]',
-            'export = ["0.0.0.0/0 le 32", "::/0 le 128"]',
-            "[bfd]",
-            "min_tx_ms = 100",
-            "min_rx_ms = 100",
-            "[control]",
-            f'socket = "{run_dir / "glbd.sock"}"',
-            "[logging]",
-            'format = "json"',
-            "",
-        ]
-    )
-
-
-def link_local(ns: Netns, ifname: str) -> str:
-    out = json.loads(ns.ip("-6", "-j", "addr", "show", "dev", ifname).stdout)
-    for a in out[0].get("addr_info", []):
-        if ipaddress.IPv6Address(a["local"]).is_link_local:
-            return str(a["local"])
-    return ""
+BFD_100MS = ("[bfd]", "min_tx_ms = 100", "min_rx_ms = 100")
 
 
 def kernel_gateways(ns: Netns, prefix: str) -> dict[str, str]:
@@ -62,13 +29,6 @@ def kernel_gateways(ns: Netns, prefix: str) -> dict[str, str]:
     grp = nhs.get(routes[0]["nhid"], {})
     members = [nhs[m["id"]] for m in grp.get("group", []) if m["id"] in nhs] or [grp]
     return {str(m.get("gateway")): str(m.get("dev")) for m in members}
-
-
-def request(sock: Path, cmd: str) -> Any:
-    try:
-        return ctl.request(str(sock), cmd, timeout=2.0)
-    except Exception:
-        return None
 
 
 async def test_glbd_to_glbd_unnumbered(netns_lab: Lab, tmp_path: Path) -> None:
@@ -84,7 +44,7 @@ async def test_glbd_to_glbd_unnumbered(netns_lab: Lab, tmp_path: Path) -> None:
     ):
         d = tmp_path / ns.node
         d.mkdir()
-        (d / "glbd.toml").write_text(conf(d, rid, asn, role, prefix, port))
+        (d / "glbd.toml").write_text(unnumbered_conf(d, rid, asn, role, prefix, port, BFD_100MS))
         log = open(d / "glbd.log", "wb")  # noqa: SIM115 - handed to the child
         procs.append(
             ns.popen(

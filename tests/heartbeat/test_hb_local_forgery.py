@@ -11,12 +11,9 @@ spine's quality as the leaf sees it does not move.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from collections.abc import Callable
 
 import pytest
-from glbdlab.netns import Lab, Netns
+from glbdlab.netns import Lab
 from glbdlab.waits import until as _until
 
 from heartbeat import wire
@@ -24,47 +21,12 @@ from heartbeat.receiver import Neighbor, Receiver, RemoteUpdate
 from heartbeat.sender import Sender, SenderParams, initial_sequence
 from heartbeat.transport import DEFAULT_GROUP6, DEFAULT_PORT, HeartbeatEndpoint
 from heartbeat.wire import Entry, Heartbeat
+from tests.localforger import forge_async
 
 SPINE, LEAF = wire.node_id("10.0.0.1"), wire.node_id("10.0.0.2")
 SPINE_LL, LEAF_LL = "fe80::1", "fe80::2"
 ENTRIES = [Entry(LEAF, 2, 10_000, 6)]
 FORGED = [Entry(LEAF, 2, 10_000, 0, 0x80)]  # "link down": what the attacker wants believed
-
-#: as in tests/bfd/test_local_forgery.py: root in the namespace, then uid/gid 65534, then send
-#: (``argv``: interface, source, source port, destination, destination port), but the payload
-#: (hex) comes on stdin once the socket is ready: it carries a sequence that must be current
-FORGER = r"""
-import os, socket, sys
-ifname, src, sport, dst, dport = sys.argv[1:]
-os.setgroups([]); os.setgid(65534); os.setuid(65534)
-assert os.getuid() == os.geteuid() == 65534
-idx = socket.if_nametoindex(ifname)
-s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-s.setsockopt(socket.IPPROTO_IPV6, 78, 1)  # IPV6_FREEBIND: an address that is not ours
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, 255)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
-s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, idx)
-s.bind((src, int(sport), 0, idx))
-print("ready", flush=True)
-s.sendto(bytes.fromhex(sys.stdin.readline()), (dst, int(dport), 0, idx))
-print("sent")
-"""
-
-
-async def forge(
-    ns: Netns, ifname: str, src: str, dst: str, dport: int, data: Callable[[], bytes]
-) -> None:
-    """Send ``data()`` (built when the forger is ready) from a uid-65534 process in ``ns`` that
-    poses as ``src``."""
-    argv = [sys.executable, "-I", "-c", FORGER, ifname, src, "40000", dst, str(dport)]
-    pipe = subprocess.PIPE
-    proc = await ns.spawn(argv, stdin=pipe, stdout=pipe, stderr=pipe)
-    assert proc.stdin is not None and proc.stdout is not None
-    ready = await asyncio.wait_for(proc.stdout.readline(), 30)
-    if ready.strip() == b"ready":
-        proc.stdin.write(data().hex().encode() + b"\n")
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0 and out.strip() == b"sent", err.decode()
 
 
 @pytest.mark.netns
@@ -92,7 +54,7 @@ async def test_a_local_process_cannot_forge_a_heartbeat(netns_lab: Lab) -> None:
             seq = (sender.sequence + 100) & 0xFFFFFFFF
             return Heartbeat(SPINE, seq, 20_000, FORGED).encode()
 
-        await forge(leaf, l_if, SPINE_LL, DEFAULT_GROUP6, DEFAULT_PORT, forged)
+        await forge_async(leaf, l_if, SPINE_LL, 40000, DEFAULT_GROUP6, DEFAULT_PORT, forged)
 
         def believed() -> bool:
             return any(u.entries == FORGED for u in updates)
