@@ -288,3 +288,23 @@ def glbctl_request(sock: Path, cmd: str) -> Any:
         return ctl.request(str(sock), cmd, timeout=2.0)
     except Exception:
         return None
+
+
+def bgp_only_tail(run_dir: Path) -> list[str]:
+    """The end of a glbd.toml for a BGP-only test: no BFD, no heartbeats, the control socket in
+    ``run_dir``, JSON logs at info."""
+    return [
+        "[bfd]",
+        "enabled = false",
+        "",
+        "[heartbeat]",
+        "enabled = false",
+        "",
+        "[control]",
+        f'socket = "{run_dir / "glbd.sock"}"',
+        "",
+        "[logging]",
+        'level = "info"',
+        'format = "json"',
+        "",
+    ]

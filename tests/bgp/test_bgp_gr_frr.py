@@ -25,6 +25,7 @@ import pytest
 from bgp_helpers import (
     N,
     Node,
+    bgp_only_tail,
     frr_bgp_conf,
     frr_paths,
     glbd_daemon,
@@ -231,19 +232,7 @@ def glbd_conf(run_dir: Path, gr: bool) -> str:
             "restart_time_s = 30",
             "stale_path_time_s = 30",
             "",
-            "[bfd]",
-            "enabled = false",
-            "",
-            "[heartbeat]",
-            "enabled = false",
-            "",
-            "[control]",
-            f'socket = "{run_dir / "glbd.sock"}"',
-            "",
-            "[logging]",
-            'level = "info"',
-            'format = "json"',
-            "",
+            *bgp_only_tail(run_dir),
         ]
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bgp_helpers import frr_bgp_conf, glbd_daemon, kernel_gateways, wait_for
+from bgp_helpers import bgp_only_tail, frr_bgp_conf, glbd_daemon, kernel_gateways, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab
 
@@ -75,19 +75,7 @@ def glbd_conf(run_dir: Path) -> str:
             "[fib]",
             "reconcile_interval_s = 0.5",
             "",
-            "[bfd]",
-            "enabled = false",
-            "",
-            "[heartbeat]",
-            "enabled = false",
-            "",
-            "[control]",
-            f'socket = "{run_dir / "glbd.sock"}"',
-            "",
-            "[logging]",
-            'level = "info"',
-            'format = "json"',
-            "",
+            *bgp_only_tail(run_dir),
         ]
     )
 
