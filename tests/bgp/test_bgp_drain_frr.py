@@ -69,6 +69,8 @@ async def test_drain_moves_frr_leaf_to_the_other_spine_and_undrain_restores(
 
         spine1.speaker.set_drain(True)
         await wait_for(lambda: gshut(paths(leaf1, PREFIX).get(s11, {})), 30, "65535:0 at FRR")
+        # FRR shows the received path before its best-path run has ranked it
+        await wait_for(lambda: is_best(paths(leaf1, PREFIX).get(s12, {})), 30, "spine2 best")
         p = paths(leaf1, PREFIX)
         print(f"\nFRR 10 leaf1 while spine1 is drained: {json.dumps(p[s11])}")
         assert p[s11]["aspath"]["string"] == "65100 65100 65100 65100"
