@@ -423,8 +423,8 @@ class Node:
         if self.bgp is None:
             return
         if _neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
-            await self.bgp.refresh_connected()
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+            await self.bgp.refresh_connected()  # the ports' addresses: next-hop checks
         self.apply_drain(new)
 
     @property
@@ -449,8 +449,9 @@ class Node:
         """Neighbors whose port came up: their BGP and BFD sessions start now (BGP first: it
         takes them from the waiting rows before this yields)."""
         if self.bgp is not None:
-            await self.bgp.refresh_connected()  # the port's addresses: next-hop checks
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+            # after: the port's addresses (next-hop checks) come before its first UPDATE can
+            await self.bgp.refresh_connected()
         new = [s for s in self.bfd_sessions() if ipaddress.ip_address(s.peer) in found]
         if new and self.bfd is None:
             await self.start_bfd()
@@ -462,8 +463,8 @@ class Node:
         """Neighbors whose port was deleted: their BGP and BFD sessions go (retried forever
         otherwise); they wait for the port again, as at start."""
         if self.bgp is not None:
-            await self.bgp.refresh_connected()
             self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+            await self.bgp.refresh_connected()
         if self.bfd is not None:
             gone = {params.unscoped(a) for a in lost}
             for d in self.bfd.snapshot().get("sessions", []):
