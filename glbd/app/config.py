@@ -9,7 +9,8 @@ Secrets (the heartbeat HMAC key) are read from a separate file at load time; the
 :class:`Secret` whose ``repr``/``str`` never show the value, so they cannot leak through logs.
 
 Reference (every key, type, default and range) is in README.md, "Configuration reference"; the
-examples in ``conf/`` are checked by the test suite.
+examples in ``conf/`` are checked by the test suite. What a reload does with each key (applied
+live, or refused: needs a restart) is :data:`RELOAD`, shown in docs/operator-guide.md 9.1.
 
 Why one file of ~700 lines: it is one declarative schema, section after section in the order of
 the README's reference table, and the checks across sections (duplicate neighbours, originated
@@ -18,13 +19,18 @@ prefixes) need all of it; secret files are read by :mod:`glbd.app.secrets`.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
+import json
 import os
 import re
 import tomllib
+import types
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -1029,33 +1035,209 @@ def load(path: str | os.PathLike[str]) -> Config:
 # reload support
 
 
+class Reload(StrEnum):
+    """What a reload does with a changed key."""
+
+    #: the running parts apply it (``diff`` hands it to their ``reconfigure``)
+    LIVE = "live"
+    #: read only at start: a reload that changes it is refused, nothing applied
+    RESTART = "restart"
+
+
+def _each(section: str, how: Reload, names: str) -> dict[str, Reload]:
+    return {f"{section}.{n}" if section else n: how for n in names.split()}
+
+
+#: every key of :class:`Config` (dotted, at :func:`config_keys`'s granularity) -> what a reload
+#: does with it; a key missing here counts as RESTART (tests/test_reload.py checks none is)
+RELOAD: dict[str, Reload] = {
+    **_each("", Reload.RESTART, "router_id local_as role"),
+    **_each("", Reload.LIVE, "rt_priority neighbors unnumbered originate"),
+    **_each(
+        "bfd",
+        Reload.LIVE,
+        "enabled min_tx_ms min_rx_ms detect_mult passive cpi auth kernel_failover",
+    ),
+    # engine-wide: the BFD engine's process is started with them
+    **_each("bfd", Reload.RESTART, "rt_priority mode kernel_rx"),
+    **_each(
+        "bgp",
+        Reload.LIVE,
+        "hold_time multipath_relax max_paths nnhn_strict_next_hop stale_timer_s bfd_strict "
+        "graceful_restart restart_time_s stale_path_time_s update_coalesce_ms update_delay_s "
+        "update_delay_establish_wait_s trust_packed_nnhn drain drain_prepend "
+        "ebgp_requires_policy",
+    ),
+    # ExaBGP's process is started with it
+    **_each("bgp", Reload.RESTART, "exabgp_log_level"),
+    **_each(
+        "heartbeat",
+        Reload.LIVE,
+        "group group6 port interval_ms idle_interval_ms on_change min_spacing_ms "
+        "hold_multiplier auth keys send_key_id",
+    ),
+    # the heartbeat sockets are opened (or not) at start
+    **_each("heartbeat", Reload.RESTART, "enabled"),
+    **_each(
+        "link_quality",
+        Reload.LIVE,
+        "sample_interval_ms idle_sample_interval_ms ewma_alpha load_min_pct load_max_pct "
+        "queue_min_bytes queue_max_bytes rate_weight hysteresis_margin hysteresis_samples "
+        "onset_queue_bytes onset_recheck confirm_improvements capacity_mbps "
+        "default_capacity_mbps foreign_classes",
+    ),
+    **_each(
+        "path_quality",
+        Reload.LIVE,
+        "combine weight_table max_weight capacity_aware weight_memory max_profiles",
+    ),
+    **_each(
+        "fib",
+        Reload.LIVE,
+        "group_type resilient_buckets resilient_idle_timer_s resilient_unbalanced_timer_s "
+        "on_stop reconcile_interval_s route_audit_interval_s",
+    ),
+    # protocol/table: installed state would be orphaned; the others act once, at start
+    **_each("fib", Reload.RESTART, "protocol table set_compat_mode_off stale_timer_s"),
+    **_each("control", Reload.RESTART, "socket"),
+    **_each("logging", Reload.LIVE, "level"),
+    **_each("logging", Reload.RESTART, "format"),
+    **_each("metrics", Reload.RESTART, "listen"),
+    **_each(
+        "flowlet",
+        Reload.LIVE,
+        "enabled timeout_us timeout_floor_us skew_window_s interfaces table_size aging_s "
+        "set_hash_policy on_stop",
+    ),
+}
+
+
+@functools.cache
+def config_keys(model: type[BaseModel] = Config, prefix: str = "") -> tuple[str, ...]:
+    """The dotted keys a reload compares: the sections are walked, anything else (a list, an
+    optional table such as ``bfd.auth``) is one key."""
+    out: list[str] = []
+    for name, f in model.model_fields.items():
+        t = f.annotation
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            out += config_keys(t, f"{prefix}{name}.")
+        else:
+            out.append(prefix + name)
+    return tuple(out)
+
+
+def _value(cfg: Config, key: str) -> Any:
+    v: Any = cfg
+    for part in key.split("."):
+        v = getattr(v, part)
+    return v
+
+
 def diff(old: Config, new: Config) -> dict[str, Any]:
-    """What changed between two configs, by area, for an apply-only-what-changed reload.
+    """What changed between two configs, for an apply-only-what-changed reload.
 
     Returns ``{"neighbors_added": [...], "neighbors_removed": [...], "neighbors_changed": [...],
-    "sections": [names of other top-level sections that differ], "restart_required": [...]}``.
-    ``router_id``, ``local_as`` and ``role`` cannot change without a restart.
+    "sections": [other top-level names that differ], "keys": [every dotted key that differs],
+    "restart_required": [those of the keys that :data:`RELOAD` does not call live]}``.
     """
     old_n: dict[Any, Any] = {n.address: n for n in old.neighbors}
     new_n: dict[Any, Any] = {n.address: n for n in new.neighbors}
     # an unnumbered neighbor not learned yet is known by its port
     old_n.update({f"{u.interface} (unnumbered)": u for u in old.unnumbered})
     new_n.update({f"{u.interface} (unnumbered)": u for u in new.unnumbered})
-    out: dict[str, Any] = {
+    keys = [k for k in config_keys() if _value(old, k) != _value(new, k)]
+    sections = dict.fromkeys(k.partition(".")[0] for k in keys)
+    for name in ("router_id", "local_as", "role", "neighbors"):
+        sections.pop(name, None)
+    return {
         "neighbors_added": sorted(str(a) for a in new_n.keys() - old_n.keys()),
         "neighbors_removed": sorted(str(a) for a in old_n.keys() - new_n.keys()),
         "neighbors_changed": sorted(
             str(a) for a in new_n.keys() & old_n.keys() if new_n[a] != old_n[a]
         ),
-        "sections": [],
-        "restart_required": [],
+        "sections": list(sections),
+        "keys": keys,
+        "restart_required": [k for k in keys if RELOAD.get(k) is not Reload.LIVE],
     }
-    for name in ("router_id", "local_as", "role"):
-        if getattr(old, name) != getattr(new, name):
-            out["restart_required"].append(name)
-    for name in Config.model_fields:
-        if name in ("router_id", "local_as", "role", "neighbors"):
-            continue
-        if getattr(old, name) != getattr(new, name):
-            out["sections"].append(name)
-    return out
+
+
+# ---- the reference table (docs/operator-guide.md, "What a reload applies") --------------------
+
+_TYPE_NAMES: dict[Any, str] = {
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "string",
+    Path: "path",
+    type(None): "none",
+    ipaddress.IPv4Address: "IPv4 address",
+    ipaddress.IPv6Address: "IPv6 address",
+    ipaddress.IPv4Network: "IPv4 prefix",
+    ipaddress.IPv6Network: "IPv6 prefix",
+    NeighborSection: "neighbor",
+    UnnumberedSection: "unnumbered neighbor",
+    BfdAuth: "BFD auth",
+    HeartbeatAuth: "HMAC key",
+}
+
+
+def _type_name(t: Any) -> str:
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin is Literal:
+        return " | ".join(json.dumps(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    return _TYPE_NAMES.get(t, getattr(t, "__name__", str(t)))
+
+
+def _default(f: Any) -> str:
+    if f.is_required():
+        return "required"
+    v = f.get_default(call_default_factory=True)
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float | list | tuple | dict):
+        return json.dumps(v)
+    return json.dumps(str(v))
+
+
+def reload_table() -> list[dict[str, str]]:
+    """Every key a reload compares, with its type, default and what a reload does with it."""
+    fields: dict[str, Any] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, f in model.model_fields.items():
+            fields[prefix + name] = f
+            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+                walk(f.annotation, f"{prefix}{name}.")
+
+    walk(Config, "")
+    return [
+        {
+            "key": k,
+            "type": _type_name(fields[k].annotation),
+            "default": _default(fields[k]),
+            "reload": str(RELOAD.get(k, Reload.RESTART)),
+        }
+        for k in config_keys()
+    ]
+
+
+def reload_markdown() -> str:
+    """:func:`reload_table` as the markdown table docs/operator-guide.md carries."""
+
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = ["| key | type | default | on reload |", "| --- | --- | --- | --- |"]
+    lines += [
+        f"| `{r['key']}` | {cell(r['type'])} | `{cell(r['default'])}` | {r['reload']} |"
+        for r in reload_table()
+    ]
+    return "\n".join(lines)

@@ -36,6 +36,7 @@ from glbd.app import views
 from glbd.app.component import Component
 from glbd.app.parts import BfdPart
 from glbd.app.privileges import capability_problem
+from glbd.codec.control import ReloadOutcome
 from glbd.core.loopprio import LoopPriority, Policy
 from glbd.io import sched, systemd
 from glbd.io.control import ControlServer
@@ -157,9 +158,21 @@ class ReloadResult:
     at: float
     message: str
     changes: dict[str, Any] = field(default_factory=dict)
+    outcome: ReloadOutcome = ReloadOutcome.APPLIED
+    #: the components that applied the new config, and those whose reconfigure raised
+    applied: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "at": self.at, "message": self.message, "changes": self.changes}
+        return {
+            "ok": self.ok,
+            "at": self.at,
+            "message": self.message,
+            "changes": self.changes,
+            "outcome": str(self.outcome),
+            "applied": list(self.applied),
+            "failed": list(self.failed),
+        }
 
 
 ComponentFactory = Callable[["Daemon"], list[Component]]
@@ -185,6 +198,9 @@ class Daemon:
         self.control = ControlServer(cfg.control.socket, self._handlers())
         self.metrics: MetricsServer | None = None
         self._reload_lock = asyncio.Lock()
+        #: components whose last reconfigure raised -> the config they last applied (the next
+        #: reload hands them the changes since that one)
+        self._behind: dict[str, cfgmod.Config] = {}
         #: a loaded config -> the one in force (fills in the unnumbered neighbors' learned
         #: peers: set by the part that learns them)
         self.resolve: Callable[[cfgmod.Config], cfgmod.Config] = lambda c: c
@@ -284,7 +300,8 @@ class Daemon:
         asyncio.get_running_loop().create_task(self.reload())
 
     async def reload(self) -> ReloadResult:
-        """Validate -> diff -> apply only what changed. A bad file changes nothing."""
+        """Validate -> diff -> apply only what changed. A bad file, or a change to a key read
+        only at start (``cfgmod.RELOAD``), changes nothing."""
         async with self._reload_lock:
             systemd.notify(
                 reloading=1,
@@ -294,7 +311,12 @@ class Daemon:
             try:
                 new = await asyncio.to_thread(cfgmod.load, self.config_path)
             except cfgmod.ConfigError as e:
-                res = ReloadResult(False, time.time(), f"rejected, old config kept: {e.format()}")
+                res = ReloadResult(
+                    False,
+                    time.time(),
+                    f"rejected, old config kept: {e.format()}",
+                    outcome=ReloadOutcome.REJECTED,
+                )
                 log.error("reload_rejected", problems=[p.format(e.path) for p in e.problems])
                 self.last_reload = res
                 systemd.notify(
@@ -304,30 +326,68 @@ class Daemon:
             new = self.resolve(new)
             changes = cfgmod.diff(self.cfg, new)
             if changes["restart_required"]:
+                keys = ", ".join(changes["restart_required"])
                 res = ReloadResult(
                     False,
                     time.time(),
-                    "rejected, old config kept: changing "
-                    f"{', '.join(changes['restart_required'])} needs a restart",
+                    f"needs restart: {keys}; nothing applied, the old config runs",
                     changes,
+                    ReloadOutcome.NEEDS_RESTART,
                 )
                 log.error("reload_rejected", restart_required=changes["restart_required"])
                 self.last_reload = res
-                systemd.notify(ready=1, status="running (reload rejected)")
+                systemd.notify(ready=1, status=f"running (reload refused: needs restart: {keys})")
                 return res
+            applied: list[str] = []
+            errors: dict[str, str] = {}
             for c in self.components:
+                base = self._behind.get(c.name)
                 try:
-                    await c.reconfigure(new, changes)
+                    await c.reconfigure(new, changes if base is None else cfgmod.diff(base, new))
                 except Exception as e:
                     log.error("reconfigure_failed", component=c.name, error=repr(e))
+                    errors[c.name] = repr(e)
+                else:
+                    applied.append(c.name)
+            # After a partial failure the new config is in force all the same: the parts that
+            # applied it run on it (the node's parts share one config), so `glbctl config` shows
+            # what most of the daemon does; the failed parts are retried by the next reload.
+            self._behind = {n: self._behind.get(n, self.cfg) for n in errors}
             self.cfg = new
-            if "rt_priority" in changes["sections"]:
+            if "rt_priority" in changes["keys"]:
                 self._apply_priority(self.loop_priority.set_priority(new.rt_priority))
-            res = ReloadResult(True, time.time(), "applied", changes)
+            if "logging.level" in changes["keys"]:
+                logmod.set_level(new.logging.level)
+            if errors:
+                res = ReloadResult(
+                    False,
+                    time.time(),
+                    "failed in "
+                    + ", ".join(f"{n} ({e})" for n, e in errors.items())
+                    + f"; applied in {', '.join(applied) or 'no component'}; the new config is "
+                    "in force, a reload retries what failed",
+                    changes,
+                    ReloadOutcome.FAILED,
+                    applied,
+                    list(errors),
+                )
+                log.error("reload_failed", failed=list(errors), applied=applied)
+                status = f"running (reload failed in {', '.join(errors)})"
+            else:
+                keys = ", ".join(changes["keys"])
+                res = ReloadResult(
+                    True,
+                    time.time(),
+                    f"applied: {keys}" if keys else "applied: nothing changed",
+                    changes,
+                    ReloadOutcome.APPLIED,
+                    applied,
+                )
+                log.info("reload_applied", **changes)
+                status = "running (reloaded)"
             self.config_loaded_at = res.at
             self.last_reload = res
-            log.info("reload_applied", **changes)
-            systemd.notify(ready=1, status="running (reloaded)")
+            systemd.notify(ready=1, status=status)
             return res
 
     async def reapply(self) -> None:

@@ -64,6 +64,14 @@ class JournalRenderer:
         return f"<{prio}>{line.decode() if isinstance(line, bytes) else line}"
 
 
+def set_level(level: str) -> None:
+    """A new level (a reload), the renderer and stream kept; a ``--log-level`` given at start
+    holds until then."""
+    lvl = _LEVELS.get(level.lower(), logging.INFO)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(lvl))
+    logging.getLogger().setLevel(lvl)
+
+
 def setup(level: str = "info", fmt: Format = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog and stdlib logging once for the process."""
     out = stream if stream is not None else sys.stderr

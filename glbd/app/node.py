@@ -360,6 +360,11 @@ class Node:
             # group type/buckets/timers apply to the next sync (make-before-break in the FIB);
             # protocol/table changes would orphan installed state: those need a restart
             log.info("reload_fib", note="group parameters apply from the next sync")
+            if self.fib is not None:  # the intervals from the reconcile's next run
+                f = new.fib
+                self.fib.reconcile_interval_s = f.reconcile_interval_s
+                self.fib.route_audit_interval_s = f.route_audit_interval_s
+                self.fib.resilient = params.resilient(f, self.flowlet_timeout_s)
             if self.fibsync.request_full(self.loop.time()):
                 self._start_fib_sync()
 

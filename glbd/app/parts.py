@@ -310,11 +310,11 @@ class FlowletPart(_Part):
 
     async def _run(self) -> None:
         assert self.att is not None
-        every = max(1, round(self.node.cfg.fib.reconcile_interval_s / self.POLL_S))
         n = 0
         while True:
             await asyncio.sleep(self.POLL_S)  # the poll period
             n += 1
+            every = max(1, round(self.node.cfg.fib.reconcile_interval_s / self.POLL_S))  # reload
             if n % every == 0 or self.error is not None:
                 await self._apply()
                 continue

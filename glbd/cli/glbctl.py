@@ -37,12 +37,15 @@ EXIT_DAEMON = 1
 EXIT_USAGE = 2
 EXIT_DECODE = 2
 EXIT_REJECTED = 3
+EXIT_FAILED = 4
 EXIT_INTERRUPTED = 130
 EXIT_CODES = f"""exit codes:
   0    ok
   {EXIT_DAEMON}    glbd unreachable, or it answered with an error
   {EXIT_USAGE}    usage error, bad argument, or (decode) bytes that do not decode
-  {EXIT_REJECTED}    reload: the new config file was rejected (the old one keeps running)
+  {EXIT_REJECTED}    reload: the new config file was rejected, or changes a key that needs a
+       restart (nothing applied: the old one keeps running)
+  {EXIT_FAILED}    reload: a part failed to apply the new config (the message names it)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
 QUERIES = proto.QUERIES
@@ -470,7 +473,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "reload",
         parents=[common],
-        help=f"re-read the config file; a rejected file exits {EXIT_REJECTED} with the reason",
+        help=f"re-read the config file; a rejected file or a key that needs a restart exits "
+        f"{EXIT_REJECTED}, a part that failed to apply it {EXIT_FAILED}, with the reason",
     )
     sub.add_parser(
         "drain",
@@ -561,7 +565,7 @@ def _main(argv: Sequence[str] | None) -> int:
         render(args.cmd, result, COLUMNS.get(args.cmd))
     if args.cmd == "reload" and isinstance(result, dict) and not result.get("ok", True):
         print(f"glbctl reload: {result.get('message', 'rejected')}", file=sys.stderr)
-        return EXIT_REJECTED
+        return EXIT_FAILED if result.get("outcome") == proto.ReloadOutcome.FAILED else EXIT_REJECTED
     return 0
 
 

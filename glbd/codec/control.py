@@ -30,6 +30,7 @@ import ipaddress
 import json
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 VERSION = 1
@@ -62,6 +63,19 @@ ARGS: dict[str, dict[str, type]] = {
     "profiles": {"changed": bool},  # only profiles glbd acts on (see glbd.app.views)
 }
 MAX_ARG = 128
+
+
+class ReloadOutcome(StrEnum):
+    """What a reload did: ``outcome`` of its result (glbctl's exit code follows it)."""
+
+    #: every change applied (or there was none)
+    APPLIED = "applied"
+    #: the file does not validate: nothing applied, the old config runs
+    REJECTED = "rejected"
+    #: a changed key takes effect only at start: nothing applied, the old config runs
+    NEEDS_RESTART = "needs_restart"
+    #: a part failed to apply the new config; the others did
+    FAILED = "failed"
 
 
 class DecodeError(ValueError):
