@@ -53,6 +53,7 @@ from .reasons import DropReason, StateChangeReason
 
 __all__ = [
     "TRANSITIONS",
+    "TX_EARLY",
     "AuthConfig",
     "Effect",
     "Event",
@@ -70,6 +71,10 @@ SLOW_TX_US = 1_000_000  # §6.8.3: DesiredMinTx while not Up
 #: FRR, VPP and glbd: every packet)
 KEYED_SEQ_HOLD_MIN = 2.0
 U32 = 0xFFFFFFFF
+#: share of the transmit interval a periodic packet may leave before its deadline, so that an
+#: engine with many sessions sends several per wakeup (see :attr:`Session.tx_early`)
+TX_EARLY = 0.05
+_JITTER_LO = 0.75 + TX_EARLY
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +276,7 @@ class Session:
         self._tx_quiet = False
         #: while a shortcut holds, the values it needs (they change only where it ends)
         self._quiet_iv = self._quiet_det = self._tx_iv = 0.0
-        self._jitter_span = self._jitter_hi(params) - 0.75
+        self._jitter_span = self._jitter_hi(params) - TX_EARLY - _JITTER_LO
         self._random = rng.random
         #: set by tx_periodic: how late the packet it sent was, and the next deadline
         self.tx_late = 0.0
@@ -424,7 +429,7 @@ class Session:
         self.packets_out += 1
         self.tx_late = now - nt
         # the same draw as _jittered (Random.uniform(a, b) is a + (b - a) * random())
-        nt = self._next_tx = now + self._tx_iv * (0.75 + self._jitter_span * self._random())
+        nt = self._next_tx = now + self._tx_iv * (_JITTER_LO + self._jitter_span * self._random())
         self.tx_deadline = nt if det is None or nt < det else det
         return self._tx_bytes
 
@@ -446,7 +451,7 @@ class Session:
         self.params = params
         self._quiet_rx = None
         self._tx_quiet = False
-        self._jitter_span = self._jitter_hi(params) - 0.75
+        self._jitter_span = self._jitter_hi(params) - TX_EARLY - _JITTER_LO
         # a new sequence space only when authentication is turned on/off or changes type: a
         # key rollover keeps it, so a reload opens no window for replayed packets
         if (params.auth and params.auth.type) != (old_auth and old_auth.type):
@@ -540,7 +545,15 @@ class Session:
         return 0.90 if params.detect_mult == 1 else 1.0
 
     def _jittered(self) -> float:
-        return self.tx_interval * self._rng.uniform(0.75, self._jitter_hi(self.params))
+        hi = self._jitter_hi(self.params) - TX_EARLY
+        return self.tx_interval * self._rng.uniform(_JITTER_LO, hi)
+
+    @property
+    def tx_early(self) -> float:
+        """How early, in seconds, a periodic packet may leave to share a wakeup with another
+        session's: the jitter is drawn TX_EARLY inside its bounds at both ends, so an interval
+        still ends up within §6.8.7's 75-100 % of the transmit interval."""
+        return TX_EARLY * self._tx_iv
 
     def _reschedule_tx(self, now: float) -> None:
         if not self._may_send_periodic():
