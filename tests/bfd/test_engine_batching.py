@@ -10,6 +10,7 @@ Namespaces from the lab harness; waits are on conditions with generous deadlines
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import signal
@@ -221,6 +222,11 @@ def _send_times(ns: Netns, ifname: str, seconds: float) -> dict[str, list[float]
     return out
 
 
+def _rows(e: BfdEngine) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = e.snapshot()["sessions"]
+    return rows
+
+
 def _steady(row: dict[str, Any]) -> bool:
     return bool(row["state"] == "up" and not row["polling"])
 
@@ -245,10 +251,8 @@ def test_periodic_packets_share_wakeups_and_keep_their_intervals(netns_lab: Lab)
         eb.add_session(SessionConfig(f"198.18.0.{100 + i}", "b-a", f"198.18.0.{10 + i}", p))
     for e in (ea, eb):
         _until(
-            lambda e=e: e.snapshot()["sessions"],
-            lambda rows: (
-                len(rows) == n and all(r["state"] == "up" and not r["polling"] for r in rows)
-            ),
+            functools.partial(_rows, e),
+            lambda rows: len(rows) == n and all(_steady(r) for r in rows),
             "every session up at 50 ms",
         )
 
