@@ -27,6 +27,10 @@ Two more cases, glbd alone:
   links changing band every 100 ms the same way; then FRR on that spine instead (BGP and BFD
   only), the reference. Only the spine is measured.
 
+``--py-spy DIR`` samples the ``--profile`` routers (default leaf2 and spine1, with their
+children) during every window and prints the functions most samples pass through; py-spy
+pauses the process it samples, so a profiled run's CPU figures are not the bench's.
+
 Prints one row per contender and role, then the issue's targets as verdict lines (``met`` /
 ``NOT met``). A bench, not a test: figures depend on the machine; the JSON carries the commit,
 date, machine and load.
@@ -39,10 +43,12 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -127,7 +133,57 @@ class RouterCost:
         return sum(self.parts.values())
 
 
-def measure(roots: dict[str, tuple[str, list[int]]], seconds: float) -> list[RouterCost]:
+@dataclass
+class Profiler:
+    """``--py-spy DIR``: py-spy samples ``routers`` (and their children) during each window,
+    raw collapsed stacks in DIR/CASE-WINDOW-ROUTER.txt; :func:`hot` sums them."""
+
+    out: Path
+    routers: Sequence[str]
+    case: str = ""
+    window: int = 0
+
+    def start(self, roots: dict[str, tuple[str, list[int]]]) -> list[subprocess.Popen[bytes]]:
+        exe = Path(sys.executable).parent / "py-spy"
+        self.out.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for name in self.routers:
+            if name not in roots or not exe.exists():
+                continue
+            path = self.out / f"{self.case}-{self.window}-{name}.txt"
+            procs.append(subprocess.Popen(
+                [str(exe), "record", "-r", "200", "-f", "raw", "--subprocesses", "-o",
+                 str(path), "--pid", str(roots[name][1][0])],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))  # fmt: skip
+        self.window += 1
+        return procs
+
+    @staticmethod
+    def stop(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+        for p in procs:
+            p.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(60)
+
+
+def hot(path: Path, top: int = 25) -> list[str]:
+    """The functions of a raw py-spy profile that most samples pass through (inclusive)."""
+    total, incl = 0, Counter[str]()
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        total += int(n)
+        for frame in set(stack.split(";")):
+            incl[frame] += int(n)
+    return [f"{v * 100 / max(total, 1):5.1f}% {k}" for k, v in incl.most_common(top)]
+
+
+def measure(
+    roots: dict[str, tuple[str, list[int]]], seconds: float, prof: Profiler | None = None
+) -> list[RouterCost]:
     """CPU of each router (name -> (role, root pids)) over ``seconds``, by part."""
 
     def snap() -> dict[str, dict[int, tuple[str, int]]]:
@@ -140,9 +196,11 @@ def measure(roots: dict[str, tuple[str, list[int]]], seconds: float) -> list[Rou
             out[name] = procs
         return out
 
+    spies = prof.start(roots) if prof is not None else []
     t0, a = time.monotonic(), snap()
     time.sleep(seconds)  # the measurement window itself
     t1, b = time.monotonic(), snap()
+    Profiler.stop(spies)
     dt = t1 - t0
     rows = []
     for name, (role, _) in roots.items():
@@ -266,6 +324,7 @@ def run_one(
     settle: float,
     toggled: Sequence[str] = (),
     only: Sequence[str] | None = None,
+    prof: Profiler | None = None,
 ) -> list[list[RouterCost]]:
     """Each starter on one fabric; measured idle, then (``toggled``: leaves whose link from
     spine1 changes band) once more with those links changing band. Returns the windows."""
@@ -279,11 +338,11 @@ def run_one(
         if only is not None:
             roots = {k: v for k, v in roots.items() if k in only}
         time.sleep(settle)  # let the start's own work (first dumps, first UPDATEs) end
-        out = [measure(roots, seconds)]
+        out = [measure(roots, seconds, prof)]
         if toggled:
             toggle(fab, "spine1", toggled)
             time.sleep(settle)
-            out.append(measure(roots, seconds))
+            out.append(measure(roots, seconds, prof))
         return out
     finally:
         for c in starters:
@@ -415,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="wait after convergence in the fanout case (64 peers' initial exchange)",
     )
     ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--py-spy", help="profile --profile routers into this folder (py-spy)")
+    ap.add_argument("--profile", default="leaf2,spine1", help="the routers --py-spy samples")
     a = ap.parse_args(argv)
     all_c = contenders()
     keys = [k for k in a.only.split(",") if k]
@@ -443,15 +504,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     def done(what: str) -> None:
         print(f"  {what}: measured ({time.monotonic() - t0:.0f} s so far)", flush=True)
 
+    def prof(case: str) -> Profiler | None:
+        if not a.py_spy:
+            return None
+        return Profiler(Path(a.py_spy), a.profile.split(","), case)
+
     if "idle" in cases:
         for k in keys:
-            results[k] = run_one([all_c[k]], a.spines, a.leaves, a.seconds, a.settle)[0]
+            results[k] = run_one([all_c[k]], a.spines, a.leaves, a.seconds, a.settle, prof=prof(k))[
+                0
+            ]
             done(k)
     if "congest" in cases:
         g, gs = _glbd(capacity=CAPACITY_MBPS)
         c = Contender("congest", "glbd, one link changing band", g, gs)
         results["congest"] = run_one(
-            [c], a.spines, a.leaves, a.seconds, a.settle, toggled=["leaf1"]
+            [c], a.spines, a.leaves, a.seconds, a.settle, toggled=["leaf1"], prof=prof("congest")
         )[1]
         done("congest")
     if "fanout" in cases:
@@ -467,6 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             a.fanout_settle,
             toggled=[f"leaf{i}" for i in range(1, 9)],
             only=["spine1"],
+            prof=prof("fanout"),
         )
         results["fanout-idle"], results["fanout-congest"] = idle, busy
         done("fanout")
@@ -480,6 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta["load_end"] = Path("/proc/loadavg").read_text().split()[:3]
     text = report(results)
     print("\n".join(text))
+    for pf in sorted(Path(a.py_spy).glob("*.txt")) if a.py_spy else []:
+        print(f"\nprofile {pf.name}:", *hot(pf), sep="\n  ")
     if a.json:
         Path(a.json).write_text(
             json.dumps(
