@@ -571,6 +571,10 @@ class BgpSpeaker:
                     held.append(e.peer)
             else:
                 self._emit(e)
+        if held:
+            # the config leaves them out before their Cease can go out: a reload ExaBGP takes
+            # after it, however soon, never brings them back
+            self.supervisor.write_config(self.exabgp_params())
         if held and self._loop is not None:
             for p in held:
                 self._held_closing[p] = self._loop.create_future()
@@ -583,7 +587,9 @@ class BgpSpeaker:
 
     def _hold(self, peer: IPAddress) -> bool:
         """A max_prefixes teardown: keep ``peer`` out of ExaBGP's config until the RIB's
-        restart time for it (ExaBGP would reconnect at once, and the RIB close it again)."""
+        restart time for it (ExaBGP would reconnect at once, and the RIB close it again).
+        Between the Cease and the reload that removes it, glbd's ExaBGP launcher keeps the
+        peer down (:mod:`glbd.io.exabgp_launch`: a Cease/1 teardown does not restart)."""
         st = self.rib.peers.get(peer)
         if st is None or st.held_until is None or peer in self._held:
             return False
@@ -591,10 +597,11 @@ class BgpSpeaker:
         return True
 
     async def _reload_held(self, peers: list[IPAddress]) -> None:
-        """After the Cease has gone out: reload ExaBGP without the held neighbors, and arm
-        their release. ExaBGP acknowledges a teardown when it takes the command and sends the
-        NOTIFICATION on a later turn, so the reload also waits for each session's down (a
-        neighbor removed first is closed without its Cease/1)."""
+        """After the Cease has gone out: reload ExaBGP without the held neighbors (the config
+        already leaves them out), and arm their release. ExaBGP acknowledges a teardown when it
+        takes the command and sends the NOTIFICATION on a later turn, so the reload also waits
+        for each session's down (an ExaBGP without glbd's launcher closes a neighbor removed
+        first without its Cease/1, and reconnects to one removed late)."""
         await self.supervisor.drain(self.process.drain_timeout_s)
         closing = [f for p in peers if (f := self._held_closing.get(p)) is not None]
         if closing:

@@ -465,14 +465,21 @@ class ExabgpSupervisor:
         peer (its loop clears the signal, then skips the reload), and says nothing: the
         signal is sent again :data:`RELOAD_RESENDS` later. Reloading an unchanged config
         changes nothing, so the repeats are harmless once one has taken."""
+        self.write_config(params)
+        self._signal_reload()
+        loop = asyncio.get_running_loop()
+        self._reload_resends = [loop.call_later(d, self._signal_reload) for d in RELOAD_RESENDS]
+
+    def write_config(self, params: ExabgpParams) -> None:
+        """Rewrite the config without a reload signal: the next reload ExaBGP takes reads it.
+        The pending repeats of an earlier reload's signal are cancelled: glbd signals none
+        before the caller's own (:meth:`reload`)."""
         self.params = params
         bridge = [sys.executable, "-m", "glbd.io.exabgp_bridge", str(self.socket_path)]
         write_private(self.config_path, render_config(params, bridge))
-        self._signal_reload()
         for h in self._reload_resends:
             h.cancel()
-        loop = asyncio.get_running_loop()
-        self._reload_resends = [loop.call_later(d, self._signal_reload) for d in RELOAD_RESENDS]
+        self._reload_resends = []
 
     def _signal_reload(self) -> None:
         if self._proc is not None and self._proc.returncode is None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from types import SimpleNamespace
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -42,7 +43,7 @@ def _patched(level: str) -> dict[str, object]:
 def test_the_launcher_replaces_both_above_debug_level() -> None:
     got = _patched("WARNING")
     assert got == {
-        "done": ["pending_adjribout", "reload_owed", "hexstring", "log.debug"],
+        "done": ["pending_adjribout", "reload_owed", "max_prefixes_hold", "hexstring", "log.debug"],
         "hex": "0x01AB",
         "same": True,
         "debug_off": True,
@@ -51,7 +52,7 @@ def test_the_launcher_replaces_both_above_debug_level() -> None:
 
 def test_at_debug_level_debug_logging_is_left_alone() -> None:
     got = _patched("DEBUG")
-    assert got["done"] == ["pending_adjribout", "reload_owed", "hexstring"]
+    assert got["done"] == ["pending_adjribout", "reload_owed", "max_prefixes_hold", "hexstring"]
     assert got["debug_off"] is False
 
 
@@ -97,3 +98,82 @@ def test_a_reload_an_established_peer_holds_is_raised_again_once_it_is_done() ->
     r.signal.received = 0  # the loop takes it
     exabgp_launch.raise_owed_reload(r)
     assert r.signal.received == 0  # raised once
+
+
+class _Action:
+    CLOSE, LATER = 1, 2
+
+
+def _hold_reactor(neighbors: tuple[str, ...]) -> Any:
+    """A reactor and peers with the parts of ExaBGP's that the max_prefixes hold patches."""
+
+    class Peer:
+        def __init__(self, neighbor: Any, reactor: Any) -> None:
+            self.neighbor, self.proto, self._restart, self._teardown = neighbor, object(), True, 0
+            self.removed = False
+
+        def teardown(self, code: int, restart: bool = True) -> None:
+            self._teardown, self._restart = code, restart
+
+        def run(self) -> int:  # ExaBGP's: a peer down and not restarting leaves the reactor
+            return _Action.CLOSE if self.proto is None and not self._restart else _Action.LATER
+
+        def stop(self) -> None:
+            self._restart = False
+
+        def remove(self) -> None:
+            self.removed, self.proto = True, None
+            self.stop()
+
+        def stopping(self) -> bool:
+            return bool(self._teardown) and not self._restart
+
+    class Reactor:
+        def __init__(self) -> None:
+            rib = SimpleNamespace(uncache=lambda: None)
+            self.configuration = SimpleNamespace(
+                neighbors={n: SimpleNamespace(rib=rib) for n in neighbors}
+            )
+            self._peers = {n: Peer(v, self) for n, v in self.configuration.neighbors.items()}
+
+        def teardown_peer(self, name: str, code: int) -> None:
+            self._peers[name].teardown(code)
+
+        def reload(self) -> bool:
+            for key, peer in self._peers.items():
+                if key not in self.configuration.neighbors:
+                    peer.remove()
+            return True
+
+    exabgp_launch.hold_teardowns(Reactor, Peer, _Action)
+    return Reactor()
+
+
+def test_a_max_prefixes_teardown_keeps_the_peer_down_until_a_reload_drops_or_lists_it() -> None:
+    r = _hold_reactor(("a", "b", "c"))
+    r.teardown_peer("a", 2)  # any other Cease: ExaBGP reconnects, as it always did
+    assert r._peers["a"]._restart
+    r.teardown_peer("b", exabgp_launch.HOLD_SUBCODE)
+    held = r._peers["b"]
+    held.proto = None  # its NOTIFICATION went out
+    assert (held.stopping(), held.run()) == (True, _Action.LATER)  # stays, refusing
+    # the hold's reload drops it (glbd's config left it out before the teardown): it leaves
+    del r.configuration.neighbors["b"]
+    r.reload()
+    assert held.removed and held.run() == _Action.CLOSE
+    # the hold is over before any reload dropped it: listed again, it is a new peer
+    r.teardown_peer("c", exabgp_launch.HOLD_SUBCODE)
+    r._peers["c"].proto = None
+    r.reload()
+    assert r._peers["c"]._restart and not r._peers["c"].stopping()
+
+
+def test_a_held_peer_dropped_before_its_cease_went_out_sends_it_first() -> None:
+    r = _hold_reactor(("a",))
+    r.teardown_peer("a", exabgp_launch.HOLD_SUBCODE)
+    peer = r._peers["a"]
+    del r.configuration.neighbors["a"]
+    r.reload()
+    assert not peer.removed  # not closed bare: its session still ends with the Cease
+    peer.proto = None
+    assert peer.run() == _Action.CLOSE
