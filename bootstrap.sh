@@ -24,7 +24,7 @@ case "$job" in demo|test|install) ;; *) die "usage: $0 {demo|test|install} [args
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES=(iproute2 nftables debootstrap tcpdump iperf3 procps psmisc kmod
               python3 python3-venv python3-dev gcc systemd ca-certificates
-              build-essential dpkg-dev debhelper dh-virtualenv help2man
+              build-essential dpkg-dev debhelper dh-virtualenv groff-base
               clang libbpf-dev bpftool)
 # Services the tests run themselves, never as host services: their start is blocked while
 # they install (FRR 8.4 for the legacy interop test; Prometheus: promtool checks the alert

@@ -17,13 +17,12 @@ import structlog
 from pydantic import BaseModel
 
 from glbd.app import config as cfgmod
+from glbd.app import confref
 from glbd.app import log as logmod
 from glbd.app.daemon import Daemon
 from glbd.app.node import Node
 from glbd.cli import glbctl as ctl
 from tests.test_daemon import Dummy, _write_cfg
-
-GUIDE = Path(__file__).resolve().parent.parent / "docs" / "operator-guide.md"
 
 
 def _model_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -91,33 +90,15 @@ def test_a_live_key_is_named_and_not_restart_required(tmp_path: Path) -> None:
     assert cfgmod.diff(old, old)["keys"] == []
 
 
-def test_the_guides_reload_table_is_the_code_s() -> None:
-    text = GUIDE.read_text()
-    head = text.index("### 9.1 What a reload applies")
-    lines = text[head:].splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    table = []
-    for line in lines[first:]:
-        if not line.startswith("|"):
-            break
-        table.append(line)
-    want = cfgmod.reload_markdown()
-    assert "\n".join(table) == want, (
-        "docs/operator-guide.md 9.1 is out of date: paste the output of "
-        "python -c 'from glbd.app.config import reload_markdown; print(reload_markdown())'"
-    )
-    rows = cfgmod.reload_table()
-    assert [r["key"] for r in rows] == list(cfgmod.config_keys())
-    by_key = {r["key"]: r for r in rows}
-    assert by_key["metrics.listen"] == {
-        "key": "metrics.listen",
-        "type": "string | none",
-        "default": "none",
-        "reload": "restart",
+def test_the_reference_says_what_a_reload_does() -> None:
+    """docs/config-reference.md's *on reload* column (tests/test_confref.py checks the file) is
+    :data:`RELOAD`, key for key."""
+    rows = {r.key: r for r in confref.rows()}
+    assert {k: rows[k].reload for k in cfgmod.config_keys()} == {
+        k: cfgmod.RELOAD[k] for k in cfgmod.config_keys()
     }
-    assert by_key["bfd.min_tx_ms"]["default"] == "50" and by_key["router_id"]["default"] == (
-        "required"
-    )
+    assert rows["metrics.listen"].reload is cfgmod.Reload.RESTART
+    assert rows["bfd.min_tx_ms"].reload is cfgmod.Reload.LIVE
 
 
 # ---- through the daemon's reload ------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from glbd.app import config as cfgmod
 from glbd.app import privileges
+from glbd.cli import manpages
 from glbd.io import caps, systemd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,20 +41,12 @@ def directive(key: str) -> list[str]:
 
 
 def man_pages(tmp_path: Path) -> Path:
-    """glbd(8) and glbctl(8) as the package builds them (help2man, packaging/man/*.h2m), so
+    """glbd(8), glbctl(8) and glbd.toml(5) as the package builds them (glbd.cli.manpages), so
     ``verify`` checks the unit's ``Documentation=`` man pages against what glbd ships."""
-    man8 = tmp_path / "man" / "man8"
-    man8.mkdir(parents=True)
-    for prog in ("glbd", "glbctl"):
-        wrapper = tmp_path / prog
-        wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m glbd.cli.{prog} "$@"\n')
-        wrapper.chmod(0o755)
-        subprocess.run(
-            ["help2man", "--no-info", "--no-discard-stderr", "--section", "8",
-             "--include", str(ROOT / "packaging" / "man" / f"{prog}.h2m"),
-             "--output", str(man8 / f"{prog}.8"), str(wrapper)],
-            check=True, capture_output=True,
-        )  # fmt: skip
+    for name, text in manpages.pages().items():
+        section = tmp_path / "man" / f"man{name[-1]}"
+        section.mkdir(parents=True, exist_ok=True)
+        (section / name).write_text(text)
     return tmp_path / "man"
 
 

@@ -8,13 +8,14 @@ half-applies and a failed reload keeps the old config.
 Secrets (the heartbeat HMAC key) are read from a separate file at load time; they are held in a
 :class:`Secret` whose ``repr``/``str`` never show the value, so they cannot leak through logs.
 
-Reference (every key, type, default and range) is in README.md, "Configuration reference"; the
-examples in ``conf/`` are checked by the test suite. What a reload does with each key (applied
-live, or refused: needs a restart) is :data:`RELOAD`, shown in docs/operator-guide.md 9.1.
+The ``#:`` comment above each field is its description: :mod:`glbd.app.confref` turns the model
+(every key, type, range, default, description) and :data:`RELOAD` (what a reload does with each
+key: applied live, or refused: needs a restart) into docs/config-reference.md and glbd.toml(5).
+The examples in ``conf/`` are checked by the test suite.
 
-Why one file of ~700 lines: it is one declarative schema, section after section in the order of
-the README's reference table, and the checks across sections (duplicate neighbours, originated
-prefixes) need all of it; secret files are read by :mod:`glbd.app.secrets`.
+Why one file: it is one declarative schema, section after section in the order of the
+reference, and the checks across sections (duplicate neighbours, originated prefixes) need all of
+it; secret files are read by :mod:`glbd.app.secrets`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import itertools
-import json
 import os
 import re
 import tomllib
-import types
-import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -118,7 +116,10 @@ BfdAuthType = Literal[
 class _KeyFile(_Model):
     """A key id plus a secret read from a file at load time (never shown)."""
 
+    #: the key's id: sent with what this key signs, and selecting it on receipt
     key_id: Annotated[int, Field(ge=0, le=255)]
+    #: the file the key is read from at load time and on reload: owned by root or glbd's
+    #: user, not readable by others; the key never shows in logs or ``glbctl config``
     secret_file: Path
     secret: Secret | None = Field(default=None, exclude=True)
 
@@ -147,7 +148,10 @@ class BfdAuth(_KeyFile):
     We transmit with ``key_id``; ``accept`` lists further keys (each with its own key id)
     accepted on receive during a key rollover, the received Key ID selecting the key."""
 
+    #: the authentication type; the key is 1-16 bytes, up to 20 for the SHA1 types
     type: BfdAuthType
+    #: further keys (``key_id``, ``secret_file``) accepted on receive during a key rollover,
+    #: the received Key ID selecting the key; what is sent uses ``key_id``
     accept: tuple[BfdAuthKey, ...] = ()
 
     def _bounds(self) -> tuple[int, int, str]:
@@ -170,15 +174,24 @@ class BfdAuth(_KeyFile):
 
 
 class BfdSection(_Model):
-    """BFD defaults (per neighbor overridable). Intervals in milliseconds."""
+    """BFD (RFC 5880/5881) for the neighbors; each neighbor may override these in
+    ``[neighbors.bfd]``. Intervals in milliseconds."""
 
+    #: BFD for every neighbor
     enabled: bool = True
+    #: desired minimum transmit interval
     min_tx_ms: Annotated[int, Field(ge=3, le=60_000)] = 50
+    #: required minimum receive interval
     min_rx_ms: Annotated[int, Field(ge=3, le=60_000)] = 50
+    #: detection multiplier: down after this many receive intervals without a packet
     detect_mult: Annotated[int, Field(ge=1, le=255)] = 3
+    #: wait for the peer to speak first
     passive: bool = False
     #: advertise the C bit (RFC 5880: BFD does not share fate with the control plane)
     cpi: bool = False
+    #: RFC 5880 authentication (``type``, ``key_id``, ``secret_file``). Prefer
+    #: "meticulous-keyed-sha1": the keyed types accept a repeated sequence number, so a replay
+    #: is caught only once it stood still for 2 s (docs/security.md)
     auth: BfdAuth | None = None
     #: engine-wide: SCHED_FIFO priority of the BFD engine process (0 = normal scheduling).
     #: Measured: without it, 256 sessions at 3x50 ms flap on a busy 2-core box; with it, 1024 hold
@@ -189,18 +202,28 @@ class BfdSection(_Model):
     #: (pre-armed RTM_DELNEXTHOP, bfd/failover.py) instead of waiting for glbd's event loop
     kernel_failover: bool = True
     #: engine-wide: a BPF program at tc ingress takes the repeats of a session's steady state
-    #: in the kernel (bfd/engine/kernel_rx.py): 512 sessions at 3 x 10 ms held with it, not
-    #: without (docs/benchmarks.md). Those repeats pass no netfilter input hook
+    #: in the kernel (Linux 6.6+ and CAP_BPF, else every packet is read: ``glbctl status``
+    #: ``bfd_engine.kernel_rx``): 512 sessions at 3 x 10 ms held with it, not without
+    #: (docs/benchmarks.md). Those repeats pass no netfilter input hook
     kernel_rx: bool = True
 
 
 class BfdOverride(_Model):
+    """One neighbor's BFD settings over ``[bfd]`` (a key left out: ``[bfd]``'s)."""
+
+    #: this neighbor's ``bfd.enabled``
     enabled: bool | None = None
+    #: this neighbor's ``bfd.min_tx_ms``
     min_tx_ms: Annotated[int, Field(ge=3, le=60_000)] | None = None
+    #: this neighbor's ``bfd.min_rx_ms``
     min_rx_ms: Annotated[int, Field(ge=3, le=60_000)] | None = None
+    #: this neighbor's ``bfd.detect_mult``
     detect_mult: Annotated[int, Field(ge=1, le=255)] | None = None
+    #: this neighbor's ``bfd.passive``
     passive: bool | None = None
+    #: this neighbor's ``bfd.cpi``
     cpi: bool | None = None
+    #: this neighbor's ``bfd.auth`` (the whole table)
     auth: BfdAuth | None = None
 
 
@@ -219,27 +242,42 @@ class _PeerSection(_Model):
 
     #: the neighbor's AS, or as FRR spells it: "external" (any AS but ours), "internal" (ours)
     remote_as: Annotated[int | Literal["external", "internal"], BeforeValidator(_remote_as)]
+    #: the fabric interface the neighbor is on. While it (or our address on it) is missing the
+    #: neighbor waits (``glbctl neighbors``: ``waiting_for_interface``, ``no_local_address``)
+    #: and is retried; the other neighbors start
     interface: str
+    #: our address on that link (same IP version); none: the kernel's source address toward
+    #: the peer on that interface
     local_address: IPAddr | None = None
+    #: BGP hold time in seconds; none: ``bgp.hold_time``
     hold_time: Annotated[int, Field(ge=3, le=65535)] | None = None
+    #: free text for the operator (``glbctl config`` shows it)
     description: str = ""
     #: only accept the TCP session (true), always connect (false), or "auto": passive when our
     #: address is the lower one, so two glbd routers never both connect
     passive: Annotated[bool | Literal["auto"], BeforeValidator(_tristate)] = "auto"
+    #: this neighbor's overrides of ``[bfd]``
     bfd: BfdOverride = BfdOverride()
-    #: TCP MD5 signature key (RFC 2385) for this session, read from this file at load time
+    #: TCP MD5 signature key (RFC 2385) for this session, read from this file at load time and
+    #: on reload (1-80 bytes; checked like the other secret files); a key written in the file
+    #: itself (``password``) is refused. TCP-AO is not available (docs/bgp.md)
     password_file: Path | None = None
     password: Secret | None = Field(default=None, exclude=True)
-    #: the unicast address families activated for the session
+    #: the unicast address families activated for the session (a route of another family is
+    #: rejected: ``family_not_active``); a change resets that session
     families: tuple[Literal["ipv4", "ipv6"], ...] = ("ipv4", "ipv6")
-    #: prefix lists (docs/bgp.md "Policy"): "[permit|deny] PREFIX [ge N] [le M]", first match
-    #: wins, a family with entries denies what none matches
+    #: import prefix list (docs/bgp.md, "Policy"): "[permit|deny] PREFIX [ge N] [le M]", first
+    #: match wins, a family with entries denies what none matches; a denied route is rejected
+    #: (``import_denied``)
     import_: tuple[str, ...] = Field(default=(), alias="import")
+    #: export prefix list, written like ``import``: nothing it denies is advertised
     export: tuple[str, ...] = ()
-    #: more prefixes than this from the neighbor: "warn" (log, count, keep) or "teardown"
-    #: (Cease subcode 1, kept down for max_prefixes_restart_s)
+    #: most prefixes taken from the neighbor; none: no limit
     max_prefixes: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+    #: past ``max_prefixes``: "warn" (logged once per crossing, counted, routes kept) or
+    #: "teardown" (its routes go, Cease subcode 1, kept down for ``max_prefixes_restart_s``)
     max_prefixes_action: Literal["warn", "teardown"] = "teardown"
+    #: teardown: how long the session is kept down
     max_prefixes_restart_s: Annotated[float, Field(ge=1, le=86400)] = 60.0
 
     model_config = ConfigDict(
@@ -291,6 +329,10 @@ class _PeerSection(_Model):
 
 
 class NeighborSection(_PeerSection):
+    """One BGP neighbor on a fabric interface (its address unique)."""
+
+    #: the neighbor's address; an entry without it is an unnumbered neighbor, whose link-local
+    #: address is learned on ``interface`` (docs/bgp.md, "Unnumbered neighbours")
     address: IPAddr
 
     @model_validator(mode="after")
@@ -373,12 +415,69 @@ def _split_neighbors(raw: list[Any]) -> tuple[list[Any], list[Any], list[int], l
     return numbered, unnumbered, n_at, u_at
 
 
+def _glob_ifname(v: str) -> str:
+    """An interface name, or a glob of names (``host*``, ``swp[1-4]``)."""
+    if not _IFNAME.match(v):
+        raise ValueError(f"{v!r} is not a Linux interface name or a glob of names")
+    return v
+
+
+class NetworkEntry(_Model):
+    """A prefix advertised only while an interface is up (docs/bgp.md, "Conditional
+    origination"): BIRD's ``route PREFIX via "IFACE"``, FRR's ``network`` with import check."""
+
+    #: the prefix (IPv4 or IPv6, no host bits), advertised while ``interface`` is oper-up
+    prefix: IPNet
+    #: the interface it depends on: administratively up with carrier (``ip link``: ``UP``,
+    #: ``LOWER_UP``); missing or down, the prefix is withdrawn
+    interface: str
+
+    @field_validator("interface")
+    @classmethod
+    def _ifname(cls, v: str) -> str:
+        if not _IFNAME.match(v):
+            raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
+        return v
+
+
+class RedistributeConnected(_Model):
+    """The connected subnets of host-facing interfaces, each advertised while its interface is
+    up and holds the address (docs/bgp.md, "Conditional origination"): FRR's ``redistribute
+    connected route-map``, BIRD's ``protocol direct``. Link-local and loopback subnets never."""
+
+    #: the interfaces whose addresses' subnets are advertised: names or globs (``"host*"``)
+    interfaces: list[str]
+    #: which of those subnets may be advertised, written like ``neighbors.import`` (first match
+    #: wins; a family with entries denies what none matches); empty: all of them
+    prefix_list: tuple[str, ...] = ()
+
+    @field_validator("interfaces")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("name at least one interface (or leave the table out)")
+        for name in v:
+            _glob_ifname(name)
+        return v
+
+    @field_validator("prefix_list")
+    @classmethod
+    def _prefix_list(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        prefixlist.parse(v)
+        return v
+
+
 class BgpSection(_Model):
+    """BGP (docs/bgp.md): ExaBGP is glbd's speaker; these apply to every neighbor."""
+
+    #: BGP hold time in seconds, for a neighbor without its own ``hold_time``
     hold_time: Annotated[int, Field(ge=3, le=65535)] = 9
     #: paths of equal AS-path length through different neighbor ASes form one multipath set
     multipath_relax: bool = True
+    #: largest multipath set
     max_paths: Annotated[int, Field(ge=1, le=1024)] = 128
-    #: load-balancer: accept an all-zero NHC next hop (FRR sends 0.0.0.0) unless strict
+    #: load-balancer: reject an NHC whose next hop is all zeros (FRR sends 0.0.0.0 on eBGP
+    #: IPv4); false: accept and count it
     nnhn_strict_next_hop: bool = False
     #: keep installed routes this long after ExaBGP restarts before withdrawing unrefreshed ones
     stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
@@ -386,9 +485,11 @@ class BgpSection(_Model):
     bfd_strict: bool = True
     #: graceful restart (RFC 4724). "helper": keep a restarting peer's routes (stale) until
     #: its End-of-RIB; "full": also advertise the capability (Forwarding State set: glbd keeps
-    #: its FIB), so peers keep forwarding to glbd while it or its ExaBGP restarts; "off"
+    #: its FIB), so peers keep forwarding to glbd while it or its ExaBGP restarts, but also
+    #: keep a dead glbd's routes for ``restart_time_s`` (docs/bgp.md, "Graceful restart"); "off"
     graceful_restart: Literal["off", "helper", "full"] = "helper"
-    #: the restart time glbd advertises: how long peers keep its routes while it is down
+    #: with "full": the restart time glbd advertises, how long peers keep its routes while it
+    #: is down (a few seconds above a glbd restart, e.g. 5-10)
     restart_time_s: Annotated[int, Field(ge=1, le=4095)] = 120
     #: once a restarting peer is back, how long its stale routes wait for its End-of-RIB
     stale_path_time_s: Annotated[float, Field(gt=0, le=3600)] = 360.0
@@ -397,22 +498,32 @@ class BgpSection(_Model):
     update_coalesce_ms: Annotated[float, Field(ge=0, le=1000)] = 50.0
     #: initial-exchange deferral (FRR's update-delay): after a start or an ExaBGP restart,
     #: received routes are selected once, when every neighbor has sent End-of-RIB (or did
-    #: not establish within ``update_delay_establish_wait_s``), at most this long; 0 = off
+    #: not establish within ``update_delay_establish_wait_s``), at most this long; 0 = off.
+    #: Own prefixes, losses of selected routes and BFD failures never wait
     update_delay_s: Annotated[float, Field(ge=0, le=3600)] = 120.0
     #: how long that deferral waits for a configured neighbor to establish at all
     update_delay_establish_wait_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
     #: trust the NNHN of every prefix of a multi-prefix UPDATE (FRR computes one NNHN per UPDATE
     #: from its first prefix, so by default only that prefix's NNHN is used)
     trust_packed_nnhn: bool = False
+    #: ExaBGP's own log level; its log (rotated at 1 MB, 3 kept) and stdout go to
+    #: /var/log/glbd (the unit's ``LogsDirectory=``), else the runtime directory
     exabgp_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     #: drained (RFC 8326 graceful shutdown): every route glbd advertises carries 65535:0 and
     #: ``drain_prepend`` extra copies of our AS, and a helper's heartbeats give every link
     #: band 0; sessions stay up. ``glbctl drain`` does the same until undrain or a restart
     drain: bool = False
+    #: drained: extra copies of our AS in the AS path, for peers that ignore the community
     drain_prepend: Annotated[int, Field(ge=0, le=10)] = 3
     #: RFC 8212 (FRR's ``bgp ebgp-requires-policy``): an eBGP neighbor without an ``import``
     #: list has every route rejected, one without an ``export`` list is sent nothing
     ebgp_requires_policy: bool = True
+    #: prefixes advertised only while their interface is up (``prefix``, ``interface``); a
+    #: prefix is here or in ``originate``, once
+    network: list[NetworkEntry] = []
+    #: advertise the connected subnets of these interfaces while each is up (``interfaces``,
+    #: ``prefix_list``); none: no connected subnet is advertised
+    redistribute_connected: RedistributeConnected | None = None
 
 
 class HeartbeatAuth(_KeyFile):
@@ -485,24 +596,36 @@ class HeartbeatSection(_Model):
     (numbered, or link-local on an unnumbered link) IPv6 heartbeats to ``group6``; an interface
     with neighbours of both families uses IPv4."""
 
+    #: send (helper) and receive (load balancer) heartbeats; off: local link quality only
     enabled: bool = True
+    #: the IPv4 multicast group (TTL 255, out of each fabric interface only)
     group: Annotated[ipaddress.IPv4Address, BeforeValidator(_hb_group4)] = ipaddress.IPv4Address(
         HEARTBEAT_GROUP_V4
     )
+    #: the IPv6 multicast group, of link-local scope (hop limit 255, sent from the session's
+    #: address)
     group6: IPv6Group = ipaddress.IPv6Address(HEARTBEAT_GROUP_V6)
+    #: UDP port (a reload that changes group, group6 or port reopens the sockets)
     port: Annotated[int, Field(ge=1, le=65535)] = HEARTBEAT_PORT
+    #: periodic send interval
     interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 20
     #: the refresh while quiet: every link at the best band and up, no change sent for a
     #: second (a change still goes out at once, and the sender is back at interval_ms);
     #: at or below interval_ms: always interval_ms
     idle_interval_ms: Annotated[int, Field(ge=5, le=10_000)] = 100
+    #: also send at once when a link's band changes
     on_change: bool = True
+    #: a change send comes no closer than this to the previous one (at most interval_ms)
     min_spacing_ms: Annotated[int, Field(ge=1, le=10_000)] = 5
+    #: a remote entry expires after this many of its sender's advertised intervals
     hold_multiplier: Annotated[int, Field(ge=2, le=255)] = 3
-    #: one HMAC key (the simple case), or ``keys``: several at once for a rollover, every one
-    #: accepted, ``send_key_id`` (default: the only one) signs what this node sends
+    #: one HMAC-SHA256 key (``key_id``, ``secret_file`` of at least 16 bytes). Without any key
+    #: ``glbd check-config`` warns and ``glbctl status`` shows ``heartbeat_auth: off``
     auth: HeartbeatAuth | None = None
+    #: several keys at once, for a rollover without loss (instead of ``auth``): every one is
+    #: accepted
     keys: list[HeartbeatAuth] = []
+    #: the key id this node signs with (default: the only key)
     send_key_id: Annotated[int, Field(ge=0, le=255)] | None = None
 
     @field_validator("group")
@@ -557,6 +680,7 @@ class HeartbeatSection(_Model):
 class LinkQualitySection(_Model):
     """DLB-style quality bands. Load in percent of capacity, queue in bytes of qdisc backlog."""
 
+    #: how often the interfaces' counters are sampled
     sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 10
     #: the interval while every link is quiet (up, below load_min_pct, no queue, best band):
     #: an idle router samples 5x less often; a link going down or up is read at once, and
@@ -565,15 +689,20 @@ class LinkQualitySection(_Model):
     idle_sample_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 50
     #: EWMA weight of a new sample, 0 < alpha <= 1
     ewma_alpha: Annotated[float, Field(gt=0, le=1)] = 0.25
+    #: the egress load (percent of capacity) range mapped onto the 8 load bands: its low end
     load_min_pct: Annotated[float, Field(ge=0, le=100)] = 10.0
+    #: the high end of the load range
     load_max_pct: Annotated[float, Field(ge=0, le=100)] = 90.0
+    #: the qdisc backlog range mapped onto the 8 queue bands: its low end
     queue_min_bytes: Annotated[int, Field(ge=0)] = 3_000
+    #: the high end of the backlog range (raise it on deep-buffer links)
     queue_max_bytes: Annotated[int, Field(ge=1)] = 300_000
     #: share of the load band in the combined quality; (1 - rate_weight) goes to the queue band
     rate_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     #: a one-band drop is reported once the score is this far (in bands) past the boundary,
     #: or after this many samples in the new band; two bands down, down and up go out at once
     hysteresis_margin: Annotated[float, Field(ge=0, lt=1)] = 0.25
+    #: after this many samples in a new band a one-band drop is reported (see hysteresis_margin)
     hysteresis_samples: Annotated[int, Field(ge=1, le=1000)] = 3
     #: congestion onset: a sample with the link at or above load_max_pct and its backlog at
     #: least this many bytes and growing is taken as measured, past the EWMA (0: off)
@@ -587,6 +716,7 @@ class LinkQualitySection(_Model):
     confirm_improvements: bool = True
     #: interface name -> capacity in Mbit/s (veth and shaped links report no true speed)
     capacity_mbps: dict[str, Annotated[float, Field(gt=0)]] = {}
+    #: the capacity of an interface that reports no speed and is not in capacity_mbps
     default_capacity_mbps: Annotated[float, Field(gt=0)] = 10_000.0
     #: tc classes ("major:minor", hex, as tc prints them) on the fabric interfaces whose
     #: traffic no load balancer can steer (strict-priority classes above the steered one);
@@ -658,20 +788,32 @@ def _auto_or(lo: float, hi: float, unit: str, integer: bool = False) -> BeforeVa
 
 
 class FibSection(_Model):
+    """How glbd programs the kernel's routes and nexthop groups (docs/fib.md)."""
+
+    #: rtnetlink protocol number marking glbd's routes and nexthops; nothing else is touched
     protocol: Annotated[int, Field(ge=5, le=255)] = RTPROT_GLBD
+    #: the routing table
     table: Annotated[int, Field(ge=1, le=2**32 - 1)] = 254
+    #: nexthop group type: "resilient" (Linux 5.13+) never moves a running flow until its
+    #: bucket is idle; "hash-threshold" moves flows at once, with some reordering
     group_type: Literal["resilient", "hash-threshold"] = "resilient"
+    #: buckets of a resilient group
     resilient_buckets: Annotated[int, Field(ge=2, le=65535)] = 128
-    #: "auto": the flowlet timeout while ``[flowlet]`` is on (a bucket idle that long holds no
-    #: flow that moving it could reorder), else 1.0
+    #: how long a resilient group's bucket is idle before it may move (0..3600); "auto": the
+    #: flowlet timeout while ``[flowlet]`` is on (a bucket idle that long holds no flow that
+    #: moving it could reorder), else 1.0
     resilient_idle_timer_s: Annotated[float | Literal["auto"], _auto_or(0, 3600, "s")] = "auto"
+    #: a resilient group unbalanced this long moves buckets that are not idle too
     resilient_unbalanced_timer_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
     #: set net.ipv4.nexthop_compat_mode=0 in glbd's namespace (weight changes stop emitting one
     #: RTM_NEWROUTE per route; route dumps then omit the expanded multipath)
     set_compat_mode_off: bool = False
+    #: on stop: "keep" the routes and groups (traffic keeps flowing; the next glbd adopts
+    #: them) or "remove" them
     on_stop: Literal["keep", "remove"] = "keep"
     #: after a restart, adopted objects nobody re-claims are removed after this long
     stale_timer_s: Annotated[float, Field(ge=0, le=86_400)] = 300.0
+    #: period of the level-triggered reconcile of links and nexthops with the kernel
     reconcile_interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
     #: full route audit (a route dump compared with the desired state); the periodic reconcile
     #: in between checks links and nexthops only, which is cheap at any route count
@@ -684,11 +826,13 @@ class FlowletSection(_Model):
     multipath selection may move it to another next hop (by glbd's weights) only where that
     cannot reorder it."""
 
+    #: flowlet switching; off by default: with the safe "auto" timeout it reordered nothing
+    #: but gained little in the lab's fabric benchmark (docs/benchmarks.md)
     enabled: bool = False
-    #: the idle gap after which a flow may move; it must exceed the delay difference between
-    #: the paths. "auto": the peak queueing delay measured on the two hops of the fabric's
-    #: paths (the leaf's uplinks, the spines' downlinks from their heartbeats) over
-    #: ``skew_window_s``, never below ``timeout_floor_us``
+    #: the idle gap after which a flow may move (1..10000000); it must exceed the delay
+    #: difference between the paths. "auto": the peak queueing delay measured on the two hops
+    #: of the fabric's paths (the leaf's uplinks, the spines' downlinks from their heartbeats)
+    #: over ``skew_window_s``, never below ``timeout_floor_us``
     timeout_us: Annotated[int | Literal["auto"], _auto_or(1, 10_000_000, "us", True)] = "auto"
     #: the least "auto" timeout (500 us: CONGA's choice for a datacenter fabric; it covers
     #: queues too short for the 10 ms link sampling to see)
@@ -740,16 +884,27 @@ class FlowletSection(_Model):
 
 
 class ControlSection(_Model):
+    """The control socket ``glbctl`` talks to."""
+
+    #: the socket (0660, group glbd if it exists)
     socket: Path = Path("/run/glbd/glbd.sock")
 
 
 class LoggingSection(_Model):
+    """glbd's log, one line per event."""
+
+    #: the least level logged (``glbd run --log-level`` overrides it until a reload changes it)
     level: Literal["debug", "info", "warning", "error"] = "info"
-    #: auto: console on a TTY, journal when stderr is journald's stream, else json
+    #: auto: console on a TTY, journal when stderr is journald's stream, else json; journal:
+    #: JSON lines with a syslog-priority prefix, so ``journalctl -p err`` works
     format: Literal["auto", "console", "json", "journal"] = "auto"
 
 
 class MetricsSection(_Model):
+    """The Prometheus endpoint (docs/metrics.md)."""
+
+    #: HOST:PORT to serve metrics on (no authentication: bind to 127.0.0.1 or a management
+    #: address); none: no endpoint
     listen: str | None = None
 
     @field_validator("listen")
@@ -768,15 +923,26 @@ class MetricsSection(_Model):
 
 
 class Config(_Model):
+    """The whole file."""
+
+    #: IPv4 BGP identifier, also the GLB node id that heartbeats and NNHN carry (not 0.0.0.0)
     router_id: ipaddress.IPv4Address
+    #: the local AS
     local_as: Annotated[int, Field(ge=1, le=4_294_967_295)]
+    #: "helper" (spine: re-advertises with NNHN, sends heartbeats), "load-balancer" (leaf:
+    #: weighted nexthop groups from NNHN and heartbeats) or "both"
     role: Literal["helper", "load-balancer", "both"]
     #: SCHED_RR priority of glbd's event loop while it is not busy with bulk work (0 = normal
-    #: scheduling), below the BFD engine's: a heartbeat waits for no ordinary process
+    #: scheduling), below the BFD engine's: a heartbeat waits for no ordinary process. Busy
+    #: (half a core or more over 100 ms) it drops to normal scheduling (``glbctl status``:
+    #: ``scheduling``)
     rt_priority: Annotated[int, Field(ge=0, le=99)] = 5
+    #: BGP neighbors, one ``[[neighbors]]`` entry each
     neighbors: list[NeighborSection] = []
-    #: ``[[neighbors]]`` entries without an address (moved here when the file is read)
+    #: internal: the ``[[neighbors]]`` entries without an address, moved here when the file is
+    #: read (write them as ``[[neighbors]]``)
     unnumbered: list[UnnumberedSection] = []
+    #: prefixes (IPv4 or IPv6, no host bits) this router announces
     originate: list[IPNet] = []
     bfd: BfdSection = BfdSection()
     bgp: BgpSection = BgpSection()
@@ -813,6 +979,9 @@ class Config(_Model):
     def _unique(self) -> Self:
         problems = _duplicates(
             [str(n.address) for n in self.neighbors], [str(p) for p in self.originate]
+        )
+        problems += _duplicate_networks(
+            [str(p) for p in self.originate], [str(e.prefix) for e in self.bgp.network]
         )
         ports = [u.interface for u in self.unnumbered]
         problems += [
@@ -966,6 +1135,29 @@ def _duplicates(neighbors: list[Any], originate: list[Any]) -> list[Problem]:
     return out
 
 
+def _duplicate_networks(originate: list[Any], networks: list[Any]) -> list[Problem]:
+    """A ``[[bgp.network]]`` prefix that ``originate`` or another entry has already."""
+
+    def norm(v: Any) -> str | None:
+        try:
+            return str(ipaddress.ip_network(v, strict=False))
+        except (ValueError, TypeError):
+            return None
+
+    seen = {k: f"originate.{i}" for i, p in enumerate(originate) if (k := norm(p)) is not None}
+    out: list[Problem] = []
+    for i, p in enumerate(networks):
+        key = norm(p)
+        if key is None:
+            continue
+        if key in seen:
+            why = f"duplicate prefix {key} (also {seen[key]})"
+            out.append(Problem(f"bgp.network.{i}.prefix", why))
+        else:
+            seen[key] = f"bgp.network.{i}"
+    return out
+
+
 def _entry_key(key: str, n_at: list[int], u_at: list[int]) -> str:
     """``neighbors.1.x`` / ``unnumbered.0.x`` (after the split) -> the written entry's key."""
     head, _, rest = key.partition(".")
@@ -1011,6 +1203,12 @@ def parse(data: dict[str, Any], path: str = "<config>") -> Config:
         olist: list[Any] = raw_o if isinstance(raw_o, list) else []
         addrs = [n.get("address") for n in nlist if isinstance(n, dict)]
         for p in _duplicates(addrs, olist):
+            problems[(p.key, p.reason)] = None
+        raw_b = data.get("bgp")
+        raw_net = raw_b.get("network") if isinstance(raw_b, dict) else None
+        nlist_b: list[Any] = raw_net if isinstance(raw_net, list) else []
+        nets = [e.get("prefix") if isinstance(e, dict) else None for e in nlist_b]
+        for p in _duplicate_networks(olist, nets):
             problems[(p.key, p.reason)] = None
         raise ConfigError(path, [Problem(k, r) for k, r in problems]) from None
 
@@ -1066,7 +1264,7 @@ RELOAD: dict[str, Reload] = {
         "hold_time multipath_relax max_paths nnhn_strict_next_hop stale_timer_s bfd_strict "
         "graceful_restart restart_time_s stale_path_time_s update_coalesce_ms update_delay_s "
         "update_delay_establish_wait_s trust_packed_nnhn drain drain_prepend "
-        "ebgp_requires_policy",
+        "ebgp_requires_policy network redistribute_connected",
     ),
     # ExaBGP's process is started with it
     **_each("bgp", Reload.RESTART, "exabgp_log_level"),
@@ -1159,85 +1357,3 @@ def diff(old: Config, new: Config) -> dict[str, Any]:
         "keys": keys,
         "restart_required": [k for k in keys if RELOAD.get(k) is not Reload.LIVE],
     }
-
-
-# ---- the reference table (docs/operator-guide.md, "What a reload applies") --------------------
-
-_TYPE_NAMES: dict[Any, str] = {
-    bool: "bool",
-    int: "int",
-    float: "float",
-    str: "string",
-    Path: "path",
-    type(None): "none",
-    ipaddress.IPv4Address: "IPv4 address",
-    ipaddress.IPv6Address: "IPv6 address",
-    ipaddress.IPv4Network: "IPv4 prefix",
-    ipaddress.IPv6Network: "IPv6 prefix",
-    NeighborSection: "neighbor",
-    UnnumberedSection: "unnumbered neighbor",
-    BfdAuth: "BFD auth",
-    HeartbeatAuth: "HMAC key",
-}
-
-
-def _type_name(t: Any) -> str:
-    origin, args = typing.get_origin(t), typing.get_args(t)
-    if origin is Annotated:
-        return _type_name(args[0])
-    if origin is Literal:
-        return " | ".join(json.dumps(a) for a in args)
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in args)
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
-    return _TYPE_NAMES.get(t, getattr(t, "__name__", str(t)))
-
-
-def _default(f: Any) -> str:
-    if f.is_required():
-        return "required"
-    v = f.get_default(call_default_factory=True)
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float | list | tuple | dict):
-        return json.dumps(v)
-    return json.dumps(str(v))
-
-
-def reload_table() -> list[dict[str, str]]:
-    """Every key a reload compares, with its type, default and what a reload does with it."""
-    fields: dict[str, Any] = {}
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, f in model.model_fields.items():
-            fields[prefix + name] = f
-            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
-                walk(f.annotation, f"{prefix}{name}.")
-
-    walk(Config, "")
-    return [
-        {
-            "key": k,
-            "type": _type_name(fields[k].annotation),
-            "default": _default(fields[k]),
-            "reload": str(RELOAD.get(k, Reload.RESTART)),
-        }
-        for k in config_keys()
-    ]
-
-
-def reload_markdown() -> str:
-    """:func:`reload_table` as the markdown table docs/operator-guide.md carries."""
-
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|")
-
-    lines = ["| key | type | default | on reload |", "| --- | --- | --- | --- |"]
-    lines += [
-        f"| `{r['key']}` | {cell(r['type'])} | `{cell(r['default'])}` | {r['reload']} |"
-        for r in reload_table()
-    ]
-    return "\n".join(lines)

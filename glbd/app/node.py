@@ -19,7 +19,9 @@ Event routing (all on the event loop; each event is routed once, downward):
 * BFD Down (a failure) -> FIB fast failover (the next hop leaves every group at once, before any
   recomputation), then from the ready queue the log record and the RIB (strict mode, session
   teardown); BFD Up -> back in; a peer's AdminDown is not a failure;
-* FIB failover map -> the BFD engine's armed kernel failover, per session.
+* FIB failover map -> the BFD engine's armed kernel failover, per session;
+* interface and address notifications -> origination (:mod:`glbd.app.origination`) -> the
+  RIB's originated set (a host port down withdraws its prefixes at once).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import ipaddress
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +46,11 @@ from glbd.app import params, views
 from glbd.app.component import Host
 from glbd.app.failover import FailoverArming
 from glbd.app.neighbors import LocalAddresses
+from glbd.app.origination import Origination
 from glbd.core.fibsync import FibSync, Step
 from glbd.core.linkq import LinkMonitor, QualityChanged
 from glbd.core.pathtable import Changes, PathTable
-from glbd.core.rib import NextHopsChanged, PeerDown, PeerUp
+from glbd.core.rib import NextHopsChanged, PeerDown, PeerUp, Prefix, RibParams
 from glbd.io import caps
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
 from glbd.io.fib import FibProgrammer
@@ -118,6 +122,9 @@ class Node:
         #: since when (loop time) the engine is dead; None while it runs
         self.bfd_down_since: float | None = None
         self.bgp: BgpSpeaker | None = None
+        #: what BGP originates: ``originate``, and the prefixes of up interfaces (bgp.network,
+        #: bgp.redistribute_connected); set up with the bgp part
+        self.origin: Origination | None = None
         #: ``glbctl drain`` since start (``[bgp] drain`` in the config drains too)
         self.drain_cmd = False
         self._stats: StatsReader | None = None
@@ -327,9 +334,14 @@ class Node:
 
     async def start_bgp(self) -> None:
         self.addrs.ensure(self.cfg)
+        # the interfaces first: the speaker starts with the prefixes that are up
+        self.origin = Origination(
+            self.loop, params.origin_params(self.cfg), self._originated, netns=self.netns
+        )
+        await self.origin.start()
         runtime = self._exabgp_dir = Path(self.cfg.control.socket).parent / f"exabgp-{os.getpid()}"
         self.bgp = BgpSpeaker(
-            params.rib_params(self.cfg, self.addrs.local),
+            self._rib_params(),
             netns=self.netns,
             on_event=self.on_bgp,
             process=ProcessOptions(
@@ -341,6 +353,8 @@ class Node:
         await self.bgp.start()
 
     async def stop_bgp(self) -> None:
+        if self.origin is not None:
+            self.origin.close()  # the stop withdraws everything: no change may race it
         await self.addrs.close()
         if self.bgp is not None:
             await self.bgp.stop()
@@ -428,9 +442,22 @@ class Node:
         if self.bgp is None:
             return
         if _neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
-            self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+            if self.origin is not None:
+                await self.origin.reconfigure(params.origin_params(new))
+            self.bgp.reconfigure(self._rib_params())
             await self.bgp.refresh_connected()  # the ports' addresses: next-hop checks
         self.apply_drain(new)
+
+    def _rib_params(self) -> RibParams:
+        """The RIB's parameters: the config's, originating what :attr:`origin` says now."""
+        p = params.rib_params(self.cfg, self.addrs.local)
+        return p if self.origin is None else replace(p, originated=self.origin.prefixes())
+
+    def _originated(self, prefixes: tuple[Prefix, ...]) -> None:
+        """An interface changed what is originated: announce and withdraw at once (the same
+        path as ``originate``; nothing glbd does not originate is touched)."""
+        if self.bgp is not None:
+            self.bgp.set_originated(prefixes)
 
     @property
     def drained(self) -> bool:
@@ -454,7 +481,7 @@ class Node:
         """Neighbors whose port came up: their BGP and BFD sessions start now (BGP first: it
         takes them from the waiting rows before this yields)."""
         if self.bgp is not None:
-            self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+            self.bgp.reconfigure(self._rib_params())
             # after: the port's addresses (next-hop checks) come before its first UPDATE can
             await self.bgp.refresh_connected()
         new = [s for s in self.bfd_sessions() if ipaddress.ip_address(s.peer) in found]
@@ -468,7 +495,7 @@ class Node:
         """Neighbors whose port was deleted: their BGP and BFD sessions go (retried forever
         otherwise); they wait for the port again, as at start."""
         if self.bgp is not None:
-            self.bgp.reconfigure(params.rib_params(self.cfg, self.addrs.local))
+            self.bgp.reconfigure(self._rib_params())
             await self.bgp.refresh_connected()
         if self.bfd is not None:
             gone = {params.unscoped(a) for a in lost}

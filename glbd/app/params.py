@@ -25,6 +25,7 @@ from glbd.codec.ipzone import strip_zone
 from glbd.core import prefixlist
 from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
+from glbd.core.origin import OriginParams
 from glbd.core.pathtable import PathTableParams
 from glbd.core.rib import NeighborParams, RibParams, Role
 from glbd.core.skew import SkewParams
@@ -262,6 +263,18 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
         drain=c.bgp.drain,
         drain_prepend=c.bgp.drain_prepend,
         ebgp_requires_policy=c.bgp.ebgp_requires_policy,
+    )
+
+
+def origin_params(cfg: cfgmod.Config) -> OriginParams:
+    """What this router originates: ``originate`` always, ``[[bgp.network]]`` and
+    ``[bgp.redistribute_connected]`` while their interfaces are up."""
+    rc = cfg.bgp.redistribute_connected
+    return OriginParams(
+        static=tuple(cfg.originate),
+        networks=tuple((e.prefix, e.interface) for e in cfg.bgp.network),
+        connected=tuple(rc.interfaces) if rc is not None else (),
+        connected_filter=prefixlist.parse(rc.prefix_list) if rc and rc.prefix_list else None,
     )
 
 

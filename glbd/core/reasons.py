@@ -16,6 +16,7 @@ __all__ = [
     "NdpIgnored",
     "NhcDiscard",
     "NhcStatus",
+    "OriginReason",
     "ProfileFallback",
     "QualitySource",
     "RemoteStatus",
@@ -246,3 +247,30 @@ class ProfileFallback(enum.StrEnum):
     @property
     def counter(self) -> str:
         return f"profile_fallback_{self.value}"
+
+
+class OriginReason(enum.StrEnum):
+    """Why a prefix glbd may originate is advertised or not (:class:`glbd.core.origin.Origins`;
+    ``glbctl routes`` ``origin.reason``, the ``origin_announce``/``origin_withdraw`` log records).
+    The first three advertise it, the others keep it withdrawn."""
+
+    #: in ``originate``: always advertised
+    STATIC = "static"
+    #: a ``[[bgp.network]]`` entry whose interface is up
+    INTERFACE_UP = "interface_up"
+    #: a connected prefix of an interface of ``bgp.redistribute_connected`` that is up
+    CONNECTED = "connected"
+    #: its interface is down (administratively, or no carrier: not oper-up)
+    INTERFACE_DOWN = "interface_down"
+    #: its interface does not exist (not yet, or deleted)
+    NO_INTERFACE = "no_interface"
+    #: a connected prefix whose address left the interface
+    NO_ADDRESS = "no_address"
+    #: a connected prefix that ``bgp.redistribute_connected.prefix_list`` denies
+    FILTERED = "filtered"
+    #: a reload took it out of the config
+    UNCONFIGURED = "unconfigured"
+
+    @property
+    def advertised(self) -> bool:
+        return self in (OriginReason.STATIC, OriginReason.INTERFACE_UP, OriginReason.CONNECTED)

@@ -21,6 +21,8 @@ from glbdlab.netns import Lab
 from glbdlab.nodes import GlbdOptions, glbd_config, wait_until
 from glbdlab.topology import Fabric, leaf_spine
 
+from glbd.cli import manpages
+
 # control sockets, configs and logs of the lab's glbds, as seen inside the installed tree
 RUN = Path("/run/glbd-lab")
 ETC = Path("/etc/glbd/lab")
@@ -71,14 +73,29 @@ def test_installed_layout_and_check_config(installed_root: Path) -> None:
     # no lab, tests or build tools in the package; the venv holds exactly the pinned set
     files = _run(root, "dpkg -L glbd").split()
     assert not [f for f in files if "glbdlab" in f or "site-packages/tests" in f]
-    # man pages generated from the installed commands' --help and --version (help2man)
+    # man pages made at build time by the built venv (glbd.cli.manpages): every command, option
+    # and config key, the same pages this tree makes
     version = _run(root, "glbd --version").strip()
-    for prog in ("glbd", "glbctl"):
-        page = f"/usr/share/man/man8/{prog}.8.gz"
+    for name, want in manpages.pages().items():
+        page = f"/usr/share/man/man{name[-1]}/{name}.gz"
         assert page in files, f"{page} not in the package"
         text = gzip.decompress((root / page.lstrip("/")).read_bytes()).decode()
-        assert f'.TH {prog.upper()} "8"' in text and version.split()[-1] in text, page
-        assert r"\-\-version" in text and '.SH "SEE ALSO"' in text, page
+        assert version.split()[-1] in text.splitlines()[0] and '.SH "SEE ALSO"' in text, page
+        assert text == want, f"{page} differs from what python -m glbd.cli.manpages makes here"
+    # the docs: the guide, the reference, their images and the examples, and every relative
+    # link of an installed document leads to a file that is installed too
+    doc = root / "usr/share/doc/glbd"
+    for name in ("operator-guide.md", "config-reference.md", "img/glb-latency-cdf.png",
+                 "examples/leaf.toml", "examples/spine.toml", "examples/sysctl-glbd.conf",
+                 "examples/prometheus/glbd-alerts.yml"):  # fmt: skip
+        assert (doc / name).is_file(), name
+    assert (doc / "config-reference.md").read_bytes() == (
+        REPO / "docs/config-reference.md"
+    ).read_bytes()
+    for md in doc.glob("*.md"):
+        for target in re.findall(r"\]\(([^)\s#]+)[^)]*\)", md.read_text()):
+            if not re.match(r"[a-z]+:", target):
+                assert (md.parent / target).exists(), f"{md.name}: {target} is not installed"
     freeze = _pins(_run(root, "/opt/glbd/bin/python -m pip freeze").splitlines())
     lock = _pins((REPO / "packaging/requirements.txt").read_text().splitlines())
     assert {k: v for k, v in freeze.items() if k != "glbd"} == lock

@@ -141,6 +141,8 @@ OPERSTATE_NAMES = ("unknown", "notpresent", "down", "lowerlayerdown", "testing",
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
 IFA_LABEL = 3
+IFA_FLAGS = 8
+IFA_F_DADFAILED = 0x08  # duplicate address detection failed: not usable
 
 # --- route ---------------------------------------------------------------------------------
 RTA_DST = 1
