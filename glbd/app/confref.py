@@ -285,7 +285,7 @@ HEADER = (
 
 def _md_cell(text: str) -> str:
     text = text.replace("|", "\\|")
-    # docs/x.md in a description -> a link that works beside it, in the repository and installed
+    # a docs/ page named in a description -> a link that works beside it, here and installed
     return re.sub(r"\bdocs/([a-z0-9-]+\.md)", r"[\1](\1)", text)
 
 
