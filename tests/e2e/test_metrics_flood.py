@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from glbdlab.netns import Lab, Netns
+from glbdlab.netns import Lab, LabError, Netns
+from glbdlab.nodes import wait_until
 
 from glbd.cli import glbctl as ctl
 from tests.glbdtoml import one_neighbour
@@ -39,16 +40,19 @@ def _request(sock: Path, cmd: str) -> Any:
 
 
 def _wait(pred: Any, timeout: float, what: str, every: Any = None) -> Any:
-    """Poll ``pred`` until true; ``every()`` runs between polls (keeps the flood up)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    """``wait_until`` that runs ``every()`` between polls (keeps the flood up) and fails the
+    test with an AssertionError (the caller adds what it saw)."""
+
+    def poll() -> Any:
         v = pred()
-        if v:
-            return v
-        if every is not None:
+        if not v and every is not None:
             every()
-        time.sleep(0.5)  # poll interval
-    raise AssertionError(f"not within {timeout:g} s: {what}")
+        return v
+
+    try:
+        return wait_until(poll, timeout, 0.5, what)
+    except LabError as e:
+        raise AssertionError(str(e)) from e
 
 
 def _scrape(ns: Netns) -> bytes:
