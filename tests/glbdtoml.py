@@ -46,3 +46,26 @@ format = "json"
     )
     config.load(f)  # the test's configs are valid ones
     return f
+
+
+def daemon_conf(tmp: Path, *, rid: str, asn: int, role: str, peer: str, peer_as: int,
+                ifname: str, extra: str = "") -> Path:  # fmt: skip
+    """``tmp/glbd.toml`` for an in-process daemon: one neighbour that exchanges everything, its
+    control socket at ``tmp/ctl.sock``; ``extra`` is appended (new tables only)."""
+    f = tmp / "glbd.toml"
+    f.write_text(
+        f"""router_id = "{rid}"
+local_as = {asn}
+role = "{role}"
+[[neighbors]]
+address = "{peer}"
+remote_as = {peer_as}
+interface = "{ifname}"
+import = {PERMIT_ALL}
+export = {PERMIT_ALL}
+[control]
+socket = "{tmp / "ctl.sock"}"
+{extra}"""
+    )
+    config.load(f)
+    return f

@@ -321,13 +321,115 @@ async def test_every_command_prints_a_table(fake: Any, cmd: str, words: list[str
 
 async def test_filters_travel_to_the_daemon(fake: Any) -> None:
     d, srv = fake
-    for args in (("routes", "10.1.2.3/16"), ("neighbors", "spine1"), ("profiles", "--changed")):
+    for args in (
+        ("routes", "10.1.2.3/16"),
+        ("neighbors", "spine1"),
+        ("profiles", "--changed"),
+        ("bfd", "--neighbor", "spine1", "--state", "up"),
+        ("links", "--interface", "spine2", "--state", "down"),
+        ("heartbeats", "--neighbor", "198.18.4.1", "--interface", "spine1"),
+        ("quality", "--state", "glb", "--json"),
+    ):
         assert (await glbctl(srv.path, *args)).returncode == 0
     assert d.args == [
+        ("quality", {}),  # routes PREFIX shows each next hop's weight, quality and source
         ("routes", {"prefix": "10.1.0.0/16"}),
         ("neighbors", {"peer": "spine1"}),
         ("profiles", {"changed": True}),
+        ("bfd", {"neighbor": "spine1", "state": "up"}),
+        ("links", {"interface": "spine2", "state": "down"}),
+        ("heartbeats", {"neighbor": "198.18.4.1", "interface": "spine1"}),
+        ("quality", {"state": "glb"}),
     ]
+    # heartbeats have no per-row state: refused by the CLI and by the daemon
+    r = await glbctl(srv.path, "heartbeats", "--state", "up")
+    assert r.returncode == ctl.EXIT_USAGE and "--state" in r.stderr
+    with pytest.raises(ctl.DaemonError) as ei:
+        await asyncio.to_thread(ctl.request, str(srv.path), "heartbeats", {"state": "up"})
+    assert ei.value.reason == "bad_args"
+
+
+async def test_routes_prefix_is_one_line_per_next_hop_at_64(tmp_path: Path) -> None:
+    """``routes PREFIX`` at 64 next hops: a head line, then per next hop its spine, the
+    weight glbd wants and the one installed, its quality and the weight's source."""
+    (row,) = route_rows(1, PEERS)
+    hops = row["next_hops"]
+    row["weights"] = [
+        {"next_hop": nh["next_hop"], "ifname": nh["interface"], "installed": 100 + j}
+        for j, nh in enumerate(hops)
+    ]
+    quality = {"profiles": [{"key": "pf-1", "next_hops": [
+        {"address": nh["next_hop"], "ifname": nh["interface"], "bgp_id": nh["peer_bgp_id"],
+         "weight": {"value": 200 + j % 50, "source": "glb" if j % 2 else "dlb",
+                    "inputs": {"quality": j % 8}}}
+        for j, nh in enumerate(hops)]}]}  # fmt: skip
+    path = tmp_path / "glbd.sock"
+    srv = ControlServer(path, {"routes": lambda a: [row], "quality": lambda a: quality})
+    await srv.start()
+    try:
+        r = await glbctl(path, "routes", "10.0.0.0/24")
+    finally:
+        await srv.stop()
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("10.0.0.0/24  paths 64  nhid 100  profile pf-1  fib ok")
+    assert lines[1].split() == ["spine", "next", "hop", "bgp", "id", "weight", "installed",
+                                "quality", "source", "next-next", "hops"]  # fmt: skip
+    hop_lines = lines[2:]
+    assert len(hop_lines) == PEERS
+    for j, line in enumerate(hop_lines):
+        spine, addr, bgp_id, weight, installed, q, source, *_nnh = line.split()
+        assert (spine, addr, bgp_id) == (hops[j]["interface"], hops[j]["next_hop"],
+                                         hops[j]["peer_bgp_id"])  # fmt: skip
+        assert (int(weight), int(installed), int(q)) == (200 + j % 50, 100 + j, j % 8)
+        assert source == ("glb" if j % 2 else "dlb")
+    assert max(len(x) for x in lines) < 160  # one readable line each
+
+
+async def test_watch_json_is_one_object_per_line_with_the_filter(fake: Any) -> None:
+    d, srv = fake
+    r = await glbctl(
+        srv.path, "watch", "--json", "--count", "3", "--interval", "0.01", "--interface", "spine1"
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        obj = json.loads(line)
+        assert set(obj) == {"time", "quality", "profiles"}
+        assert obj["quality"] == QUALITY
+        # the profiles are cut to the next hops the filtered quality kept
+        assert [w["ifname"] for p in obj["profiles"]["profiles"] for w in p["weights"]] == [
+            "spine1"
+        ]
+    assert ("quality", {"interface": "spine1"}) in d.args
+    # a filter that leaves nothing leaves no profile either
+    prof = ctl.watch_profiles(PROFILES, {"profiles": []})
+    assert prof["profiles"] == [] and prof["fib"] == PROFILES["fib"]
+
+
+async def test_errors_under_json_are_one_json_object_on_stderr(fake: Any, tmp_path: Path) -> None:
+    """Same exit codes as without --json; stderr is one JSON object naming the reason."""
+    d, srv = fake
+    d.reload_ok = False
+    cases = [
+        (tmp_path / "none.sock", ("routes", "--json"), ctl.EXIT_DAEMON, "unreachable"),
+        (srv.path, ("--json", "routes", "not-a-prefix"), ctl.EXIT_USAGE, "usage"),
+        (srv.path, ("--json", "nope"), ctl.EXIT_USAGE, "usage"),
+        (srv.path, ("counters", "--json"), ctl.EXIT_DAEMON, "unknown_command"),
+        (srv.path, ("reload", "--json"), ctl.EXIT_REJECTED, "rejected"),
+        (None, ("decode", "bfd", "zz", "--json"), ctl.EXIT_DECODE, "bad_hex"),
+    ]
+    for sock, args, code, reason in cases:
+        r = await glbctl(sock, *args)
+        assert r.returncode == code, (args, r.stderr)
+        (line,) = r.stderr.splitlines()
+        err = json.loads(line)
+        assert err["exit"] == code and err["error"]["reason"] == reason, (args, err)
+        assert err["error"]["message"], args
+        # and without --json, the text as before
+        plain = await glbctl(sock, *(a for a in args if a != "--json"))
+        assert plain.returncode == code and plain.stderr.startswith(("glbctl", "usage:")), plain
 
 
 async def test_reload_rejected_exits_3_with_the_reason(fake: Any) -> None:
@@ -335,12 +437,16 @@ async def test_reload_rejected_exits_3_with_the_reason(fake: Any) -> None:
     ok = await glbctl(srv.path, "reload")
     assert ok.returncode == 0, ok.stderr
     d.reload_ok = False
-    for args in (("reload",), ("reload", "--json")):
-        r = await glbctl(srv.path, *args)
-        assert r.returncode == ctl.EXIT_REJECTED == 3
-        assert r.stderr.strip().splitlines() == [
-            "glbctl reload: rejected, old config kept: glbd.toml: local_as: must be 1..4294967295"
-        ]
+    r = await glbctl(srv.path, "reload")
+    assert r.returncode == ctl.EXIT_REJECTED == 3
+    assert r.stderr.strip().splitlines() == [
+        "glbctl reload: rejected, old config kept: glbd.toml: local_as: must be 1..4294967295"
+    ]
+    r = await glbctl(srv.path, "reload", "--json")  # the same, as one JSON object
+    assert r.returncode == ctl.EXIT_REJECTED
+    assert json.loads(r.stderr)["error"]["message"] == (
+        "glbctl reload: rejected, old config kept: glbd.toml: local_as: must be 1..4294967295"
+    )
 
 
 @pytest.mark.parametrize("args", [("watch", "--interval", "-1"), ("watch", "--interval", "0"),
@@ -352,7 +458,7 @@ async def test_usage_errors_exit_2_without_a_traceback(tmp_path: Path, args: tup
 
 
 async def test_unreachable_daemon_exits_1(tmp_path: Path) -> None:
-    r = await glbctl(tmp_path / "none.sock", "routes", "--json")
+    r = await glbctl(tmp_path / "none.sock", "routes")
     assert r.returncode == 1 and r.stderr.startswith("glbctl: glbd is not running")
 
 

@@ -468,16 +468,68 @@ class Daemon:
             "config": lambda a: self.cfg.redacted(),
             "counters": lambda a: self.counters(),
             "reload": self._reload_handler,
-            "drain": lambda a: self._drain(True),
-            "undrain": lambda a: self._drain(False),
+            "drain": lambda a: self._drain(True, a.get("peer")),
+            "undrain": lambda a: self._drain(False, a.get("peer")),
+            "neighbor-shutdown": lambda a: self._neighbor_admin(a["peer"], "shutdown"),
+            "neighbor-enable": lambda a: self._neighbor_admin(a["peer"], "enable"),
+            "neighbor-reset": lambda a: self._neighbor_admin(
+                a["peer"], "reset", bool(a.get("soft"))
+            ),
             "neighbors": self._filtered(self._section("neighbors", "bgp"), "peer"),
             "routes": self._routes,
-            "bfd": self._section("sessions", "bfd"),
-            "links": self._section("links", "quality"),
-            "heartbeats": self._section("heartbeats", "quality"),
-            "quality": self._section("quality", "quality"),
+            "bfd": self._rows("bfd", self._section("sessions", "bfd")),
+            "links": self._rows("links", self._section("links", "quality")),
+            "heartbeats": self._rows("heartbeats", self._section("heartbeats", "quality")),
+            "quality": self._rows("quality", self._section("quality", "quality")),
             "profiles": self._profiles,
             "flowlet": self._whole("flowlet"),
+            "neighbor": self._neighbor,
+            "log-level": self._log_level,
+        }
+
+    def _rows(self, cmd: str, handler: Callable[[dict[str, Any]], Any]) -> Any:
+        """``handler`` cut to the rows ``--neighbor``/``--interface``/``--state`` select; a
+        neighbor's name is resolved through the BGP neighbors and the config."""
+
+        def filtered(args: dict[str, Any]) -> Any:
+            f = views.row_filter(args, self._neighbor_rows() if args.get("neighbor") else [])
+            return views.filter_section(cmd, handler(args), f)
+
+        return filtered
+
+    def _neighbor_rows(self) -> list[dict[str, Any]]:
+        """The BGP neighbor rows, or the config's neighbors where bgp does not run."""
+        rows = self._section("neighbors", "bgp")({})
+        if isinstance(rows, list) and rows:
+            return rows
+        return [{"peer": str(n.address), "interface": n.interface} for n in self.cfg.neighbors]
+
+    def _neighbor(self, args: dict[str, Any]) -> Any:
+        """``glbctl neighbor PEER [received [--pre-policy] | advertised]``; the detail view
+        also shows the neighbor's BFD sessions."""
+        c = self._component("bgp")
+        neighbor = getattr(c, "neighbor", None)
+        if neighbor is None:
+            return {"note": "bgp is not running in this role/config"}
+        view = args.get("view") or "detail"
+        result = neighbor(args["peer"], view, bool(args.get("pre_policy")))
+        if view == "detail" and isinstance(result, dict) and "peer" in result:
+            sessions = self._section("sessions", "bfd")({})
+            rows = sessions if isinstance(sessions, list) else []  # else: bfd is not running
+            result["bfd"] = [r for r in rows if r.get("peer") == result["peer"]]
+        return result
+
+    def _log_level(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``glbctl log-level LEVEL``: the level until the next reload that changes
+        ``[logging] level``, or a restart (the file is not touched)."""
+        before = logmod.current_level()
+        logmod.set_level(args["level"])
+        log.warning("glbctl_log_level", level=logmod.current_level(), previous=before)
+        return {
+            "level": logmod.current_level(),
+            "previous": before,
+            "config": self.cfg.logging.level,
+            "note": "until a reload that changes [logging] level, or a restart",
         }
 
     def _filtered(self, handler: Callable[[dict[str, Any]], Any], key: str) -> Any:
@@ -502,8 +554,18 @@ class Daemon:
             snap["profiles"] = [p for p in snap["profiles"] if views.profile_changed(p)]
         return snap
 
-    def _drain(self, drain: bool) -> dict[str, Any]:
-        """``glbctl drain`` / ``undrain``: the router's drain state after the command."""
+    def _neighbor_admin(self, peer: str, action: str, soft: bool = False) -> Any:
+        """One neighbor's shutdown, enable, reset or drain (the bgp part resolves its name)."""
+        admin = getattr(self._component("bgp"), "neighbor_admin", None)
+        if admin is None:
+            return {"note": "bgp is not running in this role/config"}
+        return admin(peer, action, soft)
+
+    def _drain(self, drain: bool, peer: str | None = None) -> Any:
+        """``glbctl drain`` / ``undrain``: the router's drain state after the command; with a
+        peer, that neighbor's alone."""
+        if peer:
+            return self._neighbor_admin(peer, "drain" if drain else "undrain")
         set_drain = getattr(self._component("bgp"), "set_drain", None)
         note = ""
         if set_drain is None:

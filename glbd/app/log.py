@@ -33,6 +33,7 @@ _LEVELS = {
 PRIORITY = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2, "exception": 3}
 
 _prefixes = False  # what the last setup() chose
+_level = "info"  # what the last setup() or set_level() chose
 
 
 def priority_prefixes() -> bool:
@@ -67,16 +68,24 @@ class JournalRenderer:
 def set_level(level: str) -> None:
     """A new level (a reload), the renderer and stream kept; a ``--log-level`` given at start
     holds until then."""
+    global _level
     lvl = _LEVELS.get(level.lower(), logging.INFO)
+    _level = logging.getLevelName(lvl).lower()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(lvl))
     logging.getLogger().setLevel(lvl)
+
+
+def current_level() -> str:
+    """The level in force (``glbctl log-level`` reports it before and after a change)."""
+    return _level
 
 
 def setup(level: str = "info", fmt: Format = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog and stdlib logging once for the process."""
     out = stream if stream is not None else sys.stderr
     lvl = _LEVELS.get(level.lower(), logging.INFO)
-    global _prefixes
+    global _prefixes, _level
+    _level = logging.getLevelName(lvl).lower()
     journal = fmt == "journal" or (fmt == "auto" and stream_is_journal(out))
     _prefixes = journal
     use_json = journal or fmt == "json" or (fmt == "auto" and not out.isatty())

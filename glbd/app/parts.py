@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -18,6 +19,7 @@ from glbd.app import params, views
 from glbd.app.component import Component, Host
 from glbd.app.node import Node
 from glbd.app.unnumbered import UnnumberedPart
+from glbd.codec.control import ArgsError
 from glbd.core.skew import SkewEstimator
 from glbd.io.flowlet import FlowletAttachment, FlowletError
 from glbd.io.metrics import Row
@@ -190,9 +192,100 @@ class BgpPart(_Part):
         n = self.node
         if n.bgp is None:
             return iter(())
-        rows = n.bgp.rib.iter_routes(views.route_filter(prefix))
+        want = views.route_filter(prefix)
+        rows = n.bgp.rib.iter_routes(want)
+        if n.origin is not None:  # what is originated and why, and the candidates withdrawn
+            rows = n.origin.join(rows, want)
         look = n.fib.route_lookup().get if n.fib else _no_route
         return views.iter_routes(rows, look, n.table)
+
+    def neighbor(self, name: str, view: str = "detail", pre_policy: bool = False) -> Any:
+        """``glbctl neighbor PEER [received|advertised]``: one neighbor (by address, BGP id or
+        interface) in detail, or its Adj-RIB-In / Adj-RIB-Out."""
+        bgp = self.node.bgp
+        if bgp is None:
+            return {"note": "bgp is not running in this role/config"}
+        row = self._one_neighbor(name)
+        peer = row["peer"]
+        addr = _address(peer)
+        st = bgp.rib.peers.get(addr) if addr is not None else None
+        if view == "detail":
+            if st is not None:
+                n = st.params
+                row["config"] = {
+                    "hold_time": n.hold_time,
+                    "passive": n.is_passive,
+                    "families": [f"ipv{v}" for v in n.families],
+                    "import": None if n.import_filter is None else str(n.import_filter),
+                    "export": None if n.export_filter is None else str(n.export_filter),
+                    "max_prefixes": n.max_prefixes,
+                    "max_prefixes_action": n.max_prefixes_action,
+                    "unnumbered": n.unnumbered,
+                    "description": n.description,
+                }
+                row["drained"] = st.drained or bgp.drained  # alone, or with the router
+            return row
+        if view == "advertised":
+            rows = bgp.rib.advertised(addr) if addr is not None else []
+            return {"peer": peer, "view": "advertised", "routes": rows}
+        rejected = {
+            k.removeprefix("rejected_"): v
+            for k, v in (row.get("counters") or {}).items()
+            if k.startswith("rejected_")
+        }
+        if pre_policy:  # not invented: glbd keeps no copy of what its import policy refused
+            return {
+                "peer": peer,
+                "view": "received (pre-policy)",
+                "note": "not kept: glbd stores only the routes the import policy accepted "
+                "(see 'received'); those it refused are counted by reason in 'rejected'",
+                "rejected": rejected,
+                "routes": [],
+            }
+        rows = bgp.rib.received(addr) if addr is not None else []
+        return {"peer": peer, "view": "received", "rejected": rejected, "routes": rows}
+
+    def neighbor_admin(self, name: str, action: str, soft: bool = False) -> dict[str, Any]:
+        """``glbctl neighbor-shutdown|neighbor-enable|neighbor-reset PEER``, ``glbctl
+        drain|undrain PEER``: one neighbor only; until undone or a restart."""
+        bgp = self.node.bgp
+        if bgp is None:
+            return {"note": "bgp is not running in this role/config"}
+        peer = str(self._one_neighbor(name)["peer"])
+        addr = _address(peer)
+        if addr is None or addr not in bgp.rib.peers:
+            raise ArgsError(f"{name!r} has no BGP session yet (waiting for its port)")
+        if action == "reset" and bgp.is_shut(addr):
+            raise ArgsError(f"{peer} is shut down: glbctl neighbor-enable {peer} first")
+        if action == "shutdown":
+            bgp.shutdown_peer(addr)
+        elif action == "enable":
+            bgp.enable_peer(addr)
+        elif action == "reset":
+            bgp.reset_peer(addr, soft)
+        else:
+            bgp.set_peer_drain(addr, action == "drain")
+        log.warning("glbctl_neighbor", peer=peer, action=action, soft=soft)
+        st = bgp.rib.peers[addr]
+        return {
+            "peer": peer,
+            "action": f"soft {action}" if soft else action,
+            "shutdown": bgp.is_shut(addr),
+            "drained": st.drained or bgp.drained,
+            "state": "shutdown" if bgp.is_shut(addr) else st.state,
+        }
+
+    def _one_neighbor(self, name: str) -> dict[str, Any]:
+        """The neighbor row ``name`` selects (an unknown or ambiguous name is a bad argument)."""
+        bgp = self.node.bgp
+        assert bgp is not None
+        rows = views.select_neighbors(bgp.neighbors_snapshot() + self.node.addrs.bgp_rows(), name)
+        if not rows:
+            raise ArgsError(f"no neighbor {name!r} (see glbctl neighbors)")
+        if len(rows) > 1:
+            peers = ", ".join(str(r["peer"]) for r in rows)
+            raise ArgsError(f"{name!r} names {len(rows)} neighbors ({peers}): give the address")
+        return rows[0]
 
     def sample_view(self) -> dict[str, Any]:
         """Established or configured sessions and counters only: no per-route rows on a
@@ -219,6 +312,14 @@ class BgpPart(_Part):
 
 def _no_route(_prefix: str) -> None:
     return None
+
+
+def _address(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A neighbor row's peer as the RIB keys it (None: a waiting unnumbered port)."""
+    try:
+        return ipaddress.ip_address(str(text))
+    except ValueError:
+        return None
 
 
 class FlowletPart(_Part):

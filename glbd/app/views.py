@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from glbd.core.pathtable import PathTable
@@ -235,6 +236,126 @@ def profile_changed(row: Mapping[str, Any]) -> bool:
     (``excluded``), or the kernel group differs from what glbd programs (``diff``)."""
     values = {w.get("value") for w in row.get("weights") or []}
     return len(values) > 1 or bool(row.get("excluded")) or bool(row.get("diff"))
+
+
+# ---- row filters: glbctl bfd|links|heartbeats|quality --neighbor/--interface/--state -----------
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """What ``--neighbor``, ``--interface`` and ``--state`` select. A neighbor is named by
+    address, BGP identifier or interface; :func:`row_filter` resolves it into both the
+    identifiers (for rows naming a peer) and the interfaces (for rows naming only a port)."""
+
+    neighbor_ids: frozenset[str] | None = None
+    neighbor_ifs: frozenset[str] | None = None
+    interface: str | None = None
+    state: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.neighbor_ids is None and self.interface is None and self.state is None
+
+    def peer(self, *ids: Any) -> bool:
+        return self.neighbor_ids is None or any(str(i) in self.neighbor_ids for i in ids)
+
+    def port(self, ifname: Any, via_neighbor: bool = False) -> bool:
+        """``ifname`` passes ``--interface`` (and, for rows without a peer, ``--neighbor``)."""
+        if self.interface is not None and str(ifname) != self.interface:
+            return False
+        return not via_neighbor or self.neighbor_ifs is None or str(ifname) in self.neighbor_ifs
+
+    def in_state(self, *states: Any) -> bool:
+        return self.state is None or self.state.lower() in {str(s).lower() for s in states}
+
+
+def row_filter(args: Mapping[str, Any], neighbors: Iterable[Mapping[str, Any]]) -> RowFilter:
+    """The filter ``args`` ask for; ``neighbors``: the BGP neighbor rows (and config) that
+    resolve a ``--neighbor`` name to its addresses, BGP identifier and interface."""
+    ids: frozenset[str] | None = None
+    ifs: frozenset[str] | None = None
+    name = args.get("neighbor")
+    if name:
+        rows = select_neighbors([dict(r) for r in neighbors], name)
+        ids = frozenset({name} | {str(r[k]) for r in rows for k in ("peer", "bgp_id") if r.get(k)})
+        ifs = frozenset({name} | {str(r["interface"]) for r in rows if r.get("interface")})
+    return RowFilter(ids, ifs, args.get("interface") or None, args.get("state") or None)
+
+
+def filter_section(cmd: str, result: Any, f: RowFilter) -> Any:
+    """``result`` of ``glbctl cmd`` cut to the rows ``f`` selects (a result of another shape,
+    e.g. a note that the part is not running, is returned as it is)."""
+    if f.empty:
+        return result
+    if cmd == "bfd" and isinstance(result, list):
+        return [
+            r
+            for r in result
+            if f.peer(r.get("peer")) and f.port(r.get("interface")) and f.in_state(r.get("state"))
+        ]
+    if cmd == "links" and isinstance(result, list):
+        return [
+            r
+            for r in result
+            if f.port(r.get("ifname"), via_neighbor=True)
+            and f.in_state("down" if r.get("down") else "up")
+        ]
+    if cmd == "heartbeats" and isinstance(result, list):
+        return [_heartbeat_rows(r, f) for r in result]
+    if cmd == "quality" and isinstance(result, dict):
+        return _quality_rows(result, f)
+    return result
+
+
+def _heartbeat_rows(row: Mapping[str, Any], f: RowFilter) -> dict[str, Any]:
+    """An endpoint's receiver cut to the fabric interfaces and senders ``f`` selects."""
+    rx = row.get("receiver")
+    if not isinstance(rx, dict):
+        return dict(row)
+    ports = [
+        p
+        for p in rx.get("interfaces") or []
+        if f.peer(p.get("neighbor_address"), p.get("neighbor_id")) and f.port(p.get("ifname"))
+    ]
+    # a sender is a spine's node id: the one behind a selected port, or the neighbor named
+    behind = {str(p.get("neighbor_id")) for p in ports}
+    senders = [
+        s
+        for s in rx.get("senders") or []
+        if f.peer(s.get("node_id")) and (f.interface is None or str(s.get("node_id")) in behind)
+    ]
+    return {**row, "receiver": {**rx, "interfaces": ports, "senders": senders}}
+
+
+def _quality_rows(q: Mapping[str, Any], f: RowFilter) -> dict[str, Any]:
+    """The path table cut to the next hops ``f`` selects; a profile left without one goes.
+    A next hop's state is ``down`` (its local or remote link is) or ``up``, or its weight's
+    source (``glb``, ``dlb``, ...)."""
+    if not isinstance(q.get("profiles"), list):  # no path table (the part is not running)
+        return dict(q)
+    profiles = []
+    for p in q.get("profiles") or []:
+        hops = []
+        for nh in p.get("next_hops") or []:
+            w = nh.get("weight") or {}
+            i = w.get("inputs") or {}
+            down = bool(i.get("local_down") or i.get("remote_down"))
+            if (
+                f.peer(nh.get("address"), nh.get("bgp_id"))
+                and f.port(nh.get("ifname"))
+                and f.in_state("down" if down else "up", w.get("source"))
+            ):
+                hops.append(nh)
+        if hops:
+            profiles.append({**p, "next_hops": hops})
+    out = {**q, "profiles": profiles}
+    ports = {str(nh.get("ifname")) for p in profiles for nh in p["next_hops"]}
+    ids = {str(nh.get("bgp_id")) for p in profiles for nh in p["next_hops"]}
+    if isinstance(q.get("local"), dict):
+        out["local"] = {k: v for k, v in q["local"].items() if k in ports}
+    if isinstance(q.get("remote"), dict):
+        out["remote"] = {k: v for k, v in q["remote"].items() if k in ids}
+    return out
 
 
 def plain(v: Any) -> Any:

@@ -2,15 +2,19 @@
 
     glbctl [--socket PATH] [--json] status|neighbors [PEER]|bfd|links|heartbeats|quality|
                                     profiles [--changed]|routes [PREFIX]|counters|config
+    glbctl bfd|links|heartbeats|quality [--neighbor N] [--interface IF] [--state S]
+    glbctl neighbor PEER [detail|received [--pre-policy]|advertised]
     glbctl reload                      re-read the config file (like SIGHUP)
     glbctl drain | undrain             take the router out of the fabric (graceful shutdown,
                                        band 0 in heartbeats; sessions stay up) / put it back
-    glbctl watch [--interval S]        live view of weights and qualities
+    glbctl log-level LEVEL             change the log level of the running daemon
+    glbctl watch [--interval S] [--json] [filters]   live view of weights and qualities
     glbctl decode {nhc,bfd,heartbeat} HEX [--json]
 
 Without ``--json`` results are readable tables; with it, the daemon's JSON result is printed as
-is (snake_case keys, pinned by a contract test). ``--json`` goes before or after the command.
-Exit codes: see :data:`EXIT_CODES` (the ``--help`` epilog prints them).
+is (snake_case keys, pinned by a contract test), and an error is one JSON object on stderr
+(``{"error": {"reason": ..., "message": ...}, "exit": N}``). ``--json`` goes before or after
+the command. Exit codes: see :data:`EXIT_CODES` (the ``--help`` epilog prints them).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from glbd import __version__
 from glbd.codec import control as proto
@@ -49,6 +53,30 @@ EXIT_CODES = f"""exit codes:
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
 
 QUERIES = proto.QUERIES
+
+
+def fail(code: int, reason: str, message: str, as_json: bool) -> int:
+    """Report an error on stderr and return its exit code: ``glbctl: message``, or under
+    ``--json`` one JSON object a script can parse (reason, message, exit code)."""
+    if as_json:
+        err = {"error": {"reason": reason, "message": message}, "exit": code}
+        print(json.dumps(err), file=sys.stderr)
+    else:
+        print(message if message.startswith("glbctl") else f"glbctl: {message}", file=sys.stderr)
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are JSON on stderr when the command line has ``--json``
+    (exit code 2 either way)."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            fail(EXIT_USAGE, "usage", f"{self.prog}: {message}", True)
+            sys.exit(EXIT_USAGE)
+        super().error(message)
 
 
 class DaemonError(Exception):
@@ -182,11 +210,68 @@ def _route_line(r: dict[str, Any]) -> str:
         if installed.get(addr):
             via += f"={installed[addr]}"
         hops.append(via)
+    origin = r.get("origin")
+    if isinstance(origin, dict):  # originated here, or a candidate withdrawn: why
+        state = "originated" if origin.get("state") == "announced" else "withdrawn"
+        where = f" {origin['interface']}" if origin.get("interface") else ""
+        hops.insert(0, f"{state}: {origin.get('reason')}{where}")
     fib = "diff" if r.get("fib_diff") else "ok"
     return (
         f"{r.get('prefix')!s:<18} {_cell(r.get('paths')):>5} {_cell(r.get('nhid')):>6} "
         f"{_cell(r.get('profile')):<11} {fib:<4} {', '.join(hops) or '-'}\n"
     )
+
+
+def print_route_detail(resps: Iterator[proto.Response], quality: Any, out: IO[str]) -> int:
+    """``glbctl routes PREFIX``: each route as a head line, then one line per next hop
+    (spine, weight glbd wants, weight installed, quality, source, next-next hops): readable at
+    64 next hops, where one line per prefix is not. ``quality`` is ``glbctl quality``'s
+    result: the weights and qualities by profile and next hop."""
+    weights: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for p in (quality.get("profiles") or []) if isinstance(quality, dict) else []:
+        for nh in p.get("next_hops") or []:
+            weights[(p.get("key"), nh.get("address"), nh.get("ifname"))] = nh
+    n = 0
+    for resp in resps:
+        for r in resp.result if isinstance(resp.result, list) else []:
+            if isinstance(r, dict):
+                out.write(_route_detail(r, weights))
+                n += 1
+    if not n:
+        out.write("(none)\n")
+    return n
+
+
+def _route_detail(r: dict[str, Any], weights: dict[tuple[Any, Any, Any], dict[str, Any]]) -> str:
+    fib = "diff" if r.get("fib_diff") else "ok"
+    lines = [
+        f"{r.get('prefix')}  paths {_cell(r.get('paths'))}  nhid {_cell(r.get('nhid'))}  "
+        f"profile {_cell(r.get('profile'))}  fib {fib}  as_path {_cell(r.get('as_path'))}\n"
+    ]
+    origin = r.get("origin")
+    if isinstance(origin, dict):
+        state = "originated" if origin.get("state") == "announced" else "withdrawn"
+        lines.append(f"  {state}: {origin.get('reason')} {origin.get('interface') or ''}\n")
+    hops = r.get("next_hops") or []
+    if hops:
+        lines.append(
+            f"  {'spine':<16} {'next hop':<26} {'bgp id':<15} {'weight':>6} {'installed':>9} "
+            f"{'quality':>7} {'source':<8} next-next hops\n"
+        )
+    installed = {
+        (w.get("next_hop"), w.get("ifname")): w.get("installed") for w in r.get("weights") or []
+    }
+    for nh in hops:
+        addr, ifname = nh.get("next_hop"), nh.get("interface")
+        q = weights.get((r.get("profile"), addr, ifname)) or {}
+        w = q.get("weight") or {}
+        lines.append(
+            f"  {_cell(ifname):<16} {_cell(addr):<26} {_cell(nh.get('peer_bgp_id')):<15} "
+            f"{_cell(w.get('value')):>6} {_cell(installed.get((addr, ifname))):>9} "
+            f"{_cell((w.get('inputs') or {}).get('quality')):>7} {_cell(w.get('source')):<8} "
+            f"{_cell(nh.get('nnh'))} ({nh.get('nnhn_status')})\n"
+        )
+    return "".join(lines)
 
 
 def _policy_cell(r: dict[str, Any]) -> str:
@@ -218,6 +303,8 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         ("prefixes", lambda r: len(r.get("prefixes") or [])),
         "note",
     ),
+    # glbctl neighbor PEER received|advertised (--json has every key, e.g. nhc, stale)
+    "neighbor.routes": ("prefix", "next_hop", "as_path", "communities", "nnh", "used"),
     "quality.profiles": (
         "key", "prefixes", "recomputes",
         ("next hops: weight (source)", lambda r: "\n".join(
@@ -350,18 +437,15 @@ def decode_cmd(kind: str, text: str, as_json: bool) -> int:
     try:
         data = parse_hex(text)
     except ValueError as e:
-        print(f"glbctl decode {kind}: bad hex: {e}", file=sys.stderr)
-        return EXIT_DECODE
+        return fail(EXIT_DECODE, "bad_hex", f"glbctl decode {kind}: bad hex: {e}", as_json)
     decoder = _decoder(kind)
     try:
         msg = decoder(data)
     except ValueError as e:  # every codec's DecodeError is a ValueError with .reason
         reason = getattr(e, "reason", "malformed")
         detail = getattr(e, "detail", "")
-        print(
-            f"glbctl decode {kind}: {reason}" + (f": {detail}" if detail else ""), file=sys.stderr
-        )
-        return EXIT_DECODE
+        text = f"glbctl decode {kind}: {reason}" + (f": {detail}" if detail else "")
+        return fail(EXIT_DECODE, str(reason), text, as_json)
     d = msg.to_dict()
     if as_json:
         print(json.dumps(d, indent=2, sort_keys=False))
@@ -374,7 +458,16 @@ def decode_cmd(kind: str, text: str, as_json: bool) -> int:
 # watch
 
 
-def watch(path: str, interval: float, count: int | None) -> int:
+def watch(
+    path: str,
+    interval: float,
+    count: int | None,
+    filters: dict[str, Any] | None = None,
+    as_json: bool = False,
+) -> int:
+    """Refresh quality and profiles every ``interval`` s; ``filters`` (``--neighbor``,
+    ``--interface``, ``--state``) cut both to the next hops selected. With ``as_json`` each
+    refresh is one JSON object on one line (``time``, ``quality``, ``profiles``)."""
     from rich.console import Console
 
     console = Console()
@@ -382,19 +475,51 @@ def watch(path: str, interval: float, count: int | None) -> int:
     while count is None or n < count:
         n += 1
         try:
-            quality = request(path, "quality")
+            quality = request(path, "quality", filters)
             profiles = request(path, "profiles")
         except DaemonError as e:
-            print(f"glbctl: {e}", file=sys.stderr)
-            return EXIT_DAEMON
-        if console.is_terminal:
-            console.clear()
-        console.print(f"[bold]glbd watch[/bold]  {time.strftime('%H:%M:%S')}  every {interval:g}s")
-        render("quality", quality)
-        render("profiles", profiles)
+            return fail(EXIT_DAEMON, e.reason or "unreachable", str(e), as_json)
+        if filters:
+            profiles = watch_profiles(profiles, quality)
+        if as_json:
+            line = {"time": round(time.time(), 3), "quality": quality, "profiles": profiles}
+            sys.stdout.write(json.dumps(line, separators=(",", ":")) + "\n")
+            sys.stdout.flush()  # a reader (jq, a pipe) sees each refresh as it comes
+        else:
+            if console.is_terminal:
+                console.clear()
+            console.print(
+                f"[bold]glbd watch[/bold]  {time.strftime('%H:%M:%S')}  every {interval:g}s"
+            )
+            render("quality", quality)
+            render("profiles", profiles)
         if count is None or n < count:
             time.sleep(interval)
     return 0
+
+
+def watch_profiles(profiles: Any, quality: Any) -> Any:
+    """``profiles`` cut to what a filtered ``quality`` kept: its profiles, and in each the
+    weights of its next hops (the daemon filters ``quality``; ``profiles`` has no filter)."""
+    if not isinstance(profiles, dict) or not isinstance(quality, dict):
+        return profiles
+    kept = {
+        p.get("key"): {(nh.get("address"), nh.get("ifname")) for nh in p.get("next_hops") or []}
+        for p in quality.get("profiles") or []
+    }
+    rows = [
+        {
+            **p,
+            "weights": [
+                w
+                for w in p.get("weights") or []
+                if (w.get("next_hop"), w.get("ifname")) in kept[p.get("key")]
+            ],
+        }
+        for p in profiles.get("profiles") or []
+        if p.get("key") in kept
+    ]
+    return {**profiles, "profiles": rows}
 
 
 # --------------------------------------------------------------------------------------------
@@ -433,8 +558,30 @@ HELPS = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+#: what ``--state`` matches per command
+STATES = {
+    "bfd": "the session's state (up, down, init, admin_down, waiting_for_interface, ...)",
+    "links": "up or down",
+    "quality": "up or down (the next hop's local or remote link), or its weight's source "
+    "(glb, dlb, ...)",
+}
+
+
+def _filters(sp: argparse.ArgumentParser, cmd: str) -> None:
+    """``--neighbor``, ``--interface`` and (where rows have one) ``--state``."""
+    sp.add_argument(
+        "--neighbor",
+        metavar="PEER",
+        help="only rows of this neighbor (its address, BGP id or interface)",
+    )
+    sp.add_argument("--interface", metavar="IF", help="only rows on this interface")
+    if cmd in STATES:
+        sp.add_argument("--state", help=f"only rows in this state: {STATES[cmd]}")
+
+
+def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
+    """glbctl's command line; ``json_errors``: usage errors as JSON on stderr."""
+    p = _Parser(
         prog="glbctl",
         description="Query and control a running glbd.",
         epilog=EXIT_CODES,
@@ -448,7 +595,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     # --json after the command too; SUPPRESS keeps the value given before it
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not tables"
     )
@@ -464,6 +611,8 @@ def _parser() -> argparse.ArgumentParser:
     cmds["neighbors"].add_argument(
         "peer", nargs="?", help="only this peer (its address, BGP id or interface)"
     )
+    for name in ("bfd", "links", "heartbeats", "quality"):
+        _filters(cmds[name], name)
     cmds["profiles"].add_argument(
         "--changed",
         action="store_true",
@@ -476,21 +625,86 @@ def _parser() -> argparse.ArgumentParser:
         help=f"re-read the config file; a rejected file or a key that needs a restart exits "
         f"{EXIT_REJECTED}, a part that failed to apply it {EXIT_FAILED}, with the reason",
     )
-    sub.add_parser(
+    dr = sub.add_parser(
         "drain",
         parents=[common],
         help="take this router out of the fabric without loss: its routes go out with the "
         "GRACEFUL_SHUTDOWN community and prepends, its heartbeats at band 0; sessions stay up "
         "(until undrain or a restart: [bgp] drain = true keeps it drained)",
     )
-    sub.add_parser("undrain", parents=[common], help="undo drain: normal advertisements again")
-    w = sub.add_parser("watch", help="live view of weights and qualities")
+    dr.add_argument(
+        "peer",
+        nargs="?",
+        help="drain toward this neighbor only (address, BGP id or interface): what it is sent "
+        "carries GRACEFUL_SHUTDOWN and the prepends; the others are unchanged",
+    )
+    ud = sub.add_parser("undrain", parents=[common], help="undo drain: normal advertisements again")
+    ud.add_argument("peer", nargs="?", help="undo a drain toward this neighbor only")
+    for name, text in (
+        ("neighbor-shutdown", "close this neighbor's BGP session and keep it closed (its routes "
+         "go now) until neighbor-enable or a restart"),
+        ("neighbor-enable", "undo neighbor-shutdown: the session may open again"),
+        ("neighbor-reset", "close this neighbor's BGP session (Cease, Administrative Reset); "
+         "it opens again"),
+    ):  # fmt: skip
+        sp = sub.add_parser(name, parents=[common], help=text)
+        sp.add_argument("peer", help="the neighbor: its address, BGP id or interface")
+    sub.choices["neighbor-reset"].add_argument(
+        "--soft",
+        action="store_true",
+        help="keep the session: ask the neighbor for its routes again (route refresh; they "
+        "pass the import policy in force) and send it glbd's again",
+    )
+    nb = sub.add_parser(
+        "neighbor",
+        parents=[common],
+        help="one BGP neighbor: its session in detail, or the routes received from it "
+        "(Adj-RIB-In) or advertised to it (Adj-RIB-Out)",
+    )
+    nb.add_argument("peer", help="the neighbor: its address, BGP id or interface")
+    nb.add_argument(
+        "view",
+        nargs="?",
+        default="detail",
+        choices=proto.NEIGHBOR_VIEWS,
+        help="detail (default): session, config, counters and BFD; received: its routes after "
+        "the import policy, and whether each is used; advertised: what glbd sends it",
+    )
+    nb.add_argument(
+        "--pre-policy",
+        action="store_true",
+        help="with received: the routes before the import policy (glbd does not keep those "
+        "it refused: it says so and shows how many, by reason)",
+    )
+    ll = sub.add_parser(
+        "log-level",
+        parents=[common],
+        help="set the daemon's log level now, until a reload that changes [logging] level or "
+        "a restart (the config file is not changed)",
+    )
+    ll.add_argument("level", choices=proto.LOG_LEVELS, help="the least level logged")
+    w = sub.add_parser(
+        "watch",
+        parents=[common],
+        help="live view of weights and qualities (--json: one JSON object per line and refresh)",
+    )
     w.add_argument("--interval", type=_positive, default=1.0, help="seconds (> 0; default 1)")
     w.add_argument("--count", type=int, default=None, help="stop after N refreshes")
+    _filters(w, "quality")
     d = sub.add_parser("decode", help="decode a packet from hex (tcpdump or ExaBGP JSON)")
-    d.add_argument("kind", choices=["nhc", "bfd", "heartbeat"])
+    d.add_argument(
+        "kind",
+        choices=["nhc", "bfd", "heartbeat"],
+        help="what the bytes are: an NHC attribute, a BFD control packet or a heartbeat",
+    )
     d.add_argument("hex", nargs="+", help="hex bytes; spaces, colons and 0x are accepted")
-    d.add_argument("--json", action="store_true", dest="decode_json")
+    d.add_argument(
+        "--json", action="store_true", dest="decode_json", help="print the fields as JSON"
+    )
+    p.json_errors = json_errors
+    for sp in sub.choices.values():
+        if isinstance(sp, _Parser):
+            sp.json_errors = json_errors
     return p
 
 
@@ -502,6 +716,20 @@ def request_args(args: argparse.Namespace) -> dict[str, Any]:
         return {"peer": args.peer}
     if args.cmd == "profiles" and args.changed:
         return {"changed": True}
+    if args.cmd == "neighbor":
+        out: dict[str, Any] = {"peer": args.peer, "view": args.view}
+        return out | ({"pre_policy": True} if args.pre_policy else {})
+    if args.cmd == "log-level":
+        return {"level": args.level}
+    if args.cmd in ("drain", "undrain") and args.peer:
+        return {"peer": args.peer}
+    if args.cmd in ("neighbor-shutdown", "neighbor-enable"):
+        return {"peer": args.peer}
+    if args.cmd == "neighbor-reset":
+        return {"peer": args.peer} | ({"soft": True} if args.soft else {})
+    if args.cmd in (*STATES, "heartbeats", "watch"):
+        keys = ("neighbor", "interface", "state")
+        return {k: getattr(args, k) for k in keys if getattr(args, k, None)}
     return {}
 
 
@@ -535,26 +763,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    p = _parser()
-    args = p.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # usage errors are JSON too when --json is anywhere on the line (before "--")
+    p = _parser(json_errors="--json" in words[: words.index("--") if "--" in words else None])
+    args = p.parse_args(words)
     if args.cmd is None:
         p.print_help()
         return EXIT_USAGE
     if args.cmd == "decode":
         return decode_cmd(args.kind, " ".join(args.hex), args.json or args.decode_json)
+    if args.cmd == "neighbor" and args.pre_policy and args.view != "received":
+        p.error("--pre-policy goes with the received view: glbctl neighbor PEER received")
     if args.cmd == "watch":
-        return watch(args.socket, args.interval, args.count)
+        return watch(args.socket, args.interval, args.count, request_args(args), args.json)
     try:
         if args.json and args.cmd not in ("status", *proto.ACTIONS):
             print_json(responses(args.socket, args.cmd, request_args(args)), sys.stdout)
+            return 0
+        if args.cmd == "routes" and args.prefix:  # one line per next hop, with its weights
+            quality = request(args.socket, "quality")
+            resps = responses(args.socket, args.cmd, request_args(args))
+            print_route_detail(resps, quality, sys.stdout)
             return 0
         if args.cmd == "routes":
             print_routes(responses(args.socket, args.cmd, request_args(args)), sys.stdout)
             return 0
         result = request(args.socket, args.cmd, request_args(args))
     except DaemonError as e:
-        print(f"glbctl: {e}", file=sys.stderr)
-        return EXIT_USAGE if e.reason == "bad_args" else EXIT_DAEMON
+        code = EXIT_USAGE if e.reason == "bad_args" else EXIT_DAEMON
+        return fail(code, e.reason or "unreachable", str(e), args.json)
     if args.cmd == "status" and isinstance(result, dict) and "heartbeat_auth" not in result:
         # unauthenticated heartbeats are a choice an operator should see at a glance
         with contextlib.suppress(DaemonError):
@@ -564,8 +801,13 @@ def _main(argv: Sequence[str] | None) -> int:
     else:
         render(args.cmd, result, COLUMNS.get(args.cmd))
     if args.cmd == "reload" and isinstance(result, dict) and not result.get("ok", True):
-        print(f"glbctl reload: {result.get('message', 'rejected')}", file=sys.stderr)
-        return EXIT_FAILED if result.get("outcome") == proto.ReloadOutcome.FAILED else EXIT_REJECTED
+        failed = result.get("outcome") == proto.ReloadOutcome.FAILED
+        return fail(
+            EXIT_FAILED if failed else EXIT_REJECTED,
+            str(result.get("outcome") or "rejected"),
+            f"glbctl reload: {result.get('message', 'rejected')}",
+            args.json,
+        )
     return 0
 
 

@@ -52,15 +52,54 @@ QUERIES = (
     "config",
     "flowlet",
 )
+#: queries about one thing their arguments name (``neighbor PEER``): not answerable bare
+DETAILS = ("neighbor",)
 #: commands that change the daemon's state
-ACTIONS = ("reload", "drain", "undrain")
-COMMANDS = (*QUERIES, *ACTIONS)
+ACTIONS = (
+    "reload",
+    "drain",
+    "undrain",
+    "log-level",
+    "neighbor-shutdown",
+    "neighbor-enable",
+    "neighbor-reset",
+)
+COMMANDS = (*QUERIES, *DETAILS, *ACTIONS)
+
+#: ``neighbor``'s views: the session in detail, its Adj-RIB-In, its Adj-RIB-Out
+NEIGHBOR_VIEWS = ("detail", "received", "advertised")
+#: the levels ``log-level`` takes (those of ``[logging] level``)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: the row filters of ``bfd``, ``links``, ``heartbeats`` and ``quality``
+ROW_FILTERS: dict[str, type] = {"neighbor": str, "interface": str, "state": str}
 
 #: the arguments each command takes (the daemon filters before it builds and sends the rows)
 ARGS: dict[str, dict[str, type]] = {
     "routes": {"prefix": str},  # a prefix: it and the prefixes inside it; an address: covering
     "neighbors": {"peer": str},  # a peer's address, BGP identifier or interface
     "profiles": {"changed": bool},  # only profiles glbd acts on (see glbd.app.views)
+    "bfd": ROW_FILTERS,
+    "links": ROW_FILTERS,
+    "heartbeats": {"neighbor": str, "interface": str},  # no per-row state to select on
+    "quality": ROW_FILTERS,
+    # a peer (address, BGP identifier or interface), one of NEIGHBOR_VIEWS, and for
+    # "received" the routes before the import policy
+    "neighbor": {"peer": str, "view": str, "pre_policy": bool},
+    "log-level": {"level": str},  # one of LOG_LEVELS
+    # drain or undrain one neighbor only (none: the whole router)
+    "drain": {"peer": str},
+    "undrain": {"peer": str},
+    "neighbor-shutdown": {"peer": str},
+    "neighbor-enable": {"peer": str},
+    "neighbor-reset": {"peer": str, "soft": bool},  # soft: route refresh + Adj-RIB-Out again
+}
+#: the argument a command cannot do without
+REQUIRED = {
+    "neighbor": "peer",
+    "log-level": "level",
+    "neighbor-shutdown": "peer",
+    "neighbor-enable": "peer",
+    "neighbor-reset": "peer",
 }
 MAX_ARG = 128
 
@@ -177,6 +216,12 @@ def check_args(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value, kind) or (isinstance(value, str) and len(value) > MAX_ARG):
             raise ArgsError(f"{cmd}: {key} must be a {kind.__name__} (up to {MAX_ARG} chars)")
         out[key] = value
+    for key, allowed in (("view", NEIGHBOR_VIEWS), ("level", LOG_LEVELS)):
+        if key in out and out[key] not in allowed:
+            raise ArgsError(f"{cmd}: {key} must be one of {', '.join(allowed)}")
+    need = REQUIRED.get(cmd)
+    if need is not None and not out.get(need):
+        raise ArgsError(f"{cmd} needs a {need}")
     if "prefix" in out:
         try:
             out["prefix"] = str(ipaddress.ip_network(out["prefix"], strict=False))

@@ -51,6 +51,7 @@ __all__ = [
     "DecodeError",
     "EndOfRib",
     "Event",
+    "FlushAdjRibOut",
     "GracefulRestart",
     "KeepaliveEvent",
     "NotificationEvent",
@@ -58,6 +59,7 @@ __all__ = [
     "OtherEvent",
     "PathAttributes",
     "RouteAnnounced",
+    "RouteRefresh",
     "ShutdownEvent",
     "StateEvent",
     "Teardown",
@@ -155,7 +157,30 @@ class EndOfRib:
         return f"neighbor {self.neighbor} announce eor {self.family}"
 
 
-Command = Announce | Withdraw | Teardown | EndOfRib
+@dataclass(frozen=True)
+class RouteRefresh:
+    """``neighbor <peer> announce route-refresh ipv4 unicast``: ask the peer to send its routes
+    again (RFC 2918), which glbd then takes through the import policy in force (soft reset in)."""
+
+    neighbor: IPAddress
+    family: str = "ipv4 unicast"
+
+    def encode(self) -> str:
+        return f"neighbor {self.neighbor} announce route-refresh {self.family}"
+
+
+@dataclass(frozen=True)
+class FlushAdjRibOut:
+    """``neighbor <peer> flush adj-rib out``: ExaBGP sends the peer every route it holds for it
+    again (soft reset out)."""
+
+    neighbor: IPAddress
+
+    def encode(self) -> str:
+        return f"neighbor {self.neighbor} flush adj-rib out"
+
+
+Command = Announce | Withdraw | Teardown | EndOfRib | RouteRefresh | FlushAdjRibOut
 
 
 def encode_command(cmd: Command) -> str:

@@ -431,6 +431,8 @@ class PeerState:
     over_max: bool = False
     #: how many prefixes this peer has a path for (its Adj-RIB-In lives in the index)
     n_paths: int = 0
+    #: drained alone (``glbctl drain PEER``): advertised to as if the router were drained
+    drained: bool = False
     adj_out: dict[Prefix, Advertise] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
     last_down_reason: str = ""
@@ -936,6 +938,17 @@ class Rib:
         st.notification = ("send", 6)  # our Cease: a deliberate close, never a restart
         return _events_first(out)
 
+    def peer_shutdown(self, peer: IPAddress, now: float) -> list[Effect]:
+        """``glbctl neighbor-shutdown``: the session is closed by us (a Cease: never a
+        graceful restart), its paths go now; it stays down until the speaker lists it again."""
+        st = self._peer(peer)
+        if st is None:
+            return []
+        self._delay_clock(now)
+        st.counters["shutdown"] += 1
+        st.notification = ("send", 6)
+        return self._peer_down(st, "shutdown (glbctl)", now)
+
     def peer_bfd_up(self, peer: IPAddress, now: float) -> list[Effect]:
         st = self._peer(peer)
         if st is None or not st.bfd_down:
@@ -1170,6 +1183,18 @@ class Rib:
     def drained(self) -> bool:
         return self.params.drain
 
+    def set_peer_drain(self, peer: IPAddress, drain: bool) -> list[Effect]:
+        """Drain (or undrain) one neighbor: what it is sent goes again with (without)
+        GRACEFUL_SHUTDOWN and the extra prepends, so it alone moves its traffic off this
+        router; the others' advertisements and every session stay as they are."""
+        st = self.peers.get(peer)
+        if st is None or st.drained == drain:
+            return []
+        st.drained = drain
+        st.counters["drain" if drain else "undrain"] += 1
+        self._outcome.clear()  # the same selection outcome now needs other advertisements
+        return self._recompute(set(self.originated) | set(st.adj_out))
+
     def adj_rib_out(self) -> list[Advertise]:
         """Everything glbd advertises, per peer (replayed into a restarted ExaBGP)."""
         return [cmd for st in self.peers.values() for cmd in st.adj_out.values()]
@@ -1213,6 +1238,48 @@ class Rib:
             "advertised_to": sorted(str(a) for a, st in self.peers.items() if p in st.adj_out),
             "multipath": len(mp),
         }
+
+    def received(self, peer: IPAddress) -> list[dict[str, Any]]:
+        """``glbctl neighbor PEER received``: the peer's Adj-RIB-In *after* its import policy
+        (a route refused is not kept, only counted as ``rejected_<reason>``); ``used``: the
+        path is in its prefix's forwarding set now."""
+        st = self.peers.get(peer)
+        if st is None:
+            return []
+        rows = []
+        for prefix, path in sorted(st.paths(), key=lambda pp: _family_order(pp[0])):
+            rows.append(
+                {
+                    "prefix": str(prefix),
+                    "next_hop": str(path.next_hop),
+                    "as_path": list(path.as_path),
+                    "origin": path.origin,
+                    "communities": [f"{a}:{b}" for a, b in path.communities],
+                    "nnh": None if path.nnh is None else [str(i) for i in path.nnh],
+                    "nnhn_status": path.nnhn_status,
+                    "stale": path.stale,
+                    "used": any(nh.peer == peer for nh in self._fwd.get(prefix, ())),
+                }
+            )
+        return rows
+
+    def advertised(self, peer: IPAddress) -> list[dict[str, Any]]:
+        """``glbctl neighbor PEER advertised``: the peer's Adj-RIB-Out, as sent (after the
+        export policy, with drain's community and prepends)."""
+        st = self.peers.get(peer)
+        if st is None:
+            return []
+        return [
+            {
+                "prefix": str(prefix),
+                "next_hop": str(adv.next_hop),
+                "as_path": list(adv.as_path),
+                "origin": adv.origin,
+                "communities": [f"{a}:{b}" for a, b in adv.communities],
+                "nhc": None if adv.nhc is None else adv.nhc.hex(),
+            }
+            for prefix, adv in sorted(st.adj_out.items(), key=lambda pa: _family_order(pa[0]))
+        ]
 
     def neighbors_snapshot(self, now: float) -> list[dict[str, Any]]:
         rows = []
@@ -1805,7 +1872,7 @@ class Rib:
             nh = n.local_address if n.local_address.version == 4 or n.unnumbered else None
         if nh is None:
             return None
-        drain = self.params.drain
+        drain = self.params.drain or st.drained
         own = (self.params.local_as,) * (1 + self.params.drain_prepend if drain else 1)
         if originated:
             return Advertise(

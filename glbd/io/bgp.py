@@ -241,6 +241,8 @@ class BgpSpeaker:
         self._held_closing: dict[IPAddress, asyncio.Future[None]] = {}
         self._held_timer: asyncio.TimerHandle | None = None
         self._held_tasks: set[asyncio.Task[None]] = set()
+        #: neighbors shut down by ``glbctl neighbor-shutdown``: out of ExaBGP's config too
+        self._shut: set[IPAddress] = set()
         self.rib.initial_decisions()  # fills Adj-RIB-Out; sent when ExaBGP is ready
         self.parser = api.ApiParser()
         self.supervisor = ExabgpSupervisor(
@@ -332,6 +334,47 @@ class BgpSpeaker:
     def drained(self) -> bool:
         return self.rib.drained
 
+    # ---- one neighbor (glbctl) ---------------------------------------------------------
+
+    def set_peer_drain(self, peer: IPAddress, drain: bool) -> None:
+        """Drain (undrain) one neighbor: see :meth:`glbd.core.rib.Rib.set_peer_drain`."""
+        self._apply(self.rib.set_peer_drain(peer, drain))
+
+    def shutdown_peer(self, peer: IPAddress) -> None:
+        """Close the session and keep it closed until :meth:`enable_peer` or a restart:
+        ExaBGP's config leaves the neighbor out (its reload closes the session with a Cease),
+        and the RIB takes the neighbor down now, so its routes leave forwarding at once."""
+        if peer not in self.rib.peers or peer in self._shut:
+            return
+        self._shut.add(peer)
+        self.supervisor.reload(self.exabgp_params())
+        self._apply(self.rib.peer_shutdown(peer, self._now()))
+
+    def enable_peer(self, peer: IPAddress) -> None:
+        """Undo :meth:`shutdown_peer`: ExaBGP lists the neighbor again, with what glbd
+        advertises to it (ExaBGP dropped those routes with the neighbor)."""
+        if peer not in self._shut:
+            return
+        self._shut.discard(peer)
+        self.supervisor.reload(self.exabgp_params())
+        self._send_adj_out(peer)
+
+    def is_shut(self, peer: IPAddress) -> bool:
+        return peer in self._shut
+
+    def reset_peer(self, peer: IPAddress, soft: bool = False) -> None:
+        """Hard: close the session (Cease 4, Administrative Reset); ExaBGP opens it again.
+        Soft: no session change: ask the peer for its routes again (route refresh: they come
+        through the import policy in force) and send it everything glbd advertises again."""
+        if peer not in self.rib.peers:
+            return
+        if not soft:
+            self.supervisor.send(api.Teardown(peer, 4))
+            return
+        for family in _eor_families(self._families.get(peer, ())):
+            self.supervisor.send(api.RouteRefresh(peer, family))
+        self.supervisor.send(api.FlushAdjRibOut(peer))
+
     def reconfigure(self, params: RibParams) -> None:
         """Apply a new config without a restart: originated prefixes and multipath knobs take
         effect at once; added, removed or redefined neighbors make ExaBGP reload its config
@@ -339,6 +382,7 @@ class BgpSpeaker:
         ``router_id``, ``local_as`` and ``role`` need a restart (ValueError). The drain state
         stays as ``set_drain`` left it."""
         params = replace(params, drain=self._drain)
+        self._shut &= {n.address for n in params.neighbors}  # a neighbor added again starts up
         effects, touched = self.rib.reconfigure(params)
         neighbors_changed = {n.address: n for n in params.neighbors} != {
             n.address: n for n in self.params.neighbors
@@ -357,8 +401,12 @@ class BgpSpeaker:
     # ---- views -------------------------------------------------------------------------
 
     def neighbors_snapshot(self) -> list[dict[str, Any]]:
-        """``glbctl neighbors``: a TCP MD5 session that is not up says why it may not be."""
+        """``glbctl neighbors``: a TCP MD5 session that is not up says why it may not be; a
+        neighbor shut down by glbctl is in state ``shutdown``."""
         rows = self.rib.neighbors_snapshot(self._now())
+        for r in rows if self._shut else ():
+            if ipaddress.ip_address(r["peer"]) in self._shut:
+                r["state"] = "shutdown"
         if any(r["tcp_md5"] and r["state"] != "up" for r in rows):
             kernel = tcp_md5_counters(self.netns)
             for r in rows:
@@ -402,7 +450,7 @@ class BgpSpeaker:
                     families=tuple(f"ipv{v}" for v in sorted(n.families)),
                 )
                 for n in p.neighbors
-                if n.address not in self._held
+                if n.address not in self._held and n.address not in self._shut
             ),
             exabgp=self.process.exabgp,
             runtime_dir=self.process.runtime_dir,
@@ -478,7 +526,9 @@ class BgpSpeaker:
             self._apply(self.rib.on_notification(ev))
 
     def _on_command_error(self, cmd: api.Command) -> None:
-        if isinstance(cmd, api.Teardown) or cmd.neighbor not in self.rib.peers:
+        # a teardown or a soft reset for a session that is not up changes no Adj-RIB-Out
+        resets = api.Teardown | api.RouteRefresh | api.FlushAdjRibOut
+        if isinstance(cmd, resets) or cmd.neighbor not in self.rib.peers:
             return
         self._unsynced.add(cmd.neighbor)
 

@@ -344,6 +344,10 @@ def _key(cmd: api.Command) -> tuple[str, str, str]:
         return ("teardown", str(cmd.neighbor), str(cmd.subcode))
     if isinstance(cmd, api.EndOfRib):
         return ("eor", str(cmd.neighbor), cmd.family)
+    if isinstance(cmd, api.RouteRefresh):
+        return ("refresh", str(cmd.neighbor), cmd.family)
+    if isinstance(cmd, api.FlushAdjRibOut):
+        return ("flush", str(cmd.neighbor), "")
     return ("route", str(cmd.neighbor), str(cmd.prefix))
 
 
