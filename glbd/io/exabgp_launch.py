@@ -24,28 +24,41 @@ speed-ups leave what it writes to peers and to glbd unchanged.
   Replaced by ``bytes.hex().upper()``, the same text.
 * ``log.debug``, called for every prefix parsed, checks the level each time even when the
   configured level (``exabgp.log.level``, fixed for the process) leaves DEBUG out: 9 %.
-  With such a level it is a no-op.
+  With such a level (FATAL to INFO) and no ``-d``/``-v`` (which force DEBUG) it is a no-op.
 
-A name this does not find (another ExaBGP layout) is left alone: ExaBGP then runs as it is.
+None of these has a supported ExaBGP mechanism (docs/bgp.md, "ExaBGP versions"). Before it
+replaces anything, :func:`patch` checks that every ExaBGP callable it replaces or calls is there
+with the signature of the versions checked (:data:`CONTRACT`, 5.0.14 and 5.0.15); if one is
+not, it replaces nothing and :func:`main` refuses to start ExaBGP (exit 2, the reason on
+stderr, which glbd logs): an unchecked ExaBGP never runs half-patched, nor silently unfixed.
+tests/bgp/test_exabgp_contract.py fails on any change to the source of those callables.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "CHECKED",
+    "CONTRACT",
     "HOLD_SUBCODE",
     "RELOAD",
+    "PatchError",
+    "check",
     "hexstring",
     "hold_teardowns",
     "main",
     "patch",
     "pending_adjribout",
     "raise_owed_reload",
+    "resolve",
+    "silences_debug",
 ]
 
 #: ``exabgp.reactor.interrupt.Signal.RELOAD`` (SIGUSR1); FULL_RELOAD is SIGUSR2
@@ -153,70 +166,151 @@ def _no_debug(cls: Any, message: Any, source: str = "", level: str = "DEBUG") ->
     return None
 
 
-def patch(env: Mapping[str, str] | None = None) -> list[str]:
-    """Apply the replacements to the imported ExaBGP; returns the names replaced."""
+#: the ExaBGP versions the patches were checked on (tests/bgp/test_exabgp_contract.py)
+CHECKED = ("5.0.14", "5.0.15")
+#: per patch, the ExaBGP callables it replaces or calls (``module:qualname``) and their
+#: signatures in the versions checked; :func:`check` holds the ExaBGP it patches to them
+CONTRACT: dict[str, dict[str, str]] = {
+    "pending_adjribout": {
+        "exabgp.reactor.loop:Reactor._pending_adjribout": "(self)",
+        "exabgp.reactor.loop:Reactor.established_peers": "(self)",
+    },
+    "reload_owed": {
+        "exabgp.reactor.loop:Reactor.active_peers": "(self)",
+        "exabgp.reactor.interrupt:Signal.rearm": "(self)",
+    },
+    "max_prefixes_hold": {
+        "exabgp.reactor.loop:Reactor.teardown_peer": "(self, name, code)",
+        "exabgp.reactor.loop:Reactor.reload": "(self)",
+        "exabgp.reactor.peer:Peer.__init__": "(self, neighbor, reactor)",
+        "exabgp.reactor.peer:Peer.run": "(self)",
+        "exabgp.reactor.peer:Peer.stop": "(self)",
+        "exabgp.reactor.peer:Peer.remove": "(self)",
+        "exabgp.reactor.peer:Peer.teardown": "(self, code, restart=True)",
+        "exabgp.reactor.peer:Peer.stopping": "(self)",
+    },
+    "hexstring": {"exabgp.util:hexstring": "(value)"},
+    "log.debug": {"exabgp.logger:log.debug": "(message, source='', level='DEBUG')"},
+}
+
+#: ``exabgp.log.level`` values that leave DEBUG out (ExaBGP's order: ... INFO DEBUG NOTSET)
+_ABOVE_DEBUG = frozenset({"FATAL", "CRITICAL", "ERROR", "WARNING", "INFO"})
+#: ``exabgp server`` options that force DEBUG whatever ``exabgp.log.level`` says
+_DEBUG_ARGS = frozenset({"-v", "--verbose", "-d", "--debug"})
+
+
+def silences_debug(env: Mapping[str, str], argv: Sequence[str]) -> bool:
+    """Whether ExaBGP run with ``env`` and ``argv`` leaves DEBUG out for the whole process."""
+    level = env.get("exabgp.log.level", "").upper()
+    return level in _ABOVE_DEBUG and not _DEBUG_ARGS.intersection(argv)
+
+
+class PatchError(RuntimeError):
+    """The imported ExaBGP is not one the launcher's patches were checked on."""
+
+
+def resolve(target: str) -> Any:
+    """The object ``module:qualname`` names; raises ImportError / AttributeError."""
+    module, _, qualname = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check() -> list[str]:
+    """What in the imported ExaBGP breaks the patches' contract ([] when nothing does)."""
+    problems: list[str] = []
+    for name, targets in CONTRACT.items():
+        for target, want in targets.items():
+            try:
+                got = str(inspect.signature(resolve(target)))
+            except (ImportError, AttributeError, TypeError, ValueError) as e:
+                problems.append(f"{name}: {target} missing ({e!r})")
+                continue
+            if got != want:
+                problems.append(f"{name}: {target}{got}, checked {want}")
+    if problems:
+        return problems
+    # the values and call sites the patches rely on besides those callables
+    from exabgp.reactor.interrupt import Signal
+    from exabgp.reactor.peer import ACTION
+
+    if getattr(Signal, "RELOAD", None) != RELOAD:
+        problems.append(f"reload_owed: Signal.RELOAD is not {RELOAD}")
+    if not all(hasattr(ACTION, a) for a in ("CLOSE", "LATER")):
+        problems.append("max_prefixes_hold: ACTION.CLOSE / ACTION.LATER missing")
+    original = resolve("exabgp.util:hexstring")
+    for where in ("exabgp.reactor.api.response.json", "exabgp.reactor.api.response.text"):
+        if getattr(importlib.import_module(where), "hexstring", None) is not original:
+            problems.append(f"hexstring: {where} does not use exabgp.util.hexstring")
+    sample = bytes(range(256))
+    if original(sample) != hexstring(sample):
+        problems.append("hexstring: exabgp.util.hexstring writes another text")
+    return problems
+
+
+def patch(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> list[str]:
+    """Apply the replacements to the imported ExaBGP; returns the names replaced. Raises
+    :class:`PatchError`, replacing nothing, if :func:`check` finds the contract broken."""
     if env is None:
         env = os.environ
-    done: list[str] = []
+    if argv is None:
+        argv = sys.argv
     try:
-        import exabgp.reactor.api.response.json as rjson
-        import exabgp.reactor.api.response.text as rtext
-        import exabgp.util as util
-        from exabgp.logger import log
-        from exabgp.reactor import peer as exapeer
-        from exabgp.reactor.interrupt import Signal
-        from exabgp.reactor.loop import Reactor
-    except ImportError:
-        return done
-    if callable(getattr(Reactor, "_pending_adjribout", None)) and callable(
-        getattr(Reactor, "established_peers", None)
-    ):
-        Reactor._pending_adjribout = pending_adjribout
-        done.append("pending_adjribout")
-        if (
-            callable(getattr(Reactor, "active_peers", None))
-            and callable(getattr(Signal, "rearm", None))
-            and getattr(Signal, "RELOAD", None) == RELOAD
-        ):
-            active_peers, rearm = Reactor.active_peers, Signal.rearm
+        problems = check()
+    except ImportError as e:
+        problems = [f"ExaBGP not importable: {e}"]
+    if problems:
+        raise PatchError("; ".join(problems))
+    import exabgp.reactor.api.response.json as rjson
+    import exabgp.reactor.api.response.text as rtext
+    import exabgp.util as util
+    from exabgp.logger import log
+    from exabgp.reactor import peer as exapeer
+    from exabgp.reactor.interrupt import Signal
+    from exabgp.reactor.loop import Reactor
 
-            def owed_then_active(self: Any) -> Any:
-                raise_owed_reload(self)
-                return active_peers(self)
+    Reactor._pending_adjribout = pending_adjribout
+    active_peers, rearm = Reactor.active_peers, Signal.rearm
 
-            def rearm_noting(self: Any) -> None:
-                self.glbd_last = self.received  # what the loop is handling, before it clears
-                rearm(self)
+    def owed_then_active(self: Any) -> Any:
+        raise_owed_reload(self)
+        return active_peers(self)
 
-            Reactor.active_peers = owed_then_active
-            Signal.rearm = rearm_noting
-            done.append("reload_owed")
-    peer_cls, action = getattr(exapeer, "Peer", None), getattr(exapeer, "ACTION", None)
-    if all(
-        callable(getattr(cls, name, None))
-        for cls, names in (
-            (Reactor, ("teardown_peer", "reload")),
-            (peer_cls, ("run", "stop", "remove", "teardown", "stopping")),
-        )
-        for name in names
-    ) and all(hasattr(action, a) for a in ("CLOSE", "LATER")):
-        hold_teardowns(Reactor, peer_cls, action)
-        done.append("max_prefixes_hold")
-    original = getattr(util, "hexstring", None)
-    mods = [m for m in (util, rjson, rtext) if getattr(m, "hexstring", None) is original]
-    if original is not None and len(mods) == 3:
-        for m in mods:
-            m.hexstring = hexstring
-        done.append("hexstring")
-    level = env.get("exabgp.log.level", "").upper()
-    if level and level != "DEBUG" and callable(getattr(log, "debug", None)):
+    def rearm_noting(self: Any) -> None:
+        self.glbd_last = self.received  # what the loop is handling, before it clears
+        rearm(self)
+
+    Reactor.active_peers = owed_then_active
+    Signal.rearm = rearm_noting
+    hold_teardowns(Reactor, exapeer.Peer, exapeer.ACTION)
+    for m in (util, rjson, rtext):  # json and text imported it by name
+        m.hexstring = hexstring
+    done = ["pending_adjribout", "reload_owed", "max_prefixes_hold", "hexstring"]
+    if silences_debug(env, argv):
         log.debug = classmethod(_no_debug)
         done.append("log.debug")
     return done
 
 
+def _version() -> str:
+    try:
+        from exabgp.version import version
+    except ImportError:
+        return "?"
+    return str(version)
+
+
 def main() -> int:
-    patch()
+    try:
+        patch()
+    except PatchError as e:
+        sys.stderr.write(
+            f"glbd.io.exabgp_launch: refusing to start ExaBGP {_version()}, not a version glbd's"
+            f" patches were checked on (docs/bgp.md, ExaBGP versions): {e}\n"
+        )
+        return 2
     from exabgp.application.main import main as exabgp_main
 
     sys.argv[0] = "exabgp"
