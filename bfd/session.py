@@ -103,11 +103,6 @@ class AuthConfig:
             if not lo <= len(key) <= limit:
                 raise ValueError(f"{self.type.name} key must be {lo}-{limit} bytes")
 
-    @property
-    def key_ids(self) -> tuple[int, ...]:
-        """The transmit key id first, then the ones also accepted."""
-        return (self.key_id, *(k for k, _ in self.accept))
-
     def key_for(self, key_id: int) -> bytes | None:
         """The key a received packet with ``key_id`` is checked with (None: not configured)."""
         if key_id == self.key_id:

@@ -273,11 +273,6 @@ class McastTransport:
     def interfaces(self) -> list[str]:
         return sorted(self._socks)
 
-    @property
-    def retrying(self) -> list[str]:
-        """Interfaces wanted whose socket failed to open, waiting for their next try."""
-        return sorted(self._retry)
-
     def families(self) -> dict[str, int]:
         """Interface -> address family (4 or 6) of its open socket."""
         return {ifn: s.spec.family for ifn, s in sorted(self._socks.items())}

@@ -104,7 +104,7 @@ async def test_server_answers_and_survives_bad_clients(tmp_path: Path) -> None:
         raise RuntimeError("handler bug")
 
     async def slow(args: dict[str, Any]) -> Any:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # an async handler: answers after a loop turn
         return {"echo": args}
 
     srv = ControlServer(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from glbdlab.nodes import wait_until
 from glbdlab.waits import until
 
 from glbd.app import config as cfgmod
@@ -110,13 +111,9 @@ async def test_loop_lag_is_measured(tmp_path: Path) -> None:
     d.lag.interval = 0.01
     await d.start()
     try:
-        await asyncio.sleep(0.05)  # the stimulus needs the monitor ticking: let it run a while
+        await until(lambda: d.lag.ticks >= 2, what="the lag monitor ticking")
         time.sleep(0.05)  # the stimulus: block the loop on purpose
-        for _ in range(500):  # until the monitor's next tick has measured the block
-            if d.lag.max >= 0.03:
-                break
-            await asyncio.sleep(0.01)  # poll interval
-        assert d.lag.max >= 0.03
+        await until(lambda: d.lag.max >= 0.03, 5.0, what="the block measured")
         assert d.status()["loop_lag"]["late_10ms"] >= 1
     finally:
         await d.stop()
@@ -181,7 +178,7 @@ async def test_the_loop_runs_real_time_gives_it_up_while_busy_and_takes_it_back(
             end = time.process_time() + 0.05
             while time.process_time() < end:
                 pass
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the stimulus: yield between slices
         assert policy() == os.SCHED_OTHER
         sched = lambda: d.status()["scheduling"]  # noqa: E731
         await until(lambda: sched()["promotions"] >= 1, 5, what="back to real time")
@@ -228,29 +225,22 @@ def test_processes_started_by_a_real_time_loop_start_normal() -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="glbd run needs root")
 def test_glbd_run_sighup_bad_config_keeps_running_and_sigterm_stops(tmp_path: Path) -> None:
     f = _write_cfg(tmp_path)
-    env = dict(os.environ, GLBD_TEST_NO_COMPONENTS="1")
+    # the bare daemon (daemon.main without components): signals, reload and the socket only
+    bare = "import sys; from glbd.app.daemon import main; sys.exit(main(sys.argv[1], None, 'json'))"
     p = subprocess.Popen(
-        [sys.executable, "-m", "glbd", "run", "-c", str(f), "--log-format", "json"],
-        env=env,
+        [sys.executable, "-c", bare, str(f)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     sock = str(tmp_path / "ctl.sock")
     try:
-        for _ in range(100):
-            try:
-                ctl.request(sock, "status", timeout=1)
-                break
-            except ctl.DaemonError:
-                time.sleep(0.05)
+        wait_until(lambda: ctl.request(sock, "status", timeout=1), 10, what="the control socket")
         f.write_text(f.read_text() + "\nnot valid toml [[[\n")
         p.send_signal(signal.SIGHUP)
-        for _ in range(100):
-            st = ctl.request(sock, "status")
-            if st["last_reload"]:
-                break
-            time.sleep(0.05)
+        st = wait_until(
+            lambda: (s := ctl.request(sock, "status"))["last_reload"] and s, 10, what="the reload"
+        )
         assert st["state"] == "running" and st["last_reload"]["ok"] is False
         assert p.poll() is None
         p.send_signal(signal.SIGTERM)
@@ -318,8 +308,7 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(
                   "detection_timeout", True, True, 0, 1, 0.0)  # fmt: skip
     node.on_bfd(ev)
     assert calls == []  # nothing heavy inside the callback
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await until(lambda: len(calls) == 3, what="the failover's three steps")
     assert calls == ["fib 172.16.11.2 l1-s1", "log bfd_state DOWN", "rib 172.16.11.2"]
     assert node.counters["fib_fast_failovers"] == 1
 
@@ -354,8 +343,7 @@ async def test_bfd_failover_done_by_the_engine_is_mirrored_at_once(tmp_path: Pat
                   "detection_timeout", True, True, 0, 1, 0.0, None, True)  # fmt: skip
     node.on_bfd(ev)
     assert calls == ["mirror 172.16.11.2 l1-s1"]
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await until(lambda: len(calls) == 2, what="the RIB's step")
     assert calls == ["mirror 172.16.11.2 l1-s1", "rib 172.16.11.2"]
     assert node.counters["bfd_engine_failovers"] == node.counters["fib_fast_failovers"] == 1
 
@@ -431,8 +419,7 @@ async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) 
                   "neighbor_signal", False, False, 0, 1, 0.0)  # fmt: skip
     node.on_bfd(down)
     node.on_bfd(up)
-    for _ in range(3):
-        await asyncio.sleep(0)
+    await until(lambda: r.peers[peer].counters["bfd_down"] == 1, what="the down event")
     assert r.peers[peer].bfd_down is False
     assert r.peers[peer].counters["bfd_down"] == 1
 

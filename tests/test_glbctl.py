@@ -471,7 +471,7 @@ async def test_ctrl_c_in_watch_exits_130_without_a_traceback(fake: Any) -> None:
     try:
         async with asyncio.timeout(60):
             while len(d.args) < 2:  # it has drawn once and sleeps until the next refresh
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)  # poll interval
         proc.send_signal(signal.SIGINT)
         _out, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:

@@ -113,9 +113,11 @@ def test_exec_reload_fails_when_the_file_is_rejected(tmp_path: Path) -> None:
     cfg.write_text(good + f'[control]\nsocket = "{sock}"\n')
     (reload_line,) = directive("ExecReload")
     argv = shlex.split(reload_line.replace("/opt/glbd/bin/", f"{BIN}/"))
-    env = dict(os.environ, GLBD_TEST_NO_COMPONENTS="1", GLBD_SOCKET=str(sock))
+    env = dict(os.environ, GLBD_SOCKET=str(sock))
+    # the bare daemon: daemon.main without components
+    bare = "import sys; from glbd.app.daemon import main; sys.exit(main(sys.argv[1]))"
     p = subprocess.Popen(
-        [sys.executable, "-m", "glbd", "run", "-c", str(cfg)],
+        [sys.executable, "-c", bare, str(cfg)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -194,7 +194,8 @@ class BfdSection(_Model):
     #: is caught only once it stood still for 2 s (docs/security.md)
     auth: BfdAuth | None = None
     #: engine-wide: SCHED_FIFO priority of the BFD engine process (0 = normal scheduling).
-    #: Measured: without it, 256 sessions at 3x50 ms flap on a busy 2-core box; with it, 1024 hold
+    #: Without it, sessions flap on a busy box well below the count they hold with it
+    #: (docs/benchmarks.md, BFD)
     rt_priority: Annotated[int, Field(ge=0, le=99)] = 10
     #: engine-wide: "process" (own interpreter, isolated from glbd's loop) or "thread"
     mode: Literal["process", "thread"] = "process"
@@ -203,7 +204,7 @@ class BfdSection(_Model):
     kernel_failover: bool = True
     #: engine-wide: a BPF program at tc ingress takes the repeats of a session's steady state
     #: in the kernel (Linux 6.6+ and CAP_BPF, else every packet is read: ``glbctl status``
-    #: ``bfd_engine.kernel_rx``): 512 sessions at 3 x 10 ms held with it, not without
+    #: ``bfd_engine.kernel_rx``): short intervals at scale hold with it, not without
     #: (docs/benchmarks.md). Those repeats pass no netfilter input hook
     kernel_rx: bool = True
 

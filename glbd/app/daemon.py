@@ -84,9 +84,8 @@ class LoopLag:
         }
 
 
-#: net allocations of tracked objects between two young-generation GC passes (CPython's
-#: default, 700, made leaf1's loop pass 200 times a minute under the load bench, 36 of them
-#: over 5 ms, each holding whatever heartbeat had arrived; at 20,000 it passed twice)
+#: net allocations of tracked objects between two young-generation GC passes: CPython's 700
+#: made passes that hold the loop frequent under load (docs/benchmarks-e2e.md)
 GC_YOUNG_THRESHOLD = 20_000
 
 
@@ -180,9 +179,15 @@ ComponentFactory = Callable[["Daemon"], list[Component]]
 
 class Daemon:
     def __init__(
-        self, config_path: str, cfg: cfgmod.Config, components: ComponentFactory | None = None
+        self,
+        config_path: str,
+        cfg: cfgmod.Config,
+        components: ComponentFactory | None = None,
+        heap_report: str | None = None,
     ) -> None:
         self.config_path = config_path
+        #: file SIGUSR2 writes a tracemalloc report to (``glbd run --heap-report``), or None
+        self.heap_report = heap_report
         self.cfg = cfg
         self.started_at = time.time()
         self.state = "starting"
@@ -215,10 +220,9 @@ class Daemon:
             (signal.SIGHUP, self._sighup),
         ):
             loop.add_signal_handler(sig, fn)
-        heap_report = os.environ.get("GLBD_HEAP_REPORT")
-        if heap_report:  # diagnosis only: tracemalloc slows allocation several-fold
+        if self.heap_report:  # diagnosis only: tracemalloc slows allocation several-fold
             tracemalloc.start()
-            loop.add_signal_handler(signal.SIGUSR2, _write_heap_report, heap_report)
+            loop.add_signal_handler(signal.SIGUSR2, _write_heap_report, self.heap_report)
         try:
             await self.start()
             await self._stop.wait()
@@ -664,8 +668,10 @@ def main(
     log_level: str | None = None,
     log_format: str | None = None,
     components: ComponentFactory | None = None,
+    heap_report: str | None = None,
 ) -> int:
-    """Run the daemon with the parts ``components`` builds (the CLI passes the node's)."""
+    """Run the daemon with the parts ``components`` builds (the CLI passes the node's; none
+    runs the bare daemon: control socket, reload and lifecycle only)."""
     try:
         cfg = cfgmod.load(config_path)
     except cfgmod.ConfigError as e:
@@ -685,7 +691,7 @@ def main(
     raise_nofile()
 
     try:
-        return asyncio.run(Daemon(config_path, cfg, components).run())
+        return asyncio.run(Daemon(config_path, cfg, components, heap_report).run())
     except KeyboardInterrupt:
         return 130
     except OSError as e:
@@ -705,7 +711,7 @@ def raise_nofile() -> None:
 
 
 def _write_heap_report(path: str) -> None:
-    """``GLBD_HEAP_REPORT=FILE glbd run ...`` then ``kill -USR2``: the 40 source lines holding
+    """``glbd run --heap-report FILE ...`` then ``kill -USR2``: the 40 source lines holding
     the most memory, for memory work (bench/glb_memory.py)."""
     snap = tracemalloc.take_snapshot()
     stats = snap.statistics("lineno")

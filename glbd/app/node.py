@@ -70,6 +70,10 @@ BFD_CONFIRM_S = 3.0
 #: this; an engine that ran this long since its last exit restarts at once again
 BFD_BACKOFF_MAX_S = 30.0
 BFD_BACKOFF_RESET_S = 60.0
+#: how long a fresh interpreter on a busy box may take to answer the BFD engine's first call
+BFD_CALL_TIMEOUT_S = 20.0
+#: how long BGP is up before adopted kernel state may change (``FibSync``'s hold-down)
+FIB_HOLD_S = 1.0
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -99,7 +103,7 @@ class Node:
             "remote_updates": 0,
             "local_changes": 0,
         }
-        self.fibsync = FibSync(float(os.environ.get("GLBD_FIB_HOLD_S", "1.0")))
+        self.fibsync = FibSync(FIB_HOLD_S)
         #: the flowlet timeout in force (None: flowlets off); an "auto" idle timer follows it
         self.flowlet_timeout_s: float | None = None
         self.last_fib_sync: dict[str, Any] = {}
@@ -141,14 +145,6 @@ class Node:
     @fib_hold_s.setter
     def fib_hold_s(self, value: float) -> None:
         self.fibsync.hold_s = value
-
-    @property
-    def fib_incremental_profiles(self) -> bool:
-        return self.fibsync.incremental_profiles
-
-    @fib_incremental_profiles.setter
-    def fib_incremental_profiles(self, value: bool) -> None:
-        self.fibsync.incremental_profiles = value
 
     # ---- construction -------------------------------------------------------------------
 
@@ -244,8 +240,7 @@ class Node:
             mode=self.cfg.bfd.mode,
             rt_priority=(self.cfg.bfd.rt_priority or None) if caps.has("CAP_SYS_NICE") else None,
             on_exit=exited,
-            # a fresh interpreter on a busy box can take seconds to answer the first call
-            call_timeout=float(os.environ.get("GLBD_BFD_CALL_TIMEOUT_S", "20")),
+            call_timeout=BFD_CALL_TIMEOUT_S,
             log_priority=logmod.priority_prefixes(),  # its stderr is ours: same priorities
             kernel_rx=self.cfg.bfd.kernel_rx,
         )

@@ -501,9 +501,6 @@ PARTS: tuple[Callable[[Node], Component], ...] = (
 
 def build_components(d: Host) -> list[Component]:
     """The parts of one node, in start order (stop runs in reverse)."""
-    if os.environ.get("GLBD_TEST_NO_COMPONENTS") == "1":  # lifecycle tests of the bare daemon
-        return []
     node = Node(d)
-    d.node = node  # type: ignore[attr-defined]  # tests and the lab reach the node through it
     # last: the neighbors it learns are set up by the parts before it
     return [*(part(node) for part in PARTS), UnnumberedPart(d, netns=node.netns)]  # type: ignore[arg-type]

@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=["auto", "console", "json", "journal"],
         help="override logging.format from the config",
     )
+    run.add_argument(
+        "--heap-report",
+        metavar="FILE",
+        help="trace allocations; SIGUSR2 writes the top 40 source lines to FILE (diagnosis only)",
+    )
     sc = sub.add_parser("sysctl", help="write the sysctls the config asks for (as root)")
     sc.add_argument("-c", "--config", required=True, help="TOML config file")
     sc.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
@@ -109,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_level=args.log_level,
             log_format=args.log_format,
             components=build_components,
+            heap_report=args.heap_report,
         )
     _parser().print_help()
     return 2

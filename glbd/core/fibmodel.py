@@ -70,10 +70,6 @@ class Member:
         return self._key < other._key
 
     @property
-    def sort_key(self) -> tuple[int, int, str, bool]:
-        return self._key
-
-    @property
     def label(self) -> str:
         return f"{self.gateway}@{self.ifname}" + ("/onlink" if self.onlink else "")
 

@@ -151,12 +151,6 @@ class IdRanges:
     group_base: int = 2_000_000
     size: int = 1_000_000
 
-    def is_member(self, i: int) -> bool:
-        return self.member_base <= i < self.member_base + self.size
-
-    def is_group(self, i: int) -> bool:
-        return self.group_base <= i < self.group_base + self.size
-
 
 @dataclass(slots=True)
 class IdMap:

@@ -172,18 +172,6 @@ def parse_tc_handle(text: str) -> int:
     return (hi << 16) | lo
 
 
-def _cap(mbps: float) -> int:
-    return min(0xFFFFFFFF, round(mbps))
-
-
-def _bp(load_pct: float | None) -> int:
-    return min(0xFFFF, round((load_pct or 0.0) * 100))
-
-
-def _qb(queue: float) -> int:
-    return min(0xFFFFFFFF, round(queue))
-
-
 def band_of(s: float) -> int:
     """Band of a score: [0,1] -> 0, (1,2] -> 1, ..., (7,8] -> 7 (8 equal bands, 7 = best)."""
     return min(MAX_BAND, max(0, math.ceil(s) - 1))
@@ -239,19 +227,6 @@ class LinkQuality:
         if self.residual_mbps is None:
             return self
         return replace(self, capacity_mbps=self.residual_mbps)
-
-    def to_entry(self, far_end_id: int, link_id: int | None = None) -> wire.Entry:
-        """The heartbeat entry for this link (``link_id`` defaults to the ifindex)."""
-        cap = self.capacity_mbps if self.residual_mbps is None else self.residual_mbps
-        return wire.Entry(
-            far_end_id,
-            self.ifindex if link_id is None else link_id,
-            _cap(cap),
-            0 if self.down else self.band,
-            wire.ENTRY_FLAG_DOWN if self.down else 0,
-            _bp(self.load_pct),
-            _qb(self.queue_bytes),
-        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -637,8 +612,8 @@ class LinkMonitor:
             band = ln.band
             if fe is None or band is None:
                 continue
-            # the figures of LinkQuality.to_entry (_cap/_bp/_qb), inlined: this runs for
-            # every link every sample in the daemon
+            # the entry's figures, clamped to their wire widths, inlined: this runs for every
+            # link every sample in the daemon
             load = ln.load
             bp = round(load * 100) if load else 0
             qb = round(ln.queue)

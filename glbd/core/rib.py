@@ -58,7 +58,7 @@ one NNHN per UPDATE from its first prefix, so the others are not trusted unless
 ``trust_packed_nnhn``).
 
 Size: one module over 600 lines on purpose: the Adj-RIB-In is a single per-prefix index that
-only ``_get_path``/``_set_path``/``_del_path`` change, and selection, coalescing, stale
+only ``_set_path``/``_del_path`` change, and selection, coalescing, stale
 handling and advertisement all work on it; a split would expose that index across modules.
 The parameter, event and decision types come first.
 """
@@ -450,10 +450,6 @@ class PeerState:
         for e in self.index.values():
             if len(e) > i and e[i] is not None:
                 yield e[0], e[i]
-
-    @property
-    def adj_in(self) -> dict[Prefix, Path]:
-        return dict(self.paths())
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -1052,19 +1048,6 @@ class Rib:
         """The initial-exchange deferral is on: arriving paths wait for selection."""
         return self._delaying
 
-    def update_delay_snapshot(self, now: float) -> dict[str, Any]:
-        """The deferral's state (``glbctl neighbors`` rows carry each neighbor's part)."""
-        return {
-            "active": self._delaying,
-            "remaining_s": None
-            if not self._delaying or self._delay_until is None
-            else round(max(0.0, self._delay_until - now), 3),
-            "waiting_for": sorted(
-                str(a) for a, st in self.peers.items() if self._delay_waits_for(st, now)
-            ),
-            "pending": len(self._dirty),
-        }
-
     def set_originated(self, prefixes: Iterable[Prefix]) -> list[Effect]:
         new = set(prefixes)
         changed = new ^ self.originated
@@ -1611,14 +1594,6 @@ class Rib:
         return removed
 
     # ---- Adj-RIB-In (the per-prefix index): change it only through these -----------------
-
-    def _get_path(self, st: PeerState, prefix: Prefix) -> Path | None:
-        entry = self._index.get(prefix)
-        i = st.slot + 1
-        if entry is None or len(entry) <= i:
-            return None
-        p: Path | None = entry[i]
-        return p
 
     def _set_path(self, st: PeerState, prefix: Prefix, path: Path) -> Prefix:
         """Store ``path`` as ``st``'s path to ``prefix``; returns the interned prefix (one

@@ -122,10 +122,6 @@ class ControlServer:
         key = f"decode_error_{reason}"
         self.counters[key] = self.counters.get(key, 0) + 1
 
-    async def dispatch(self, line: bytes) -> bytes:
-        """One request line in, its whole answer out (one line, or the parts and the last)."""
-        return b"".join([out async for out in self.answer(line)])
-
     async def answer(self, line: bytes) -> AsyncGenerator[bytes, None]:
         """The lines answering one request line; never raises."""
         try:

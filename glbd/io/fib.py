@@ -550,10 +550,6 @@ class FibProgrammer:
             and o.foreign_ids == before.foreign_ids
         )
 
-    def group_spec(self, weights: Mapping[Member, int]) -> GroupSpec:
-        """A GroupSpec of the configured default type (``resilient=`` of the constructor)."""
-        return GroupSpec(dict(weights), self.resilient)
-
     # -- failover -----------------------------------------------------------------------------
     async def remove_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
         """Fast failover: next hop ``gateway`` (on ``ifname``, or any) is gone. Every group

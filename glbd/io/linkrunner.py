@@ -94,9 +94,6 @@ class MonitorRunner:
         loop = asyncio.get_running_loop()
         reader = self._reader
         try:
-            if not reader.can_step:
-                self._task = loop.create_task(self._sample_async(None), name="linkmon")
-                return
             steps = reader.read_steps(self.monitor.interface_set, loop.time())
             try:
                 next(steps)
@@ -111,17 +108,13 @@ class MonitorRunner:
             log.warning("link stats dump failed", error=str(e))
         self._arm(loop)
 
-    async def _sample_async(self, steps: Steps[Columns] | None) -> None:
+    async def _sample_async(self, steps: Steps[Columns]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            if steps is None:
-                cols = await self._reader.read_columns(self.monitor.interface_set)
-            else:
-                cols = await self._reader.finish(steps)
+            cols = await self._reader.finish(steps)
             self._sampled(cols, loop)
         except asyncio.CancelledError:
-            if steps is not None:
-                steps.close()
+            steps.close()
             raise
         except Exception as e:
             self.errors += 1
@@ -134,7 +127,7 @@ class MonitorRunner:
         changes = mon.on_columns(cols, loop.time())
         self.samples += 1
         p = mon.params
-        if p.foreign_classes and self.samples % p.foreign_every == 0 and self._reader.can_step:
+        if p.foreign_classes and self.samples % p.foreign_every == 0:
             # after the sample's own changes: a link whose band and residual both moved gets
             # both, the later one carrying its current quality (residual included)
             changes = changes + self._read_foreign(p.foreign_classes, loop)

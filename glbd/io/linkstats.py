@@ -35,16 +35,12 @@ from glbd.codec.netlink.codec import (
     pick_attrs,
 )
 from glbd.codec.netlink.columns import DumpColumns
-from glbd.core.linkq import NO_COLUMNS, Columns, LinkSample
+from glbd.core.linkq import Columns, LinkSample
 from glbd.io.netlink import NetlinkSocket, open_route_socket
 from glbd.io.rtnl import (
-    LINK_WANT,
-    QDISC_WANT,
     link_dump,
-    link_state,
     qdisc_backlog_fields,
     qdisc_dump,
-    qdisc_queue,
     stats_dump,
     stats_tx_fields,
 )
@@ -196,20 +192,12 @@ class StatsReader:
 
     def __init__(
         self,
-        nl: NetlinkSocket | socket.socket | None = None,
+        sock: socket.socket | None = None,
         *,
         link_refresh_s: float = 5.0,
     ) -> None:
-        """Prefer ``await StatsReader.open(netns=...)``. ``StatsReader(nl)`` with a
-        :class:`~glbd.io.netlink.NetlinkSocket` still works (compatibility): it reads
-        link state and counters with one ``dump_select`` link dump per sample instead (about
-        5x the CPU of the lean path)."""
-        self._compat: NetlinkSocket | None = None
-        self._sock: socket.socket | None = None
-        if isinstance(nl, socket.socket):
-            self._sock = nl
-        elif nl is not None:
-            self._compat = nl
+        """Use ``await StatsReader.open(netns=...)``; ``sock`` is its NETLINK_ROUTE socket."""
+        self._sock = sock
         self._seq = 1
         self._buf = bytearray(1 << 17)  # a dump datagram: ~32 KB (more if min_dump_alloc says so)
         self._links: dict[int, _LinkInfo] = {}
@@ -445,11 +433,6 @@ class StatsReader:
         finally:
             loop.remove_reader(fd)
 
-    @property
-    def can_step(self) -> bool:
-        """Whether :meth:`read_steps` works (not for the compatibility ``StatsReader(nl)``)."""
-        return self._sock is not None
-
     def read_steps(self, ifnames: Iterable[str] | None, now: float) -> Steps[Columns]:
         """:meth:`read_columns` as a generator that yields only while the socket has nothing
         queued yet (hand it to :meth:`finish` then); ``now`` is the loop's clock."""
@@ -508,30 +491,5 @@ class StatsReader:
         """:meth:`read` as :class:`Columns`. Pass the same frozenset every time (e.g.
         :attr:`~glbd.core.linkq.LinkMonitor.interface_set`) and the join is reused from sample
         to sample."""
-        if self._compat is not None:
-            samples = await self._read_compat(self._compat, ifnames)
-            cols = tuple(zip(*samples, strict=True))
-            return Columns(*cols) if cols else NO_COLUMNS
         loop = asyncio.get_running_loop()
         return await self.finish(self.read_steps(ifnames, loop.time()), started=False)
-
-    async def _read_compat(
-        self, nl: NetlinkSocket, ifnames: Iterable[str] | None
-    ) -> list[LinkSample]:
-        want = None if ifnames is None else set(ifnames)
-        links = await nl.dump_select(link_dump(), IfInfoMsg, LINK_WANT)
-        qdiscs = await nl.dump_select(qdisc_dump(), TcMsg, QDISC_WANT)
-        self.dumps += 2
-        backlog: dict[int, int] = {}
-        for row in qdiscs:
-            q = qdisc_queue(row)
-            if q.parent == c.TC_H_ROOT:
-                backlog[q.ifindex] = q.backlog
-        out = []
-        for row in links:
-            st = link_state(row)
-            if want is not None and st.name not in want:
-                continue
-            up = st.up and st.operstate in (c.IF_OPER_UP, c.IF_OPER_UNKNOWN)
-            out.append(LinkSample(st.name, up, st.tx_bytes, backlog.get(st.ifindex, 0), st.ifindex))
-        return out

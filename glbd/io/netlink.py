@@ -136,7 +136,8 @@ def open_route_socket(
     return sock
 
 
-#: bytes read per wake-up of a socket (decoding 64 KB of nexthop groups took ~10 ms)
+#: bytes read per wake-up of a socket: decoding more holds the loop too long
+#: (docs/benchmarks-e2e.md)
 READ_BUDGET = 16 * 1024
 
 
@@ -205,12 +206,6 @@ class NetlinkSocket:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
-
-    def add_membership(self, group: int) -> None:
-        self._sock.setsockopt(c.SOL_NETLINK, c.NETLINK_ADD_MEMBERSHIP, group)
-
-    def drop_membership(self, group: int) -> None:
-        self._sock.setsockopt(c.SOL_NETLINK, c.NETLINK_DROP_MEMBERSHIP, group)
 
     def attach_filter(self, program: Sequence[tuple[int, int, int, int]]) -> None:
         """Attach a classic BPF program (``(code, jt, jf, k)`` instructions) to the socket:

@@ -43,7 +43,7 @@ def _until(get: Callable[[], T], ok: Callable[[T], bool], what: str, timeout: fl
             return v
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}: {v!r}")
-        time.sleep(0.02)
+        time.sleep(0.02)  # poll interval
 
 
 def _sender(ns: Netns) -> socket.socket:
@@ -94,7 +94,7 @@ def test_the_loop_waits_between_reads_while_datagrams_keep_coming(netns_lab: Lab
 
     def sleep(s: float) -> None:
         waits.append(s)
-        time.sleep(s)
+        time.sleep(s)  # the injected sleep: the loop under test asked for it
 
     coalesce = 0.002
     box: dict[str, Loop] = {}
@@ -120,7 +120,7 @@ def test_the_loop_waits_between_reads_while_datagrams_keep_coming(netns_lab: Lab
         while time.monotonic() < end:  # a steady stream, one datagram every ~0.1 ms
             tx.sendto(STRAY, (A4, 3784))
             sent += 1
-            time.sleep(0.0001)
+            time.sleep(0.0001)  # the stimulus: pacing the sender
         _until(lambda: loop.rx_packets, lambda v: v >= sent, "all read")
     finally:
         ctl_w.send(b"x")  # the loop's on_ctl returns False: it stops

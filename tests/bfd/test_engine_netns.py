@@ -243,7 +243,7 @@ def _link_local(ns: Netns, ifname: str) -> str:
                 if "local" in info:
                     return str(info["local"])
         assert time.monotonic() < deadline, f"no link-local address on {ifname}"
-        time.sleep(0.05)
+        time.sleep(0.05)  # poll interval
 
 
 def test_ipv6_link_local_peers(netns_lab: Lab) -> None:

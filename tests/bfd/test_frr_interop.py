@@ -102,7 +102,7 @@ class Rig:
                 return t
             if time.monotonic() > deadline:
                 raise AssertionError(f"FRR {key} != {want!r}: {t}")
-            time.sleep(0.05)
+            time.sleep(0.05)  # poll interval
 
     def wait_settled(
         self, tx: int, rx: int, timeout: float = 10.0
@@ -156,11 +156,11 @@ def test_up_from_either_side_and_intervals_match(rig: Rig, first: str) -> None:
     # the stimulus: one side sends alone (Down, 1 s slow start) before the other appears
     if first == "frr":
         rig.frr.start(frr_config())
-        time.sleep(1.5)
+        time.sleep(1.5)  # the stimulus
         rig.add()
     else:
         rig.add()
-        time.sleep(1.5)
+        time.sleep(1.5)  # the stimulus
         rig.frr.start(frr_config())
     rig.wait_event(State.UP)
     rig.frr.wait_bfd_up([A], timeout=10)

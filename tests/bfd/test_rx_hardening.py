@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from glbdlab.netns import Lab, Netns
@@ -29,7 +29,8 @@ from glbdlab.netns import Lab, Netns
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import ControlPacket, State
 from bfd.transport import BFD_PORT, Datagram, open_rx_socket, recv_batch
-from glbd.app.parts import build_components
+from glbd.app.node import Node
+from glbd.app.parts import BfdPart
 
 A4, B4 = "198.18.0.1", "198.18.0.2"
 A6, B6 = "2001:db8:bfd::1", "2001:db8:bfd::2"
@@ -221,9 +222,8 @@ HOSTILE = {
 
 
 async def test_drops_before_a_session_are_counted_globally(
-    engine_a: tuple[BfdEngine, Netns], monkeypatch: pytest.MonkeyPatch
+    engine_a: tuple[BfdEngine, Netns],
 ) -> None:
-    monkeypatch.delenv("GLBD_TEST_NO_COMPONENTS", raising=False)
     eng, b = engine_a
     with _sender(b, socket.AF_INET) as tx:
         for data in HOSTILE.values():
@@ -241,10 +241,9 @@ async def test_drops_before_a_session_are_counted_globally(
     snap = eng.snapshot()
     assert snap["sockets"] == [] and snap["counters"]["unmatched_drops"] == want
     # glbctl counters (the facade's "counters" section) and the metrics read the same numbers
-    d = SimpleNamespace(cfg=SimpleNamespace(neighbors=[]))
-    comps: list[Any] = build_components(d)  # type: ignore[arg-type]
-    [bfd] = [c for c in comps if c.name == "bfd"]
-    d.node.bfd = eng
+    node = Node(cast(Any, SimpleNamespace(cfg=SimpleNamespace(neighbors=[]))))
+    node.bfd = eng
+    bfd = BfdPart(node)
     assert bfd.section("counters")["unmatched_drops"] == want
     samples = {
         s.labels["reason"]: s.value

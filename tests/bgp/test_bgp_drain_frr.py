@@ -161,7 +161,7 @@ async def test_no_loss_across_drain_and_undrain(netns_lab: Lab) -> None:
             sent += 1
             t += 0.001
             if (delay := t - time.monotonic()) > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # the stimulus: pacing the sender (1 kpps)
 
     threads = [threading.Thread(target=recv, args=(rx,), daemon=True) for rx in rxs]
     try:

@@ -46,7 +46,7 @@ def forge(ns: Netns, ifname: str, count: int, gap_s: float = 0.0) -> None:
         s.bind((ifname, 0))
         for _ in range(count):
             s.send(bytes(pkt))
-            time.sleep(gap_s)
+            time.sleep(gap_s)  # the stimulus: pacing the forged RAs
 
 
 def ignored(sp: NdpSpeaker, why: NdpIgnored) -> int:

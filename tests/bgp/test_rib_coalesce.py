@@ -108,7 +108,7 @@ def test_peer_removal_frees_its_slot_for_the_next_neighbor() -> None:
     r.reconfigure(type(p)(p.router_id, p.local_as, p.role, (LEAVES[1], LEAVES[2], new),
                           update_coalesce_s=W))  # fmt: skip
     st4 = r.peers[new.address]
-    assert st4.slot == 2 and st4.n_paths == 0 and not st4.adj_in  # leaf3's old slot, empty
+    assert st4.slot == 2 and st4.n_paths == 0 and not any(st4.paths())  # leaf3's old slot, empty
     assert r.next_hops(N("10.3.0.0/24")) == ()
 
 

@@ -185,7 +185,7 @@ async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
         await wait_for(lambda: not leaf1.nh("10.202.0.0/24"), 20, "leaf1 withdrawn")
         await wait_for(
             lambda: (
-                spine.speaker.rib.peers[l2].state == "up" and spine.speaker.rib.peers[l2].adj_in
+                spine.speaker.rib.peers[l2].state == "up" and spine.speaker.rib.peers[l2].n_paths
             ),
             40,
             "session back",

@@ -355,7 +355,7 @@ def test_kill9_and_restart_keeps_and_readopts_kernel_state(
         for _ in range(20):  # the stimulus: 1 s with glbd dead; the kernel keeps forwarding
             for p, g in before.items():
                 assert group(fab, "leaf1", p) == g
-            time.sleep(0.05)
+            time.sleep(0.05)  # the stimulus: time with glbd dead
         leaf1.start()
         leaf1.wait_ready()
         wait_until(
@@ -530,7 +530,7 @@ def test_metrics_endpoint_and_glbctl_watch(lab: tuple[Fabric, dict[str, GlbdNode
     s1, s2 = spine_addr("spine1", "leaf1"), spine_addr("spine2", "leaf1")
     for want in (
         f'glbd_bfd_up{{interface="spine1",peer="{s1}"}} 1.0',
-        f'glbd_bgp_peer_up{{peer="{s2}"}} 1.0',
+        f'glbd_bgp_peer_up{{interface="spine2",peer="{s2}"}} 1.0',
         'glbd_link_band{ifname="spine1"} 7.0',
         'glbd_link_reported_capacity_bytes_per_second{ifname="spine1"} ',
         "glbd_loop_lag_seconds ",

@@ -447,7 +447,8 @@ async def test_failover_done_by_the_bfd_engine_is_mirrored_and_held(
     assert group_weights(rig, nhid) == {"198.18.10.6": 1, "198.18.10.10": 3}
     assert fib.failed_over(m1.gateway, "r-p1") == 0  # the kernel event was first
     assert fib.snapshot()["groups"]["p"]["excluded"] == {m1.label: "removed"}
-    await asyncio.sleep(fib.foreign_delete_hold_s + 0.3)  # claimed: no longer time-limited
+    # the stimulus: the hold passes; the member is claimed, so it stays out after it
+    await asyncio.sleep(fib.foreign_delete_hold_s + 0.3)
     assert "198.18.10.2" not in group_weights(rig, nhid)
     assert fib.stats.engine_failovers == 1
     await fib.restore_nexthop(m1.gateway, "r-p1")

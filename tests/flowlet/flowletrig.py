@@ -102,7 +102,7 @@ def bursts(send: socket.socket, n: int, size: int, pause_s: float, payload: int 
     for _ in range(n):
         for _ in range(size):
             send.send(data)
-        time.sleep(pause_s)
+        time.sleep(pause_s)  # the stimulus: the idle gap
 
 
 def build(lab: Lab) -> Rig:

@@ -40,7 +40,7 @@ def _wait(pred: Any, timeout: float, what: str) -> Any:
         v = pred()
         if v:
             return v
-        time.sleep(0.1)
+        time.sleep(0.1)  # poll interval
     raise AssertionError(f"not within {timeout:g} s: {what}")
 
 

@@ -7,9 +7,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
+from glbdlab.nodes import wait_until
 
 from glbd.cli import glbctl as ctl
 
@@ -42,9 +42,7 @@ def test_up_congest_cut_restore_down() -> None:
                 return {}
             return {w["ifname"]: w["value"] for w in p["weights"]}
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(weights()) != 2:
-            time.sleep(0.1)
+        wait_until(lambda: len(weights()) == 2, 30, what="both uplinks weighted")
         assert weights() == {"spine1": 255, "spine2": 255}
         st = lab("status", t)
         assert st.returncode == 0 and "leaf1: glbd BGP" in st.stdout
@@ -63,24 +61,17 @@ def test_up_congest_cut_restore_down() -> None:
             ],
             stdout=subprocess.DEVNULL,
         )
-        moved = False
-        deadline = time.monotonic() + 6
-        while time.monotonic() < deadline and not moved:
+
+        def moved() -> bool:
             w = weights()
-            moved = w.get("spine1", 255) < w.get("spine2", 0)
-            time.sleep(0.05)
+            return w.get("spine1", 255) < w.get("spine2", 0)
+
+        wait_until(moved, 6, what="congest moving leaf1's weight off spine1")
         assert c.wait(30) == 0
-        assert moved, "congest did not move leaf1's weight off spine1"
         assert lab("cut", "spine1", "leaf2", "--tag", t).returncode == 0
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and "spine1" in weights():
-            time.sleep(0.05)
-        assert "spine1" not in weights()
+        wait_until(lambda: "spine1" not in weights(), 5, what="spine1 cut off")
         assert lab("restore", "spine1", "leaf2", "--tag", t).returncode == 0
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and len(weights()) != 2:
-            time.sleep(0.1)
-        assert len(weights()) == 2
+        wait_until(lambda: len(weights()) == 2, 15, what="spine1 restored")
         bad = lab("cut", "spine9", "leaf2", "--tag", t)
         assert bad.returncode == 1 and "no node 'spine9'" in bad.stderr
     finally:

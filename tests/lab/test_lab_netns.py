@@ -7,11 +7,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 from glbdlab.netns import Lab, LabError, check_ifname, list_lab_namespaces
+from glbdlab.nodes import wait_until
 
 pytestmark = pytest.mark.netns
 
@@ -95,7 +95,7 @@ def test_signal_cleans_up(sig: signal.Signals) -> None:
         "lab.pair()\n"
         "lab.netns('c').popen(['sleep', '60'])\n"
         "print(lab.tag, flush=True)\n"
-        "time.sleep(60)\n"
+        "time.sleep(60)\n"  # the stimulus: alive until the signal the test sends
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -114,7 +114,4 @@ def test_signal_cleans_up(sig: signal.Signals) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    deadline = time.monotonic() + 5
-    while list_lab_namespaces(tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert list_lab_namespaces(tag) == []
+    wait_until(lambda: list_lab_namespaces(tag) == [], 5, what="the lab's namespaces gone")

@@ -73,10 +73,7 @@ async def test_dumps_requests_batch_and_events(netns_lab: Lab) -> None:
         assert len(dumped) == 50
         # events: nexthop notifications (RTNLGRP_NEXTHOP = 32) and link changes
         b.link_down("b-a")
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if any(m.type == c.RTM_NEWLINK for m in events):
-                break
+        await until(lambda: any(m.type == c.RTM_NEWLINK for m in events), 2.0, what="RTM_NEWLINK")
         assert any(m.type == c.RTM_NEWNEXTHOP for m in events)
         assert any(m.type == c.RTM_NEWLINK for m in events)
     finally:
@@ -114,10 +111,8 @@ async def test_route_event_filter_drops_own_protocol_and_other_tables(netns_lab:
                 if isinstance(m.header, RtMsg)
             ]
 
-        for _ in range(250):  # notifications come in order: all are in once the marker is
-            if (c.RTM_NEWROUTE, c.RTPROT_BOOT, 254) in seen():
-                break
-            await asyncio.sleep(0.02)
+        # notifications come in order: all are in once the marker is
+        await until(lambda: (c.RTM_NEWROUTE, c.RTPROT_BOOT, 254) in seen(), 5.0, what="the marker")
         assert seen() == [
             (c.RTM_NEWROUTE, c.RTPROT_STATIC, 254),
             (c.RTM_NEWROUTE, c.RTPROT_STATIC, 254),

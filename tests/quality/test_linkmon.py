@@ -15,6 +15,7 @@ from glbd.core.linkq import (
     Columns,
     LinkMonitor,
     LinkMonParams,
+    LinkQuality,
     LinkSample,
     QualityChanged,
     band_of,
@@ -54,6 +55,20 @@ class Feed:
             )
         ch = self.mon.on_samples(out, self.now)
         return [(c.quality.ifname, c.quality.band, c.quality.down, c.reason) for c in ch]
+
+
+def entry_of(q: LinkQuality, far_end_id: int) -> wire.Entry:
+    """What ``LinkMonitor.entries`` must send for ``q``, worked out independently."""
+    cap = q.capacity_mbps if q.residual_mbps is None else q.residual_mbps
+    return wire.Entry(
+        far_end_id,
+        q.ifindex,
+        min(0xFFFFFFFF, round(cap)),
+        0 if q.down else q.band,
+        wire.ENTRY_FLAG_DOWN if q.down else 0,
+        min(0xFFFF, round((q.load_pct or 0.0) * 100)),
+        min(0xFFFFFFFF, round(q.queue_bytes)),
+    )
 
 
 def mon(**kw: object) -> LinkMonitor:
@@ -166,7 +181,7 @@ def test_capacity_override_and_entry() -> None:
     m.on_samples([LinkSample("e1", True, 62_500, 1500, 7)], 0.01)  # 50 Mbit/s of 100
     q = m.quality("e1")
     assert q is not None and q.load_pct == pytest.approx(50) and q.capacity_mbps == 100
-    e = q.to_entry(wire.node_id("10.0.0.9"))
+    e = entry_of(q, wire.node_id("10.0.0.9"))
     assert e == wire.Entry(wire.node_id("10.0.0.9"), 7, 100, 3, 0, 5000, 1500)
     assert m.entries({"e1": 1}) == [e._replace(far_end_id=1)]
     assert m.to_dict()["links"][0]["band"] == 3
@@ -225,7 +240,7 @@ def test_interface_set_and_entries() -> None:
     f.step({"e1": 45, "e2": 95, "e3": 5}, queue={"e1": 5000})
     f.step({"e1": 45}, up={"e2": False})
     far = {"e1": 11, "e2": 12}
-    want = [q.to_entry(far[n]) for n, q in sorted(m.qualities().items()) if n in far]
+    want = [entry_of(q, far[n]) for n, q in sorted(m.qualities().items()) if n in far]
     assert sorted(m.entries(far)) == sorted(want) and any(e.down for e in want)
     m.set_interfaces(["e1"])
     assert m.interface_set == {"e1"} and m.interface_set is not s
@@ -234,8 +249,6 @@ def test_interface_set_and_entries() -> None:
 
 class _FakeReader:
     """A StatsReader stand-in: read_steps yields ``waits`` times before returning."""
-
-    can_step = True
 
     def __init__(self, waits: int = 0, fail_every: int = 0) -> None:
         self.waits = waits
@@ -262,7 +275,7 @@ class _FakeReader:
             except StopIteration as stop:
                 cols: Columns = stop.value
                 return cols
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a fake dump not ready yet: one loop turn per step
 
 
 @pytest.mark.parametrize("waits", [0, 2])
@@ -278,10 +291,7 @@ async def _samples_waits_and_counts_errors(waits: int) -> None:
     runner = MonitorRunner(m, reader, lambda ch, mm: seen.append(len(ch)))  # type: ignore[arg-type]
     runner.start()
     try:
-        for _ in range(5000):  # generous upper bound; ends as soon as enough samples ran
-            if runner.samples >= 6 and runner.errors >= 2:
-                break
-            await asyncio.sleep(0.002)
+        await until(lambda: runner.samples >= 6 and runner.errors >= 2, what="6 samples, 2 errors")
     finally:
         await runner.stop()
     assert runner.samples >= 6 and runner.errors >= 2 and len(seen) == runner.samples
@@ -289,7 +299,7 @@ async def _samples_waits_and_counts_errors(waits: int) -> None:
     q = m.quality("e1")
     assert q is not None and q.ifindex == 3
     n = runner.samples
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the stimulus: time in which a running monitor would tick
     assert runner.samples == n  # stopped: no more ticks
 
 
@@ -333,10 +343,7 @@ async def _residual_move_in_the_same_sample() -> None:
     runner = MonitorRunner(m, _ForeignReader(), on_update)  # type: ignore[arg-type]
     runner.start()
     try:
-        for _ in range(5000):  # generous upper bound; ends after the second sample
-            if runner.samples >= 2:
-                break
-            await asyncio.sleep(0.001)
+        await until(lambda: runner.samples >= 2, what="two samples")
     finally:
         await runner.stop()
     assert updates[:2] == [[], [("new", None), ("residual", pytest.approx(0.5))]]

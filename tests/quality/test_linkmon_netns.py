@@ -55,7 +55,7 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
             assert loop.time() < end, (
                 f"timed out; changes: {[(c.quality.band, c.reason) for c in seen]}"
             )
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # poll interval
 
     try:
         runner.start()
@@ -89,16 +89,32 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
 
 
 @pytest.mark.netns
-async def test_lean_and_compat_readers_agree(netns_lab: Lab) -> None:
+async def test_lean_reader_agrees_with_full_link_and_qdisc_dumps(netns_lab: Lab) -> None:
+    from glbd.codec.netlink import const as c
+    from glbd.codec.netlink.codec import IfInfoMsg, TcMsg
     from glbd.io.netlink import NetlinkSocket
+    from glbd.io.rtnl import LINK_WANT, QDISC_WANT, link_dump, link_state, qdisc_dump, qdisc_queue
+
+    async def full_read(nl: NetlinkSocket, want: set[str]) -> list[LinkSample]:
+        """The same samples from whole RTM_GETLINK and RTM_GETQDISC dumps, decoded plainly."""
+        links = await nl.dump_select(link_dump(), IfInfoMsg, LINK_WANT)
+        qdiscs = await nl.dump_select(qdisc_dump(), TcMsg, QDISC_WANT)
+        roots = [q for q in map(qdisc_queue, qdiscs) if q.parent == c.TC_H_ROOT]
+        backlog = {q.ifindex: q.backlog for q in roots}
+        out = []
+        for st in map(link_state, links):
+            if st.name in want:
+                up = st.up and st.operstate in (c.IF_OPER_UP, c.IF_OPER_UNKNOWN)
+                bl = backlog.get(st.ifindex, 0)
+                out.append(LinkSample(st.name, up, st.tx_bytes, bl, st.ifindex))
+        return out
 
     a, _b = netns_lab.pair("p", "q")
     lean = await StatsReader.open(netns=a.name)
     nl = await NetlinkSocket.open(netns=a.name)
     try:
-        compat = StatsReader(nl)
         x = {s.ifname: s for s in await lean.read(["p-q", "lo"])}
-        y = {s.ifname: s for s in await compat.read(["p-q", "lo"])}
+        y = {s.ifname: s for s in await full_read(nl, {"p-q", "lo"})}
         assert set(x) == set(y) == {"p-q", "lo"}
         for name in x:
             assert (x[name].up, x[name].ifindex, x[name].backlog_bytes) == (
@@ -131,7 +147,7 @@ async def test_reader_follows_links_qdiscs_and_state(netns_lab: Lab) -> None:
             got = await read()
             if cond(got):
                 return got
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # poll interval
         raise AssertionError(f"never true; last read {got}")
 
     try:

@@ -243,7 +243,7 @@ async def test_reader_counts_the_foreign_class_of_a_real_prio_qdisc(netns_lab: L
                     except BlockingIOError:
                         break
                     sent_b += 1428
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)  # the stimulus: pacing the sender
         q = mon.quality("fo-fi")
         assert q is not None and q.residual_mbps is not None
         assert 3.0 <= q.residual_mbps <= 7.0, q
@@ -270,4 +270,4 @@ async def _until(cond: Callable[[], bool | Awaitable[bool]], timeout: float) -> 
             return True
         if loop.time() >= end:
             return False
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # poll interval

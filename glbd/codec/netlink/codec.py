@@ -123,10 +123,6 @@ class Attr:
         return cls(type_, _U32.pack(v))
 
     @classmethod
-    def u64(cls, type_: int, v: int) -> Attr:
-        return cls(type_, _U64.pack(v))
-
-    @classmethod
     def flag(cls, type_: int) -> Attr:
         return cls(type_, b"")
 
