@@ -15,16 +15,8 @@ from glbd.app import log as logmod
 
 
 @pytest.fixture(autouse=True)
-def _restore_logging() -> object:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield None
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    for h in handlers:
-        root.addHandler(h)
-    root.setLevel(level)
-    structlog.reset_defaults()
+def _restore_logging(restore_logging: None) -> None:
+    """Every test here reconfigures logging: conftest's restore_logging puts it back."""
 
 
 class Tty(io.StringIO):

@@ -104,19 +104,6 @@ def test_the_reference_says_what_a_reload_does() -> None:
 # ---- through the daemon's reload ------------------------------------------------------------
 
 
-@pytest.fixture
-def _restore_logging() -> Any:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield None
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    for h in handlers:
-        root.addHandler(h)
-    root.setLevel(level)
-    structlog.reset_defaults()
-
-
 async def _glbctl_reload(sock: Path) -> int:
     return await asyncio.to_thread(ctl.main, ["--socket", str(sock), "reload"])
 
@@ -149,7 +136,7 @@ async def test_a_restart_key_refuses_the_whole_reload_and_glbctl_exits_3(
 
 
 async def test_a_logging_level_reload_takes_effect(
-    tmp_path: Path, _restore_logging: None, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, restore_logging: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = io.StringIO()
     logmod.setup("info", "json", stream=out)

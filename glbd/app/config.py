@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -98,6 +99,16 @@ HEARTBEAT_PORT = 6149
 RTPROT_GLBD = 200
 
 _IFNAME = re.compile(r"^[^\s/:]{1,15}$")
+
+
+def _ifname_ok(v: str) -> str:
+    if not _IFNAME.match(v):
+        raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
+    return v
+
+
+#: a Linux interface name
+IfName = Annotated[str, AfterValidator(_ifname_ok)]
 
 
 class _Model(BaseModel):
@@ -246,7 +257,7 @@ class _PeerSection(_Model):
     #: the fabric interface the neighbor is on. While it (or our address on it) is missing the
     #: neighbor waits (``glbctl neighbors``: ``waiting_for_interface``, ``no_local_address``)
     #: and is retried; the other neighbors start
-    interface: str
+    interface: IfName
     #: our address on that link (same IP version); none: the kernel's source address toward
     #: the peer on that interface
     local_address: IPAddr | None = None
@@ -312,13 +323,6 @@ class _PeerSection(_Model):
             key = read_secret(self.password_file, 1, 80, "a TCP MD5 key")
             object.__setattr__(self, "password", key)
         return self
-
-    @field_validator("interface")
-    @classmethod
-    def _ifname(cls, v: str) -> str:
-        if not _IFNAME.match(v):
-            raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
-        return v
 
     def peer_as(self, local_as: int) -> int | None:
         """The AS the peer must have: ours for "internal", None (any other) for "external"."""
@@ -431,14 +435,7 @@ class NetworkEntry(_Model):
     prefix: IPNet
     #: the interface it depends on: administratively up with carrier (``ip link``: ``UP``,
     #: ``LOWER_UP``); missing or down, the prefix is withdrawn
-    interface: str
-
-    @field_validator("interface")
-    @classmethod
-    def _ifname(cls, v: str) -> str:
-        if not _IFNAME.match(v):
-            raise ValueError("not a Linux interface name (1-15 chars, no spaces, '/' or ':')")
-        return v
+    interface: IfName
 
 
 class RedistributeConnected(_Model):

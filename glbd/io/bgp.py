@@ -43,7 +43,7 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import IfAddrMsg, IfInfoMsg, Message
+from glbd.codec.netlink.codec import IfAddrMsg, IfInfoMsg
 from glbd.core.reasons import ResetReason
 from glbd.core.rib import (
     Advertise,
@@ -60,9 +60,8 @@ from glbd.core.rib import (
     StaleTimerExpired,
 )
 from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
-from glbd.io.netlink import NetlinkSocket
+from glbd.io.ifwatch import dump_links_and_addresses
 from glbd.io.netns import in_netns
-from glbd.io.rtnl import link_dump
 
 __all__ = [
     "BgpEvent",
@@ -107,14 +106,7 @@ HELD_CLOSE_WAIT_S = 2.0
 async def read_connected(netns: str | None = None) -> list[Connected]:
     """Every interface address in ``netns`` with the subnet it reaches on-link (a point-to-point
     address: its peer's)."""
-    sock = await NetlinkSocket.open(netns=netns)
-    try:
-        links = await sock.dump(link_dump(skip_stats=True))
-        addrs = await sock.dump(
-            Message(c.RTM_GETADDR, c.NLM_F_REQUEST | c.NLM_F_DUMP, header=IfAddrMsg())
-        )
-    finally:
-        sock.close()
+    links, addrs = await dump_links_and_addresses(netns)
     names: dict[int, str] = {}
     for m in links:
         name = m.attr(c.IFLA_IFNAME)

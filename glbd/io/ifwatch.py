@@ -40,6 +40,19 @@ def link_up(flags: int) -> bool:
     return bool(flags & c.IFF_UP) and bool(flags & c.IFF_RUNNING)
 
 
+async def dump_links_and_addresses(netns: str | None) -> tuple[list[Message], list[Message]]:
+    """Every link (without statistics) and every address in ``netns``, one dump each."""
+    sock = await NetlinkSocket.open(netns=netns)
+    try:
+        links = await sock.dump(link_dump(skip_stats=True))
+        addrs = await sock.dump(
+            Message(c.RTM_GETADDR, c.NLM_F_REQUEST | c.NLM_F_DUMP, header=IfAddrMsg())
+        )
+    finally:
+        sock.close()
+    return links, addrs
+
+
 class InterfaceWatch:
     """``links`` (name -> oper-up) and ``connected`` (name -> subnets) of ``netns``, current
     from :meth:`start` until :meth:`close`."""
@@ -99,14 +112,7 @@ class InterfaceWatch:
         """Dump links and addresses, then replay what arrived meanwhile; notify once."""
         self._replay = []
         try:
-            sock = await NetlinkSocket.open(netns=self.netns)
-            try:
-                links = await sock.dump(link_dump(skip_stats=True))
-                addrs = await sock.dump(
-                    Message(c.RTM_GETADDR, c.NLM_F_REQUEST | c.NLM_F_DUMP, header=IfAddrMsg())
-                )
-            finally:
-                sock.close()
+            links, addrs = await dump_links_and_addresses(self.netns)
             self._links.clear()
             self._addrs.clear()
             for m in (*links, *addrs):

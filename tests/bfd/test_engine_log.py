@@ -17,15 +17,8 @@ BAD_RT_PRIORITY = 1000
 
 
 @pytest.fixture(autouse=True)
-def _restore_logging() -> object:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield None
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    for h in handlers:
-        root.addHandler(h)
-    root.setLevel(level)
+def _restore_logging(restore_logging: None) -> None:
+    """Every test here reconfigures logging: conftest's restore_logging puts it back."""
 
 
 def test_each_line_of_a_record_starts_with_its_syslog_priority() -> None:
