@@ -89,7 +89,11 @@ def everything() -> list[Any]:
     """Every sampler over a snapshot with every kind of row, plus the daemon's own rows."""
     r = Receiver()
     r.on_datagram(b"\x00" * 40, ifname="eth1", src="192.0.2.1", ttl=64, now=1.0)
-    rx = {**r.to_dict(1.0), "senders": [{"node_id": 167837953, "age_ms": 20.0}]}
+    rx = {
+        **r.to_dict(1.0),
+        "senders": [{"node_id": 167837953, "age_ms": 20.0}],
+        "interfaces": [{"ifname": "eth1", "neighbor_id": 167837953, "last_rx_ago_ms": 20.0}],
+    }
     hb = {"receiver": rx, "sender": {"sent": 5}}
     link = {"ifname": "eth1", "band": 5, "load_pct": 42.5, "capacity_mbps": 1000.0}
     counters = dict.fromkeys(views.NODE_COUNTERS, 1)
@@ -122,8 +126,19 @@ def everything() -> list[Any]:
         },
     }
     bgp: dict[str, Any] = {
-        "neighbors": [{"peer": "198.18.1.0", "state": "up", "prefixes_in": 3}],
+        "neighbors": [
+            {
+                "peer": "198.18.1.0",
+                "interface": "eth1",
+                "state": "up",
+                "uptime_s": 12.5,
+                "prefixes_in": 3,
+                "prefixes_out": 1,
+                "counters": {"established": 2, "max_prefixes_exceeded": 1},
+            }
+        ],
         "counters": {"api_dropped": {"bad_json": 1}},
+        "exabgp": {"deaths": 1},
     }
     lat = views.Latencies()
     lat.synced(0.002, 10.0, 10.5)

@@ -296,6 +296,7 @@ class BgpPart(_Part):
         return {
             "neighbors": bgp.neighbors_snapshot(),
             "counters": self.section("counters"),
+            "exabgp": bgp.supervisor.snapshot(),
             "drained": self.node.drained,
         }
 

@@ -76,6 +76,7 @@ class FibView(TypedDict, total=False):
 class BgpView(TypedDict, total=False):
     neighbors: list[dict[str, Any]]
     counters: dict[str, Any]
+    exabgp: dict[str, Any]
     drained: bool
     routes: list[dict[str, Any]]
 
@@ -557,8 +558,30 @@ def quality_samples(snap: QualityView) -> Iterable[Sample]:
                 "glbd_heartbeat_age_seconds",
                 float(sd.get("age_ms") or 0) / 1e3,
                 {"sender": str(sd.get("node_id"))},
-                "age of the last heartbeat",
+                "age of the last heartbeat from a live sender (gone once it expires)",
             )
+        # per BGP neighbour on a fabric port, kept while the session is: the receiver forgets an
+        # expired sender, so these are what a staleness alert can see
+        live = {str(sd.get("node_id")) for sd in rx.get("senders") or []}
+        for port in rx.get("interfaces") or []:
+            nid = str(port.get("neighbor_id"))
+            lab = {"neighbor": nid, "interface": str(port.get("ifname"))}
+            yield Sample(
+                "glbd_heartbeat_sender_up",
+                1.0 if nid in live else 0.0,
+                lab,
+                "the BGP neighbour on this port has live heartbeats (1), or none yet or they "
+                "expired (0)",
+            )
+            ago = port.get("last_rx_ago_ms")
+            if ago is not None:
+                yield Sample(
+                    "glbd_heartbeat_port_age_seconds",
+                    float(ago) / 1e3,
+                    lab,
+                    "time since the last heartbeat accepted on this port (keeps growing after "
+                    "the sender expires)",
+                )
         tx = hb.get("sender") or {}
         if tx:
             yield Sample(
@@ -645,7 +668,8 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
             "its heartbeats (glbctl drain or [bgp] drain)",
         )
     for n in snap.get("neighbors", []):
-        lab = {"peer": str(n.get("peer"))}
+        # the interface tells apart unnumbered neighbours (a link-local peer on each port)
+        lab = {"peer": str(n.get("peer")), "interface": str(n.get("interface") or "")}
         yield Sample(
             "glbd_bgp_peer_up",
             1.0 if n.get("state") == "up" else 0.0,
@@ -653,7 +677,42 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
             "BGP session established",
         )
         yield Sample(
+            "glbd_bgp_uptime_seconds",
+            float(n.get("uptime_s") or 0),
+            lab,
+            "time since the BGP session was established (0 while it is not)",
+        )
+        yield Sample(
             "glbd_bgp_prefixes_in", float(n.get("prefixes_in", 0)), lab, "prefixes received"
+        )
+        yield Sample(
+            "glbd_bgp_prefixes_out",
+            float(n.get("prefixes_out", 0)),
+            lab,
+            "prefixes advertised to the neighbour",
+        )
+        peer_counters = n.get("counters") or {}
+        yield Sample(
+            "glbd_bgp_established_total",
+            float(peer_counters.get("established", 0)),
+            lab,
+            "times the BGP session reached Established (each flap adds one)",
+            kind="counter",
+        )
+        yield Sample(
+            "glbd_bgp_max_prefixes_exceeded_total",
+            float(peer_counters.get("max_prefixes_exceeded", 0)),
+            lab,
+            "times the neighbour's prefix count crossed its max_prefixes",
+            kind="counter",
+        )
+    exa = snap.get("exabgp")
+    if exa is not None:
+        yield Sample(
+            "glbd_exabgp_restarts_total",
+            float(exa.get("deaths", 0)),
+            help="times ExaBGP died (or its API pipe broke) and glbd started it again",
+            kind="counter",
         )
     counters = snap.get("counters", {})
     for why in RouteRejected:

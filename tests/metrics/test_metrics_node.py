@@ -104,6 +104,7 @@ async def test_a_scrape_builds_no_per_route_rows(tmp_path: Path) -> None:
         neighbors_snapshot=lambda: [{"peer": "198.18.1.0", "state": "up", "prefixes_in": 7}],
         rib=rib,
         parser=SimpleNamespace(decoded=3, dropped={"bad_json": 1}),
+        supervisor=SimpleNamespace(snapshot=lambda: {"deaths": 2}),
     )
     fib_rows = {s.name for s in FibPart(node).samples() if isinstance(s, views.Sample)}
     bgp_rows = {(s.name, s.value) for s in BgpPart(node).samples() if isinstance(s, views.Sample)}
@@ -111,6 +112,7 @@ async def test_a_scrape_builds_no_per_route_rows(tmp_path: Path) -> None:
     assert fib.snapshots and not any(fib.snapshots)
     assert ("glbd_bgp_prefixes_in", 7.0) in bgp_rows
     assert ("glbd_exabgp_api_drops_total", 1.0) in bgp_rows
+    assert ("glbd_exabgp_restarts_total", 2.0) in bgp_rows
     assert routes_built == []
     node.fib = None  # the stub is the path the routes take, so a scrape using it would show
     list(BgpPart(node).routes())

@@ -4,11 +4,7 @@ leaf's namespace with a temporary config and storage and is always stopped."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,65 +15,19 @@ from glbdlab.nodes import GlbdNode, GlbdOptions, stop_all, wait_until
 from glbdlab.topology import Fabric
 
 from glbd import __version__
+from tests.metrics.promlab import GLBD_METRICS, RULES, api, start_prometheus, target_up
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
-RULES = Path(__file__).resolve().parents[2] / "conf" / "prometheus" / "glbd-alerts.yml"
-GLBD_METRICS = "127.0.0.1:9477"
-PROM = "127.0.0.1:9090"  # both on the leaf namespace's loopback
+PROM = "127.0.0.1:9090"  # on the leaf namespace's loopback, beside glbd's endpoint
 TIMEOUT = 60.0
-
-
-def _api(ns: Netns, path: str, **query: str) -> Any:
-    url = f"http://{PROM}/api/v1/{path}"
-    if query:
-        url += "?" + urllib.parse.urlencode(query)
-    with ns.entered():
-        body = urllib.request.urlopen(url, timeout=5).read()
-    doc = json.loads(body)
-    assert doc["status"] == "success", doc
-    return doc["data"]
 
 
 def _query(ns: Netns, expr: str) -> list[dict[str, Any]]:
     try:
-        return list(_api(ns, "query", query=expr)["result"])
+        return list(api(ns, PROM, "query", query=expr)["result"])
     except OSError:  # Prometheus not listening yet
         return []
-
-
-def _target_up(ns: Netns) -> bool:
-    try:
-        targets = _api(ns, "targets")["activeTargets"]
-    except OSError:
-        return False
-    return any(t["labels"]["job"] == "glbd" and t["health"] == "up" for t in targets)
-
-
-def _start_prometheus(ns: Netns, tmp: Path) -> subprocess.Popen[bytes]:
-    exe = shutil.which("prometheus")
-    if exe is None:
-        pytest.skip("prometheus not installed (Debian's prometheus package; bootstrap.sh)")
-    cfg = tmp / "prometheus.yml"
-    cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files: ['{RULES}']\n"
-        f"scrape_configs:\n  - job_name: glbd\n    static_configs:\n"
-        f"      - targets: ['{GLBD_METRICS}']\n"
-    )
-    log = open(tmp / "prometheus.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = ns.popen(
-        [
-            exe,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address={PROM}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    return proc
 
 
 def test_prometheus_scrapes_a_lab_glbd(lab_fabric: Callable[..., Fabric], tmp_path: Path) -> None:
@@ -91,8 +41,8 @@ def test_prometheus_scrapes_a_lab_glbd(lab_fabric: Callable[..., Fabric], tmp_pa
         for n in nodes.values():
             n.wait_ready()
         ns = fab.ns("leaf1")
-        prom = _start_prometheus(ns, tmp_path)
-        wait_until(lambda: _target_up(ns), TIMEOUT, 0.2, what="Prometheus: glbd target up")
+        prom = start_prometheus(ns, tmp_path, RULES, PROM)
+        wait_until(lambda: target_up(ns, PROM), TIMEOUT, 0.2, what="Prometheus: glbd target up")
         spine = fab.addr("spine1", "leaf1")
         bfd = wait_until(
             lambda: [r for r in _query(ns, "glbd_bfd_up == 1") if r["metric"]["peer"] == spine],
@@ -110,7 +60,7 @@ def test_prometheus_scrapes_a_lab_glbd(lab_fabric: Callable[..., Fabric], tmp_pa
             "process_resident_memory_bytes",
         ):
             assert _query(ns, expr), expr
-        groups = _api(ns, "rules")["groups"]
+        groups = api(ns, PROM, "rules")["groups"]
         rules = [r for g in groups for r in g["rules"]]
         assert len(rules) >= 10 and all(r["health"] != "err" for r in rules), rules
         assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()
