@@ -161,7 +161,21 @@ async def test_glbd_restart_frr_keeps_routes(netns_lab: Lab, gr: bool) -> None:
             )
             took = time.monotonic() - t0
         print(f"GR {'on' if gr else 'off'}: {seen} polls of FRR's kernel over {took:.2f}s")
+        # FRR takes the replayed UPDATE through the new ExaBGP before glbd has read the new
+        # session's "up": wait for glbd's own count of it, then check its End-of-RIBs
+        await wait_for(
+            lambda: node.speaker.neighbors_snapshot()[0]["counters"].get("established", 0) >= 2,
+            30,
+            "glbd counts the second session",
+        )
         (r,) = node.speaker.neighbors_snapshot()
+        if gr:
+            await wait_for(
+                lambda: node.speaker.neighbors_snapshot()[0]["counters"].get("eor_out", 0) >= 2,
+                30,
+                "glbd's End-of-RIB to the second session",
+            )
+            (r,) = node.speaker.neighbors_snapshot()
         assert r["counters"].get("eor_out", 0) == (2 if gr else 0), r  # glbd's, once a session
         if gr:
             caps = info["neighborCapabilities"]
