@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from bfdwait import next_event
 from glbdlab.netns import Lab, LabError, Netns
+from glbdlab.nodes import wait_until
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import AuthType, State
@@ -153,14 +154,17 @@ def _intervals_match(ours: dict[str, Any], theirs: dict[str, Any], tx: int, rx: 
 
 @pytest.mark.parametrize("first", ["frr", "glbd"])
 def test_up_from_either_side_and_intervals_match(rig: Rig, first: str) -> None:
-    # the stimulus: one side sends alone (Down, 1 s slow start) before the other appears
+    # the stimulus: one side has sent alone (Down, 1 s slow start) before the other appears
     if first == "frr":
         rig.frr.start(frr_config())
-        time.sleep(1.5)  # the stimulus
+        wait_until(
+            lambda: rig.their_counters().get("control-packet-output", 0) >= 1, 10, 0.05,
+            "FRR's first packet",
+        )  # fmt: skip
         rig.add()
     else:
         rig.add()
-        time.sleep(1.5)  # the stimulus
+        wait_until(lambda: rig.ours().get("packets_out", 0) >= 1, 10, 0.05, "glbd's first packet")
         rig.frr.start(frr_config())
     rig.wait_event(State.UP)
     rig.frr.wait_bfd_up([A], timeout=10)
