@@ -87,6 +87,7 @@ CONTENDERS = ("glb", "ecmp", "frr")
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
     "glb-fl",
+    "glb-fl-always",
     "glb-res",
     "glb-ht",
     "glb-flowlet",
@@ -104,6 +105,7 @@ STATIC = ("ecmp", "optimum", "ecmp-res")
 LABELS = {
     "glb": "glbd as shipped",
     "glb-fl": "glbd as shipped + flowlets on",
+    "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
     "dlb": "glbd DLB-only (tuned)",
@@ -444,8 +446,12 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
-        elif self.key in ("glb", "glb-fl"):
-            extra = {"leaf": "[flowlet]\nenabled = true"} if self.key == "glb-fl" else {}
+        elif self.key in ("glb", "glb-fl", "glb-fl-always"):
+            extra = {
+                "glb": {},
+                "glb-fl": {"leaf": "[flowlet]\nenabled = true"},
+                "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},
+            }[self.key]
             opts = GlbdOptions(capacity_mbps=self.p.rate, defaults_only=True, extra=extra)
             self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
         else:

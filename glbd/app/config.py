@@ -848,6 +848,14 @@ class FlowletSection(_Model):
     set_hash_policy: bool = True
     #: "remove": filter and pins go on stop; "keep": the next glbd adopts them (no rehash)
     on_stop: Literal["remove", "keep"] = "remove"
+    #: which gaps move a flow. "on-change": only while the weights glbd programs have shifted
+    #: by ``move_threshold`` of a group's traffic, every gap for a moment, none once they
+    #: settle (a failed next hop moves only its own flows); "always": every gap
+    move: Literal["on-change", "always"] = "on-change"
+    #: the weight shift (share of a group's traffic, 0..1) that lets gaps move flows
+    move_threshold: Annotated[float, Field(gt=0, le=1)] = 0.05
+    #: how long gaps may move flows after such a shift (the chance falls linearly to 0)
+    move_decay_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
 
     @field_validator("interfaces")
     @classmethod
@@ -1303,7 +1311,7 @@ RELOAD: dict[str, Reload] = {
         "flowlet",
         Reload.LIVE,
         "enabled timeout_us timeout_floor_us skew_window_s interfaces table_size aging_s "
-        "set_hash_policy on_stop",
+        "set_hash_policy on_stop move move_threshold move_decay_s",
     ),
 }
 

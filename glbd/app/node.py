@@ -32,6 +32,7 @@ import ipaddress
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,8 @@ class Node:
         self.fibsync = FibSync(FIB_HOLD_S)
         #: the flowlet timeout in force (None: flowlets off); an "auto" idle timer follows it
         self.flowlet_timeout_s: float | None = None
+        #: told every weight change of the path table (the flowlet part's move gate)
+        self.on_weights: Callable[[Changes], None] | None = None
         self.last_fib_sync: dict[str, Any] = {}
         self.latency = views.Latencies()
         self._remote_since: float | None = None  # first weight-changing heartbeat not yet synced
@@ -685,6 +688,8 @@ class Node:
         kernel has go out at once on the FIB's fast lane; the rest waits for the next step."""
         if not changes:
             return
+        if self.on_weights is not None:
+            self.on_weights(changes)
         if self.fib is not None and self.table is not None and not changes.prefixes:
             specs = self.fibsync.fast_weights(
                 self.table,

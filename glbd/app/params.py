@@ -25,6 +25,7 @@ from glbd.codec.ipzone import strip_zone
 from glbd.core import prefixlist
 from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
+from glbd.core.movegate import MoveGateParams
 from glbd.core.origin import OriginParams
 from glbd.core.pathtable import PathTableParams
 from glbd.core.rib import NeighborParams, RibParams, Role
@@ -360,7 +361,13 @@ def flowlet_params(cfg: cfgmod.Config, auto_timeout_ns: int | None = None) -> Fl
         table_size=f.table_size,
         set_hash_policy=f.set_hash_policy,
         exclude=tuple(interfaces(cfg)),
+        move_on_change=f.move == "on-change",
     )
+
+
+def move_gate_params(cfg: cfgmod.Config) -> MoveGateParams:
+    """When flowlet gaps may move flows (``[flowlet] move = "on-change"``)."""
+    return MoveGateParams(threshold=cfg.flowlet.move_threshold, decay_s=cfg.flowlet.move_decay_s)
 
 
 def skew_params(cfg: cfgmod.Config) -> SkewParams:

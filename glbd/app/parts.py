@@ -20,6 +20,8 @@ from glbd.app.component import Component, Host
 from glbd.app.node import Node
 from glbd.app.unnumbered import UnnumberedPart
 from glbd.codec.control import ArgsError
+from glbd.core.movegate import MoveChance, MoveGate
+from glbd.core.pathtable import Changes
 from glbd.core.skew import SkewEstimator
 from glbd.io.flowlet import FlowletAttachment, FlowletError
 from glbd.io.metrics import Row
@@ -339,9 +341,12 @@ class FlowletPart(_Part):
         self.att: FlowletAttachment | None = None
         self.error: str | None = None
         self.skew: SkewEstimator | None = None
+        self.gate: MoveGate | None = None
         self._started = False
         self._task: asyncio.Task[None] | None = None
         self._skew_task: asyncio.Task[None] | None = None
+        self._move_task: asyncio.Task[None] | None = None
+        self._move_pending: MoveChance | None = None
 
     async def start(self) -> None:
         f = self.node.cfg.flowlet
@@ -353,8 +358,46 @@ class FlowletPart(_Part):
         if f.timeout_us == "auto":
             self.skew = SkewEstimator(params.skew_params(self.node.cfg))
             self._skew_task = loop.create_task(self._follow_skew())
+        self._set_gate(self.node.cfg)
         await self._apply(first=True)
         self._task = loop.create_task(self._run())
+
+    def _set_gate(self, cfg: cfgmod.Config) -> None:
+        """``move = "on-change"``: a gate fed every weight change decides when gaps move flows
+        (glbd/core/movegate.py); "always": none, every gap moves."""
+        if cfg.flowlet.move != "on-change":
+            self.gate, self.node.on_weights = None, None
+            return
+        gp = params.move_gate_params(cfg)
+        if self.gate is None or self.gate.params != gp:
+            self.gate = MoveGate(gp)
+        self.node.on_weights = self._weights_changed
+
+    def _weights_changed(self, changes: Changes) -> None:
+        table, gate = self.node.table, self.gate
+        if table is None or gate is None:
+            return
+        changed = {}
+        for key in changes.updated:
+            wv = table.weight_values(key)
+            if wv is not None:
+                changed[key] = {nh: w for (nh, _nnh), w in zip(wv[0], wv[1], strict=True)}
+        chance = gate.observe(changed, changes.removed, time.monotonic_ns())
+        if chance is None or self.att is None or not self._started:
+            return
+        self._move_pending = chance
+        if self._move_task is None or self._move_task.done():
+            self._move_task = asyncio.get_running_loop().create_task(self._write_moves())
+
+    async def _write_moves(self) -> None:
+        """Write the newest move chance (one map write; later ones coalesce meanwhile)."""
+        while self._move_pending is not None and self.att is not None:
+            chance, self._move_pending = self._move_pending, None
+            try:
+                await self.att.set_move(chance)
+            except (OSError, FlowletError) as e:
+                self.att.state.events["errors"] += 1
+                self.error = str(e)
 
     def _timeout_ns(self) -> int | None:
         return None if self.skew is None else self.skew.timeout_ns
@@ -427,13 +470,15 @@ class FlowletPart(_Part):
                 self.error = str(e)
 
     async def stop(self) -> None:
-        for task in (self._task, self._skew_task):
+        self.node.on_weights = None
+        for task in (self._task, self._skew_task, self._move_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._task = self._skew_task = None
-        self.skew = None
+        self._task = self._skew_task = self._move_task = None
+        self.skew = self.gate = None
+        self._move_pending = None
         if self.att is not None:
             try:
                 await self.att.stop(keep=self.node.cfg.flowlet.on_stop == "keep")
@@ -455,8 +500,10 @@ class FlowletPart(_Part):
             self.skew is not None and self.skew.params != params.skew_params(new)
         ):
             await self._restart_skew(new)  # the program and its flows stay
+            self._set_gate(new)
             await self._apply()
         else:
+            self._set_gate(new)
             await self._apply()
 
     async def _restart_skew(self, cfg: cfgmod.Config) -> None:
@@ -479,6 +526,8 @@ class FlowletPart(_Part):
             **self.att.snapshot(),
             "timeout_source": "config" if self.skew is None else "auto",
             "skew": None if self.skew is None else self.skew.to_dict(),
+            "move": f.move,
+            "move_gate": None if self.gate is None else self.gate.to_dict(time.monotonic_ns()),
         }
 
     def section(self, key: str) -> Any:

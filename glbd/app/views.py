@@ -762,6 +762,9 @@ class FlowletView(TypedDict, total=False):
     skew: dict[str, Any] | None
     table_entries: int
     evictions: int
+    move: str
+    move_chance: float
+    move_gate: dict[str, Any] | None
 
 
 #: per-interface flowlet counters exported as their own metric (the skip_* ones are a reason)
@@ -769,6 +772,7 @@ _FLOWLET_COUNTERS = {
     "packets": "packets whose hash the flowlet program set",
     "flowlets": "flowlets started (a new hash: new flows, moved and aged)",
     "moved": "flows given a new hash after an idle gap longer than the timeout",
+    "kept": "idle gaps longer than the timeout that kept the flow's hash (flowlet.move)",
     "new_flows": "flows inserted into the flowlet table",
     "aged": "flows back after an idle time longer than flowlet.aging_s",
 }
@@ -796,6 +800,21 @@ def flowlet_samples(snap: FlowletView) -> Iterable[Sample]:
                 float(skew.get("skew_us", 0)) / 1e6,
                 help='path delay skew the "auto" timeout covers: the peak queueing delay of the '
                 "local and the remote hop over the window",
+            )
+        if snap.get("move_chance") is not None:
+            yield Sample(
+                "glbd_flowlet_move_chance",
+                float(snap.get("move_chance") or 0.0),
+                help="chance that an idle gap now moves its flow (flowlet.move: 1 while the "
+                "weights shift, falling to 0 as they settle)",
+            )
+        gate = snap.get("move_gate")
+        if gate is not None:
+            yield Sample(
+                "glbd_flowlet_move_gate_opened_total",
+                float(gate.get("opened", 0)),
+                help="weight shifts of flowlet.move_threshold or more that let gaps move flows",
+                kind="counter",
             )
         yield Sample(
             "glbd_flowlet_table_size",

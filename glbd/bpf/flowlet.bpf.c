@@ -4,9 +4,12 @@
  *
  * For every IPv4/IPv6 TCP or UDP packet it keeps one entry per 5-tuple (last seen, salt) and
  * sets the packet's L4 hash to hash(5-tuple) ^ salt. A gap longer than the flowlet timeout
- * draws a new salt, so the kernel's multipath selection (fib_multipath_hash_policy = 1, which
- * uses an L4 hash already on the packet) may put the next burst on another next hop, in
+ * may draw a new salt, so the kernel's multipath selection (fib_multipath_hash_policy = 1,
+ * which uses an L4 hash already on the packet) may put the next burst on another next hop, in
  * proportion to the group's weights. Inside a burst the hash is stable: nothing reorders.
+ * A gap draws a new salt with the probability glbd writes (1 while the weights it programs
+ * are changing, falling to 0 as they settle), so settled flows stay where they are and a
+ * failed next hop moves only its own flows.
  * Every packet passes (TC_ACT_OK); what it does not touch is counted by reason.
  *
  * The counter and config layouts are read by glbd/io/flowlet.py: keep them in step.
@@ -29,6 +32,7 @@ enum counter {
 	C_PACKETS,       /* TCP/UDP packets whose hash was set */
 	C_FLOWLETS,      /* flowlets started: every new salt (new flows + moved + aged) */
 	C_MOVED,         /* new salt on an existing entry after a gap > timeout (< aging) */
+	C_KEPT,          /* a gap > timeout (< aging) that kept its salt (the move draw said no) */
 	C_NEW_FLOWS,     /* no entry: one inserted */
 	C_AGED,          /* an entry idle longer than the aging time: a new flow on an old entry */
 	C_SKIP_NOT_IP,   /* not IPv4/IPv6: untouched */
@@ -45,8 +49,11 @@ struct counters {
 };
 
 struct config {
-	__u64 timeout_ns; /* gap that starts a new flowlet; 0 = not configured yet */
-	__u64 aging_ns;   /* an entry idle longer than this is a new flow, not a moved one */
+	__u64 timeout_ns;    /* gap that starts a new flowlet; 0 = not configured yet */
+	__u64 aging_ns;      /* an entry idle longer than this is a new flow, not a moved one */
+	__u64 move_p0;       /* chance that a gap moves the flow, in 1/2^32, at move_t0_ns */
+	__u64 move_t0_ns;    /* bpf_ktime (CLOCK_MONOTONIC) when move_p0 was set */
+	__u64 move_decay_ns; /* the chance falls linearly to 0 over this; 0: move_p0 for good */
 };
 
 struct flow_key {
@@ -136,6 +143,21 @@ static __always_inline __u32 key_hash(const struct flow_key *k)
 	return h;
 }
 
+/* the chance (in 1/2^32) that a gap now draws a new salt */
+static __always_inline __u64 move_chance(const struct config *cfg, __u64 now)
+{
+	__u64 decay = cfg->move_decay_ns, age, left;
+
+	if (!decay)
+		return cfg->move_p0;
+	age = now > cfg->move_t0_ns ? now - cfg->move_t0_ns : 0;
+	if (age >= decay)
+		return 0;
+	/* 16 bits of the remaining fraction: no overflow for decays up to 2^47 ns */
+	left = ((decay - age) << 16) / decay;
+	return (cfg->move_p0 * left) >> 16;
+}
+
 /* the 5-tuple, or a counter index saying why there is none; offsets from the network header,
  * so devices without a link-layer header (tun, wireguard) work as well */
 static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k)
@@ -204,11 +226,20 @@ int glbd_flowlet(struct __sk_buff *skb)
 	st = bpf_map_lookup_elem(&flows, &k);
 	if (st) {
 		gap = now - st->last_ns;
-		if (gap > cfg->timeout_ns) {
-			/* a racing CPU may draw too; a flow arrives on one queue (one CPU) as a rule */
+		if (gap > cfg->aging_ns) {
+			/* a new flow on an old entry: placed by the weights, like any new flow */
 			st->salt = bpf_get_prandom_u32();
 			count(c, C_FLOWLETS);
-			count(c, gap > cfg->aging_ns ? C_AGED : C_MOVED);
+			count(c, C_AGED);
+		} else if (gap > cfg->timeout_ns) {
+			/* a racing CPU may draw too; a flow arrives on one queue (one CPU) as a rule */
+			if ((__u64)bpf_get_prandom_u32() < move_chance(cfg, now)) {
+				st->salt = bpf_get_prandom_u32();
+				count(c, C_FLOWLETS);
+				count(c, C_MOVED);
+			} else {
+				count(c, C_KEPT);
+			}
 		}
 		st->last_ns = now;
 		salt = st->salt;

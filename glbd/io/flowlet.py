@@ -27,6 +27,7 @@ import json
 import os
 import shutil
 import struct
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from glbd.core.movegate import ALWAYS, NEVER, MoveChance
 from glbd.io.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 
 log = structlog.get_logger(__name__)
@@ -60,6 +62,7 @@ COUNTERS = (
     "packets",
     "flowlets",
     "moved",
+    "kept",
     "new_flows",
     "aged",
     "skip_not_ip",
@@ -72,6 +75,8 @@ COUNTERS = (
 #: the flow table's key and value sizes (struct flow_key, struct flow_state)
 KEY_SIZE = 40
 VALUE_SIZE = 16
+#: struct config's size; a pinned program whose config map differs is an older build: reloaded
+CONFIG_SIZE = 40
 HASH_POLICY_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv6.fib_multipath_hash_policy")
 
 
@@ -168,9 +173,10 @@ def parse_stats(dump_json: str) -> dict[int, dict[str, int]]:
     return out
 
 
-def config_value(timeout_ns: int, aging_ns: int) -> list[str]:
+def config_value(timeout_ns: int, aging_ns: int, move: MoveChance = ALWAYS) -> list[str]:
     """struct config as ``bpftool map update ... value hex`` bytes."""
-    return [f"{b:02x}" for b in struct.pack("<QQ", timeout_ns, aging_ns)]
+    raw = struct.pack("<5Q", timeout_ns, aging_ns, move.p0, move.t0_ns, move.decay_ns)
+    return [f"{b:02x}" for b in raw]
 
 
 def _is_bpffs(mountinfo_line: str) -> bool:
@@ -199,6 +205,9 @@ class FlowletParams:
     set_hash_policy: bool = True
     #: with ``interfaces`` None: the fabric interfaces (BGP neighbours' ports)
     exclude: tuple[str, ...] = ()
+    #: a gap moves its flow only with the chance :meth:`FlowletAttachment.set_move` writes
+    #: (starting at 0); False: every gap moves it
+    move_on_change: bool = True
 
     def targets(self, links: Iterable[str]) -> list[str]:
         """The interfaces the filter belongs on, of those that exist."""
@@ -228,6 +237,7 @@ class State:
                 "reattached",
                 "detached",
                 "timeout_changed",
+                "move_chance_set",
                 "errors",
             ),
             0,
@@ -244,6 +254,8 @@ class FlowletAttachment:
         self.obj = obj
         self.state = State()
         self.params: FlowletParams | None = None
+        #: the chance that a gap moves a flow, as last written
+        self.move = ALWAYS
         self._links: dict[int, str] = {}
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
@@ -413,6 +425,8 @@ class FlowletAttachment:
         """Bring the kernel to ``p``: the program (reloaded when the table size changed), the
         timeout, the hash policy, a filter on each of ``p.interfaces`` that exists and none
         elsewhere. Safe to repeat (the periodic check calls it)."""
+        if self.params is None or self.params.move_on_change != p.move_on_change:
+            self.move = NEVER if p.move_on_change else ALWAYS
         self.params = p
         links = links if links is not None else await self.links()
         found = found if found is not None else await self.filters(links.values())
@@ -422,7 +436,11 @@ class FlowletAttachment:
             await self._repin(ids[0])
             self.state.events["repinned"] += 1
             pinned = await self._pinned_prog_id()
-        if pinned is None or await self._table_size() != p.table_size:
+        if (
+            pinned is None
+            or await self._table_size() != p.table_size
+            or await self._config_size() != CONFIG_SIZE
+        ):
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()
         await self._write_config(p)
@@ -445,12 +463,28 @@ class FlowletAttachment:
         self.state.table_size = p.table_size
         await self.poll(links)
 
-    async def _write_config(self, p: FlowletParams) -> None:
+    async def _config_size(self) -> int:
+        try:
+            show = await self._json("map", "show", "pinned", str(self.map_pin("config")))
+            return int(show["bytes_value"])
+        except (FlowletError, KeyError, ValueError):
+            return 0
+
+    async def _write_config(self, p: FlowletParams, move: MoveChance | None = None) -> None:
+        move = self.move if move is None else move
         await self._bpftool(
             "map", "update", "pinned", str(self.map_pin("config")),
             "key", "hex", "00", "00", "00", "00",
-            "value", "hex", *config_value(p.timeout_ns, p.aging_ns),
+            "value", "hex", *config_value(p.timeout_ns, p.aging_ns, move),
         )  # fmt: skip
+        self.move = move
+
+    async def set_move(self, move: MoveChance) -> None:
+        """A new move chance for the running program (one map write; nothing else)."""
+        if self.params is None:
+            raise FlowletError("the program is not loaded")
+        await self._write_config(self.params, move)
+        self.state.events["move_chance_set"] += 1
 
     async def set_timeout(self, timeout_ns: int) -> None:
         """A new flowlet timeout for the running program (one map write; nothing else)."""
@@ -515,6 +549,7 @@ class FlowletAttachment:
             "evictions": total["new_flows"] - entries,
             "timeout_us": self.params.timeout_ns / 1e3 if self.params else None,
             "aging_s": self.params.aging_ns / 1e9 if self.params else None,
+            "move_chance": round(self.move.at(time.monotonic_ns()), 3),
             "table_size": st.table_size,
             "attached": st.attached,
             "missing": st.missing,

@@ -23,10 +23,12 @@ async def flowlet(rig: Rig) -> AsyncIterator[Start]:
         pytest.skip("flowlet.bpf.o is not built (glbd/bpf/build.sh; bootstrap.sh builds it)")
     made: list[FlowletAttachment] = []
 
-    async def start(timeout_us: int = 1000, table_size: int = 4096) -> FlowletAttachment:
+    async def start(
+        timeout_us: int = 1000, table_size: int = 4096, move_on_change: bool = False
+    ) -> FlowletAttachment:
         att = FlowletAttachment(netns=rig.r.name)
         made.append(att)
-        await att.start(params(timeout_us, table_size))
+        await att.start(params(timeout_us, table_size, move_on_change))
         return att
 
     yield start
@@ -34,10 +36,15 @@ async def flowlet(rig: Rig) -> AsyncIterator[Start]:
         await made[-1].stop()
 
 
-def params(timeout_us: int = 1000, table_size: int = 4096) -> FlowletParams:
+def params(
+    timeout_us: int = 1000, table_size: int = 4096, move_on_change: bool = False
+) -> FlowletParams:
+    """Every gap moves its flow unless ``move_on_change`` (then only as the move chance says,
+    0 until :meth:`FlowletAttachment.set_move`)."""
     return FlowletParams(
         interfaces=("r-h",),
         timeout_ns=timeout_us * 1000,
         aging_ns=10 * 10**9,
         table_size=table_size,
+        move_on_change=move_on_change,
     )

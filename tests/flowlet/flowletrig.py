@@ -28,7 +28,8 @@ DST6 = "2001:db8:ff::1"
 PORT = 4791  # RoCEv2's port: any UDP port works alike
 MEMBERS = ("m1-r", "m2-r")
 
-#: the ``flowlet`` fixture: start glbd's program on the router (timeout_us=, table_size=)
+#: the ``flowlet`` fixture: start glbd's program on the router (timeout_us=, table_size=,
+#: move_on_change=)
 Start = Callable[..., Awaitable[FlowletAttachment]]
 
 

@@ -110,7 +110,10 @@ def test_glbd_attaches_adopts_and_removes(rig: Rig, tmp_path: Path) -> None:
         )
         rows = {r["interface"]: r for r in counted["interfaces"]}
         assert rows["r-h"]["packets"] == 10 and rows["r-h"]["attached"]
-        assert rows["r-h"]["flowlets"] == 5 and rows["r-h"]["moved"] == 4
+        # move = "on-change" (the default) and no weight changed: every gap keeps the flow
+        assert rows["r-h"]["flowlets"] == 1 and rows["r-h"]["moved"] == 0
+        assert rows["r-h"]["kept"] == 4
+        assert first["move"] == "on-change" and first["move_gate"]["opened"] == 0
 
         g.stop()  # on_stop = "keep": the filters stay, the flows keep their salts
         assert "glbd_flowlet" in _filters(rig, "r-h")

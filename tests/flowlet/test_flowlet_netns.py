@@ -4,7 +4,9 @@ is a 2-member nexthop group (weights 3:1), counted per member at the sink.
 A flow that pauses longer than the flowlet timeout moves among the members in proportion to the
 weights, with hash-threshold and resilient groups, IPv4 and IPv6, UDP and TCP; one that never
 pauses that long stays on one member; without glbd's program the flow never moves at all (the
-kernel uses the sender socket's hash under fib_multipath_hash_policy 1).
+kernel uses the sender socket's hash under fib_multipath_hash_policy 1). With ``move =
+"on-change"`` a gap moves the flow only with the move chance glbd writes: never while it is 0,
+about half the gaps at 1/2, and none once a chance has decayed.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from flowletrig import DST4, DST6, PORT, Rig, Start, bursts
 
+from glbd.core.movegate import ONE, MoveChance
 from glbd.io.flowlet import FlowletAttachment
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -126,6 +130,58 @@ async def test_without_the_program_a_flow_never_moves(rig: Rig, v6: bool) -> Non
     m1, m2 = rig.counts()
     assert m1 + m2 >= BURSTS * SIZE * 0.9
     assert 0 in (m1, m2), (m1, m2)
+
+
+def _ktime_ns() -> int:
+    """The program's clock (bpf_ktime_get_ns: CLOCK_MONOTONIC)."""
+    return time.monotonic_ns()
+
+
+async def _gappy(rig: Rig, att: FlowletAttachment) -> tuple[tuple[int, int], dict[str, int]]:
+    """One new flow with a gap after each burst: what each member carried of it, and the
+    program's counters (totals since it started)."""
+    b1, b2 = rig.counts()
+    with rig.udp(False) as s:
+        bursts(s, BURSTS, SIZE, PAUSE_S)
+    m1, m2 = rig.counts()
+    return (m1 - b1, m2 - b2), (await att.poll()).counters["r-h"]
+
+
+async def test_a_closed_gate_keeps_the_flow_at_every_gap(rig: Rig, flowlet: Start) -> None:
+    rig.group((3, 1))
+    att = await flowlet(timeout_us=1000, move_on_change=True)
+    (m1, m2), c = await _gappy(rig, att)
+    assert m1 + m2 >= BURSTS * SIZE * 0.9
+    assert 0 in (m1, m2), (m1, m2)
+    assert (c["flowlets"], c["moved"], c["new_flows"]) == (1, 0, 1), c
+    assert c["kept"] >= BURSTS * 0.9 - 1, c
+
+
+async def test_the_move_chance_sets_the_share_of_gaps_that_move(rig: Rig, flowlet: Start) -> None:
+    rig.group((1, 1))
+    att = await flowlet(timeout_us=1000, move_on_change=True)
+    await att.set_move(MoveChance(ONE // 2, 0, 0))  # 1/2 for good
+    (m1, m2), c = await _gappy(rig, att)
+    gaps = c["moved"] + c["kept"]
+    assert gaps >= BURSTS * 0.9 - 1, c
+    # 1/2 of ~300 gaps: 150 +- 8.7 (one sd)
+    assert 0.38 <= c["moved"] / gaps <= 0.62, c
+    assert min(m1, m2) > 0, (m1, m2)
+
+    # an hour-long decay that started an hour ago: 0 now, nothing moves
+    hour = 3600 * 10**9
+    await att.set_move(MoveChance(ONE, _ktime_ns() - hour, hour))
+    before = dict(c)
+    (m1, m2), c = await _gappy(rig, att)
+    assert c["moved"] == before["moved"], (before, c)
+    assert 0 in (m1, m2), (m1, m2)
+
+    # the same decay started now: about 1 for the next second, every gap moves
+    await att.set_move(MoveChance(ONE, _ktime_ns(), hour))
+    before = dict(c)
+    (m1, m2), c = await _gappy(rig, att)
+    assert c["moved"] - before["moved"] >= (BURSTS - 1) * 0.95, (before, c)
+    assert min(m1, m2) > 0, (m1, m2)
 
 
 def _pins(att: FlowletAttachment) -> list[str]:

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from glbd.core.movegate import MoveChance
 from glbd.io import flowlet
 from glbd.io.flowlet import (
     COUNTERS,
@@ -60,7 +61,9 @@ def test_stats_sum_the_cpus_per_interface() -> None:
     n = len(COUNTERS)
     cpu0 = [0] * n
     cpu0[COUNTERS.index("skip_proto")] = 1
-    cpu1 = [1, 1, 0, 1] + [0] * (n - 4)
+    cpu1 = [0] * n
+    for name in ("packets", "flowlets", "new_flows"):
+        cpu1[COUNTERS.index(name)] = 1
     dump = json.dumps(
         [
             {
@@ -86,12 +89,23 @@ def test_counters_match_the_program() -> None:
     assert tuple(n.lower() for n in names[:-1]) == COUNTERS
 
 
-def test_config_value_is_two_little_endian_u64() -> None:
-    v = config_value(1_000_000, 2**40)
-    assert len(v) == 16
-    assert bytes(int(b, 16) for b in v) == (1_000_000).to_bytes(8, "little") + (2**40).to_bytes(
-        8, "little"
+def test_config_value_is_five_little_endian_u64() -> None:
+    v = config_value(1_000_000, 2**40, MoveChance(2**31, 7, 9))
+    assert len(v) == flowlet.CONFIG_SIZE == 40
+    raw = bytes(int(b, 16) for b in v)
+    assert raw == b"".join(n.to_bytes(8, "little") for n in (1_000_000, 2**40, 2**31, 7, 9))
+    # without a chance: every gap moves (1 in 1/2^32 units, no decay)
+    assert bytes(int(b, 16) for b in config_value(1, 2))[16:] == (2**32).to_bytes(8, "little") + (
+        bytes(16)
     )
+
+
+def test_config_layout_matches_the_program() -> None:
+    body = re.search(r"struct config \{(.*?)\};", SOURCE.read_text(), re.S)
+    assert body is not None
+    fields = re.findall(r"__u64 (\w+);", body.group(1))
+    assert fields == ["timeout_ns", "aging_ns", "move_p0", "move_t0_ns", "move_decay_ns"]
+    assert 8 * len(fields) == flowlet.CONFIG_SIZE
 
 
 def test_links_and_mountinfo() -> None:
