@@ -44,11 +44,15 @@ Why a tc program and not a socket filter: a socket filter's drop counts as a UDP
 the file descriptor: it goes away with the engine process, so a crash leaves nothing attached.
 A dropped packet shows only in the kernel's drop tracepoint (reason ``TC_INGRESS``).
 
-Why no libbpf/bpftool: the ``bfd`` package uses only the standard library, and the program is
-181 instructions with two maps; :class:`Asm` writes it and one ``bpf()`` call loads it, with no
-ELF, BTF or pinned objects to clean up. Where it cannot load or attach (an older kernel, no
-``CAP_BPF``/``CAP_NET_ADMIN``), :func:`open_kernel_rx` says why and the engine reads every
-packet itself, as before.
+Why an assembler here and not C built with clang (as glbd's flowlet program is): the ``bfd``
+package uses only the standard library and must load without libbpf or bpftool, and the program
+is 181 instructions with two maps; :class:`Asm` writes it and one ``bpf()`` call loads it, with
+no ELF, BTF or pinned objects to clean up. What C would give, the assembler is held to by tests:
+the bytes are a golden vector (tests/vectors/bfd_kernel_rx_program.hex), and every check is run
+without root in an eBPF interpreter (tests/bfd/test_kernel_rx_program.py) on the frames the
+netns tests send for real, each check removed once to show a test fails. Where it cannot load
+or attach (an older kernel, no ``CAP_BPF``/``CAP_NET_ADMIN``), :func:`open_kernel_rx` says why
+and the engine reads every packet itself, as before.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ __all__ = [
     "Slot",
     "open_kernel_rx",
     "program",
+    "slot_bytes",
     "udp_checksum",
 ]
 
@@ -360,6 +365,19 @@ def udp_checksum(src: bytes, dst: bytes, sport: int, payload: bytes) -> bytes:
     return struct.pack("!H", (~total & 0xFFFF) or 0xFFFF)
 
 
+def slot_bytes(
+    ifindex: int, family: int, src: str, sport: int, dst: str, payload: bytes
+) -> tuple[int, bytes]:
+    """The kind and the bytes the engine writes from offset 16 of a slot (the kind at
+    offset 20 inside them is 0: it is written last, once the rest is in place)."""
+    ports = _raw(struct.pack("!HH", sport, 3784))
+    saddr = socket.inet_pton(family, src)
+    daddr = socket.inet_pton(family, dst)
+    kind = 6 if family == socket.AF_INET6 else 4
+    csum = udp_checksum(saddr, daddr, sport, payload)
+    return kind, _SLOT.pack(ifindex, 0, ports, csum, payload, saddr, daddr)
+
+
 class Slot:
     """What the engine expects of one session's steady state (see the module's docstring)."""
 
@@ -474,12 +492,8 @@ class KernelRx:
         ``dst`` (the session's local address)."""
         base = s.index * SLOT_SIZE
         _KIND.pack_into(self.mm, base + _OFF_KIND, 0)  # off while it changes
-        ports = _raw(struct.pack("!HH", sport, 3784))
-        saddr = socket.inet_pton(family, src)
-        daddr = socket.inet_pton(family, dst)
-        kind = 6 if family == socket.AF_INET6 else 4
-        csum = udp_checksum(saddr, daddr, sport, payload)
-        _SLOT.pack_into(self.mm, base + 16, ifindex, 0, ports, csum, payload, saddr, daddr)
+        kind, raw = slot_bytes(ifindex, family, src, sport, dst, payload)
+        self.mm[base + 16 : base + 16 + len(raw)] = raw
         s.count = self.words[s.index * 12 + 1]
         _KIND.pack_into(self.mm, base + _OFF_KIND, kind)
 
