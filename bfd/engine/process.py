@@ -85,6 +85,26 @@ def prepare(netns: str | None, rt_priority: int | None) -> None:
     raise_nofile()
 
 
+#: the service manager's handles, meant for the daemon alone: the engine must not ping the
+#: watchdog or notify on the daemon's behalf, nor take its activated sockets
+_NOT_INHERITED = ("NOTIFY_SOCKET",)
+_NOT_INHERITED_PREFIXES = ("WATCHDOG_", "LISTEN_")
+
+
+def engine_env(base: dict[str, str]) -> dict[str, str]:
+    """The engine's environment: ``base`` without the service manager's handles, with this
+    package importable."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if k not in _NOT_INHERITED and not k.startswith(_NOT_INHERITED_PREFIXES)
+    }
+    env["PYTHONPATH"] = _PKG_ROOT + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    return env
+
+
 def spawn(
     netns: str | None,
     rt_priority: int | None,
@@ -95,10 +115,7 @@ def spawn(
     """Start the engine process; returns it and the daemon's end of its control socket.
     ``log_priority``: its stderr lines start with their syslog priority (``<4>``), for journald."""
     parent, child = socket.socketpair()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _PKG_ROOT + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-    )
+    env = engine_env(dict(os.environ))
     argv = [sys.executable, "-m", "bfd.engine", "--fd", str(child.fileno())]
     if netns:
         argv += ["--netns", netns]
