@@ -235,14 +235,13 @@ class BgpPart(_Part):
             for k, v in (row.get("counters") or {}).items()
             if k.startswith("rejected_")
         }
-        if pre_policy:  # not invented: glbd keeps no copy of what its import policy refused
+        if pre_policy:  # the routes taken and those refused (each with why), this session
+            rows = bgp.rib.received_pre_policy(addr) if addr is not None else []
             return {
                 "peer": peer,
                 "view": "received (pre-policy)",
-                "note": "not kept: glbd stores only the routes the import policy accepted "
-                "(see 'received'); those it refused are counted by reason in 'rejected'",
                 "rejected": rejected,
-                "routes": [],
+                "routes": rows,
             }
         rows = bgp.rib.received(addr) if addr is not None else []
         return {"peer": peer, "view": "received", "rejected": rejected, "routes": rows}

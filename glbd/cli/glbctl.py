@@ -304,7 +304,9 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         "note",
     ),
     # glbctl neighbor PEER received|advertised (--json has every key, e.g. nhc, stale)
-    "neighbor.routes": ("prefix", "next_hop", "as_path", "communities", "nnh", "used"),
+    "neighbor.routes": (
+        "prefix", "next_hop", "as_path", "communities", "nnh", "used", "refused",
+    ),
     "quality.profiles": (
         "key", "prefixes", "recomputes",
         ("next hops: weight (source)", lambda r: "\n".join(
@@ -673,8 +675,8 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     nb.add_argument(
         "--pre-policy",
         action="store_true",
-        help="with received: the routes before the import policy (glbd does not keep those "
-        "it refused: it says so and shows how many, by reason)",
+        help="with received: the routes before the import policy, the refused ones too, each "
+        "with why (up to 4096 refused routes per neighbor are kept, the rest counted)",
     )
     ll = sub.add_parser(
         "log-level",

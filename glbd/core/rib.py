@@ -396,6 +396,22 @@ class Path:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A route a peer sent that its import policy (or the AS loop check) refused: kept for
+    ``glbctl neighbor PEER received --pre-policy`` only, never selected."""
+
+    reason: RouteRejected
+    next_hop: IPAddress
+    as_path: tuple[int, ...]
+    origin: str
+    communities: tuple[tuple[int, int], ...]
+
+
+#: refused routes kept per peer for the pre-policy view; past it they are only counted
+#: (``refused_not_kept``): a peer sending what it may not cannot grow glbd's memory
+REFUSED_KEPT = 4096
+
 #: the per-prefix index: prefix -> [the interned prefix, path of slot 0, path of slot 1, ...]
 #: (None where that peer has no path; no trailing Nones). One list per prefix is the whole
 #: Adj-RIB-In: ~8 bytes per path instead of two dict entries.
@@ -434,6 +450,8 @@ class PeerState:
     #: drained alone (``glbctl drain PEER``): advertised to as if the router were drained
     drained: bool = False
     adj_out: dict[Prefix, Advertise] = field(default_factory=dict)
+    #: this session's routes refused before the Adj-RIB-In (the pre-policy view's rest)
+    refused: dict[Prefix, Refused] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
     last_down_reason: str = ""
     index: dict[Prefix, _Entry] = field(default_factory=dict, repr=False)
@@ -706,6 +724,8 @@ class Rib:
             if self._del_path(st, prefix):
                 changed.add(prefix)
             st.counters["withdrawn_in"] += 1
+            if st.refused:
+                st.refused.pop(prefix, None)
         attrs = ev.attributes
         if ev.announced and GRACEFUL_SHUTDOWN in attrs.communities:
             st.counters["graceful_shutdown_in"] += len(ev.announced)
@@ -714,11 +734,15 @@ class Rib:
             for a in ev.announced:  # an implicit withdraw of any earlier path
                 if self._del_path(st, a.prefix):
                     changed.add(a.prefix)
+                self._keep_refused(st, a, ev, RouteRejected.AS_LOOP)
             return self._defer(changed, now)
         nb = st.params
         announced = ev.announced
         if nb.import_filter is not None or len(nb.families) < 2 or self._no_import(nb):
-            announced = self._import(st, announced, changed)
+            announced = self._import(st, announced, changed, ev)
+        if st.refused:  # taken now: no longer refused
+            for a in announced:
+                st.refused.pop(a.prefix, None)
         if announced:
             announced = self._check_next_hops(st, announced, changed)
         decoded: nhcmod.Nhc | None = None
@@ -819,6 +843,7 @@ class Rib:
         st: PeerState,
         announced: tuple[api.RouteAnnounced, ...],
         changed: set[Prefix],
+        ev: api.UpdateEvent,
     ) -> tuple[api.RouteAnnounced, ...]:
         """The announced routes the neighbor's families and import filter take; a rejected
         one is an implicit withdraw of the path it replaces."""
@@ -838,7 +863,23 @@ class Rib:
             self._reject(st, why, 1)
             if self._del_path(st, a.prefix):
                 changed.add(a.prefix)
+            self._keep_refused(st, a, ev, why)
         return tuple(out)
+
+    def _keep_refused(
+        self, st: PeerState, a: api.RouteAnnounced, ev: api.UpdateEvent, why: RouteRejected
+    ) -> None:
+        if a.prefix not in st.refused and len(st.refused) >= REFUSED_KEPT:
+            st.counters["refused_not_kept"] += 1
+            return
+        attrs = ev.attributes
+        st.refused[a.prefix] = Refused(
+            why,
+            a.next_hop if a.next_hop is not None else ev.peer,
+            attrs.as_path,
+            attrs.origin,
+            attrs.communities,
+        )
 
     def _is_ebgp(self, n: NeighborParams) -> bool:
         return n.remote_as is None or n.remote_as != self.params.local_as
@@ -973,6 +1014,7 @@ class Rib:
         for st in self.peers.values():
             st.state = "down"
             st.last_down_reason = "exabgp restart"
+            st.refused.clear()
             if st.n_paths:
                 self._mark_stale(st)
                 if st.stale_deadline is None:
@@ -1224,8 +1266,9 @@ class Rib:
 
     def received(self, peer: IPAddress) -> list[dict[str, Any]]:
         """``glbctl neighbor PEER received``: the peer's Adj-RIB-In *after* its import policy
-        (a route refused is not kept, only counted as ``rejected_<reason>``); ``used``: the
-        path is in its prefix's forwarding set now."""
+        (a refused route is counted as ``rejected_<reason>`` and shown only by
+        :meth:`received_pre_policy`); ``used``: the path is in its prefix's forwarding set
+        now."""
         st = self.peers.get(peer)
         if st is None:
             return []
@@ -1245,6 +1288,27 @@ class Rib:
                 }
             )
         return rows
+
+    def received_pre_policy(self, peer: IPAddress) -> list[dict[str, Any]]:
+        """``glbctl neighbor PEER received --pre-policy``: what the peer sent in this session
+        before its import policy: the routes taken (``received``) and those refused, each
+        with ``refused``: why (None: taken). Refused routes are kept up to REFUSED_KEPT."""
+        st = self.peers.get(peer)
+        if st is None:
+            return []
+        rows = [{**r, "refused": None} for r in self.received(peer)]
+        for prefix, ref in st.refused.items():
+            rows.append(
+                {
+                    "prefix": str(prefix),
+                    "next_hop": str(ref.next_hop),
+                    "as_path": list(ref.as_path),
+                    "origin": ref.origin,
+                    "communities": [f"{a}:{b}" for a, b in ref.communities],
+                    "refused": str(ref.reason),
+                }
+            )
+        return sorted(rows, key=_row_order)
 
     def advertised(self, peer: IPAddress) -> list[dict[str, Any]]:
         """``glbctl neighbor PEER advertised``: the peer's Adj-RIB-Out, as sent (after the
@@ -1471,6 +1535,7 @@ class Rib:
         return decoded.nnhn.nnh_ids, NhcStatus.VALID
 
     def _peer_down(self, st: PeerState, reason: str, now: float) -> list[Effect]:
+        st.refused.clear()  # the next session sends its routes again
         was_up = st.state == "up"
         st.state = "down"
         st.established_at = None
@@ -1888,6 +1953,10 @@ def _family_afi_safi(route: api.RouteAnnounced) -> tuple[int, int]:
 
 _AFI = {"ipv4": nhcmod.AFI_IPV4, "ipv6": nhcmod.AFI_IPV6}
 _SAFI = {"unicast": 1, "multicast": 2}
+
+
+def _row_order(row: dict[str, Any]) -> tuple[int, Prefix]:
+    return _family_order(ipaddress.ip_network(row["prefix"]))
 
 
 def _family_order(p: Prefix) -> tuple[int, Prefix]:

@@ -133,10 +133,13 @@ async def test_neighbor_detail_received_and_advertised(tmp_path: Path) -> None:
         ]
         assert got["rejected"] == {"import_denied": 1}
 
-        # before the policy: not kept, and said so rather than made up
+        # before the policy: the route taken and the one refused, with why
         argv = ("neighbor", "172.16.11.1", "received", "--pre-policy", "--json")
         pre = ok_json(await asyncio.to_thread(run, *argv))
-        assert pre["routes"] == [] and "not kept" in pre["note"]
+        assert [(r["prefix"], r["refused"]) for r in pre["routes"]] == [
+            ("10.1.0.0/24", None),
+            ("192.0.2.0/24", "import_denied"),
+        ], pre
         assert pre["rejected"] == {"import_denied": 1}
 
         # by BGP id: what leaf2 is sent, next-hop-self and our AS first
