@@ -101,6 +101,9 @@ _CEASE_SUBCODE = {ResetReason.BFD_DOWN: 10, ResetReason.MAX_PREFIXES: 1}
 #: how long a max_prefixes hold waits for ExaBGP to report the session down before it
 #: reloads the neighbor out anyway (s)
 HELD_CLOSE_WAIT_S = 2.0
+#: how long ``glbctl neighbor-shutdown`` waits for ExaBGP to take the withdrawals before it
+#: closes the session anyway (s)
+SHUTDOWN_WITHDRAW_WAIT_S = 2.0
 
 
 async def read_connected(netns: str | None = None) -> list[Connected]:
@@ -333,14 +336,28 @@ class BgpSpeaker:
         self._apply(self.rib.set_peer_drain(peer, drain))
 
     def shutdown_peer(self, peer: IPAddress) -> None:
-        """Close the session and keep it closed until :meth:`enable_peer` or a restart:
-        ExaBGP's config leaves the neighbor out (its reload closes the session with a Cease),
-        and the RIB takes the neighbor down now, so its routes leave forwarding at once."""
+        """Close the session and keep it closed until :meth:`enable_peer` or a restart. The
+        RIB takes the neighbor down now, so its routes leave forwarding at once; everything
+        advertised to it is withdrawn first, then ExaBGP's config leaves it out (the reload
+        closes the session). The withdrawals come first because where graceful restart was
+        negotiated ExaBGP closes without a NOTIFICATION and the peer would keep our routes,
+        stale, for the restart time."""
         if peer not in self.rib.peers or peer in self._shut:
             return
         self._shut.add(peer)
-        self.supervisor.reload(self.exabgp_params())
+        for prefix, adv in list(self.rib.peers[peer].adj_out.items()):
+            self.supervisor.send(api.Withdraw(adv.peer, prefix, adv.next_hop))
         self._apply(self.rib.peer_shutdown(peer, self._now()))
+        if self._loop is None:
+            self.supervisor.reload(self.exabgp_params())
+            return
+        task = self._loop.create_task(self._close_when_withdrawn())
+        self._held_tasks.add(task)
+        task.add_done_callback(self._held_tasks.discard)
+
+    async def _close_when_withdrawn(self) -> None:
+        await self.supervisor.drain(SHUTDOWN_WITHDRAW_WAIT_S)
+        self.supervisor.reload(self.exabgp_params())
 
     def enable_peer(self, peer: IPAddress) -> None:
         """Undo :meth:`shutdown_peer`: ExaBGP lists the neighbor again, with what glbd
