@@ -9,6 +9,9 @@ thread, every child) over ``--seconds``:
 
 * ``glbd``: glbd as shipped (default config; only the topology's neighbours are set), every
   process of it: the main loop, the BFD engine, ExaBGP;
+* ``glbd-fl`` (opt-in, ``--only``): glbd as shipped with ``[flowlet] enabled = true`` on the
+  leaves: the program's polling and its timeout's sampling (the lab has no host ports, so the
+  program is loaded but attached nowhere; its per-packet cost is the kernel's, in softirq);
 * ``glbd-nohb``: the same without heartbeats (``[heartbeat] enabled = false``);
 * ``glbd-bgp-bfd``: also without link sampling (``sample_interval_ms`` 10 s): BGP + BFD alone,
   the part FRR does too; the differences to the rows above are what heartbeats and link
@@ -49,7 +52,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -240,8 +243,10 @@ def _glbd(
     sample_ms: int | None = None,
     capacity: float | None = None,
     names: Sequence[str] | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> Any:
-    """A contender starter: glbd on every router (or on ``names``) at its defaults."""
+    """A contender starter: glbd on every router (or on ``names``) at its defaults (``extra``:
+    TOML tables added per role)."""
     holder: dict[str, dict[str, GlbdNode]] = {}
 
     def start(fab: Fabric, run_dir: Path) -> dict[str, tuple[str, list[int]]]:
@@ -254,6 +259,7 @@ def _glbd(
             hold_time=BgpSection().hold_time,
             log_level="warning",
             capacity_mbps=capacity,
+            extra=extra or {},
         )
         nodes = start_glbd(fab, run_dir, opts, names=names)
         holder["nodes"] = nodes
@@ -314,10 +320,12 @@ def contenders() -> dict[str, Contender]:
     g, gs, gn = _glbd()
     nh, nhs, nhn = _glbd(heartbeat=False)
     bb, bbs, bbn = _glbd(heartbeat=False, sample_ms=10_000)
+    fl, fls, fln = _glbd(extra={"leaf": "[flowlet]\nenabled = true"})
     f, fs = _frr()
     return {
         "glbd": Contender("glbd", "glbd as shipped (default timers)", g, gs, gn),
         "glbd-nohb": Contender("glbd-nohb", "glbd, heartbeats off", nh, nhs, nhn),
+        "glbd-fl": Contender("glbd-fl", "glbd, flowlets on the leaves", fl, fls, fln),
         "glbd-bgp-bfd": Contender(
             "glbd-bgp-bfd", "glbd, heartbeats off, link sampling every 10 s", bb, bbs, bbn
         ),

@@ -40,7 +40,9 @@ exchange; the order rotates from run to run):
 3. ``frr``: FRR 10.x on every node, eBGP, NNHN (``send-nexthop-characteristics`` spine->leaf)
    and ``bgp bestpath bandwidth ignore`` (static next-next-hop-count weights).
 
-Opt-in (``--only``), not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
+Opt-in (``--only``): ``glb-fl`` (as shipped, plus ``[flowlet] enabled = true`` on the leaves)
+and ``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap moves its flow);
+not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
 lab's timers, and helpers told the background's traffic class), ``optimum`` (static weights
 from the known residual capacities), and the diagnostics in EXTRA_CONTENDERS.
 
