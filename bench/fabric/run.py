@@ -256,10 +256,35 @@ class Exchange:
     fail_on_failed: int = 0
     weights: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     hot_series: dict[str, list[float]] = field(default_factory=dict)
+    #: glbd's flowlet program over the exchange, summed over the leaves: flowlets, moved,
+    #: kept gaps, move-gate openings (empty without flowlets)
+    flowlet: dict[str, int] = field(default_factory=dict)
 
     @property
     def changed_share(self) -> float:
         return self.fail_changed / self.fail_running if self.fail_running else float("nan")
+
+
+def flowlet_totals(nodes: dict[str, GlbdNode]) -> dict[str, int]:
+    """The flowlet counters of every glbd that runs the program, summed (empty: none does)."""
+    out: dict[str, int] = {}
+    for node in nodes.values():
+        try:
+            snap = node.request("flowlet", timeout=2.0)
+        except Exception:  # a glbd without the part or busy: its counters are not in the sum
+            continue
+        if not isinstance(snap, dict) or not snap.get("counters"):
+            continue
+        c = snap["counters"]
+        gate = snap.get("move_gate") or {}
+        for k, v in (
+            ("flowlets", c.get("flowlets", 0)),
+            ("moved", c.get("moved", 0)),
+            ("kept", c.get("kept", 0)),
+            ("gate_opened", gate.get("opened", 0)),
+        ):
+            out[k] = out.get(k, 0) + int(v)
+    return out
 
 
 def log(msg: str) -> None:
@@ -808,6 +833,7 @@ def one_exchange(
     watch_leaf = next(lf for lf in topo.names("leaf") if lf != p.hot_leaf)
     sport_base = 20000 + (run * len(CASES) + ci) * 400
     c0 = tcp_counters(list(st.hns.values()))
+    f0 = flowlet_totals(cp.glbd)
     cpu0 = isolate.per_cpu_times()
     st.cpu.start(time.monotonic())
     pt0 = time.process_time()
@@ -867,6 +893,8 @@ def one_exchange(
     ex.bench_cpu_pct = 100.0 * ex_cpu / max(res.completion_s, 1e-3)
     ex.loadavg = loadavg()
     ex.weights = ww.rows
+    f1 = flowlet_totals(cp.glbd)
+    ex.flowlet = {k: f1[k] - f0.get(k, 0) for k in f1}
     down = [(s, fab.ifname(s, lf)) for s in topo.names("spine") for lf in topo.names("leaf")]
     util = model.utilisation(samples, res.t0, res.t0 + res.completion_s, p.rate)
     ex.util = {f"{n}>{i}": round(u, 3) for (n, i), u in util.items()}

@@ -835,6 +835,9 @@ class FlowletSection(_Model):
     #: the least "auto" timeout (500 us: CONGA's choice for a datacenter fabric; it covers
     #: queues too short for the 10 ms link sampling to see)
     timeout_floor_us: Annotated[int, Field(ge=1, le=10_000_000)] = 500
+    #: the least "auto" timeout for the first ``skew_window_s`` after start, before the window
+    #: has seen the fabric's queues (0: none); erring long only costs moves, never order
+    timeout_start_us: Annotated[int, Field(ge=0, le=10_000_000)] = 100_000
     #: how long "auto" remembers the deepest queue it saw
     skew_window_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0
     #: where the program runs; default: every interface that is no neighbor's port (and not lo)
@@ -1310,7 +1313,8 @@ RELOAD: dict[str, Reload] = {
     **_each(
         "flowlet",
         Reload.LIVE,
-        "enabled timeout_us timeout_floor_us skew_window_s interfaces table_size aging_s "
+        "enabled timeout_us timeout_floor_us timeout_start_us skew_window_s interfaces "
+        "table_size aging_s "
         "set_hash_policy on_stop move move_threshold move_decay_s",
     ),
 }

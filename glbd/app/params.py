@@ -378,4 +378,5 @@ def skew_params(cfg: cfgmod.Config) -> SkewParams:
         floor_ns=f.timeout_floor_us * 1000,
         ceiling_ns=max(f.timeout_floor_us * 1000, int(f.aging_s * 1e9) // 2),
         window_s=f.skew_window_s,
+        start_ns=f.timeout_start_us * 1000,
     )

@@ -11,7 +11,9 @@ The shift of a group is the total variation distance between its weight distribu
 old one taken over the next hops still in the group (a next hop that left takes its flows with
 it: the kernel moves them) and the new one over all of them (a next hop that joined is a shift
 toward it). The gate keeps, per group, the weights at its last opening, so a slow drift opens
-it once the drift adds up, while noise around a level does not.
+it once the drift adds up, while noise around a level does not. A shift while the chance is
+still above ``refresh_below`` moves the reference but writes nothing: weights that keep
+swinging cost the program a write every quarter of the decay at most, not one per change.
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ class MoveGateParams:
     threshold: float = 0.05
     #: how long an opened gate takes to close again
     decay_s: float = 1.0
+    #: a shift reopens the gate (one map write) only once the chance has fallen below this
+    refresh_below: float = 0.75
 
     def __post_init__(self) -> None:
-        if not 0 < self.threshold <= 1 or self.decay_s <= 0:
-            raise ValueError("need 0 < threshold <= 1 and decay_s > 0")
+        if not 0 < self.threshold <= 1 or self.decay_s <= 0 or not 0 < self.refresh_below <= 1:
+            raise ValueError("need 0 < threshold <= 1, decay_s > 0 and 0 < refresh_below <= 1")
 
 
 def weight_shift(old: Mapping[Any, int], new: Mapping[Any, int]) -> float:
@@ -86,6 +90,8 @@ class MoveGate:
         self._ref: dict[str, dict[Any, int]] = {}
         self.chance = NEVER
         self.opened = 0
+        #: shifts while the gate was still open enough: no write
+        self.refreshes_skipped = 0
         #: the largest shift seen by the last ``observe``
         self.last_shift = 0.0
 
@@ -113,6 +119,9 @@ class MoveGate:
             return None
         for key in moved:  # the drift of these groups counts again from here
             self._ref[key] = dict(changed[key])
+        if self.chance.at(now_ns) >= self.params.refresh_below:
+            self.refreshes_skipped += 1
+            return None
         self.opened += 1
         self.chance = MoveChance(ONE, now_ns, round(self.params.decay_s * 1e9))
         return self.chance
@@ -121,6 +130,7 @@ class MoveGate:
         return {
             "chance": round(self.chance.at(now_ns), 3),
             "opened": self.opened,
+            "refreshes_skipped": self.refreshes_skipped,
             "last_shift": round(self.last_shift, 3),
             "threshold": self.params.threshold,
             "decay_s": self.params.decay_s,

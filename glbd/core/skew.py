@@ -17,7 +17,9 @@ measured, so the estimate keeps the **peak** of each term over a sliding window
 falls only once the window has forgotten it. It is never below ``floor_ns`` (the fabric's
 base skew: a queue below one sample is not seen) nor above ``ceiling_ns`` (the flow table's
 aging), and it moves on a geometric ladder (``step``), so that a growing queue costs a
-handful of writes, not one per sample.
+handful of writes, not one per sample. Until one window has passed since the first reading it
+is at least ``start_ns``: before the window has seen the fabric's queues, the skew is unknown,
+and a timeout below it reorders every flow that moves (erring long only costs moves).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class SkewParams:
     window_s: float = 60.0
     #: ratio between two consecutive timeouts on the ladder
     step: float = 1.25
+    #: the least timeout during the first window (0: none), capped at the ceiling
+    start_ns: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.floor_ns <= self.ceiling_ns:
@@ -53,12 +57,18 @@ class SkewEstimator:
         self.params = params or SkewParams()
         #: (second, peak local us, peak remote us), oldest first
         self._buckets: deque[tuple[int, float, float]] = deque()
-        self.timeout_ns = self.params.floor_ns
+        self._since: float | None = None  # the first reading
+        self.timeout_ns = max(self.params.floor_ns, self._start_ns())
         self.changes = 0
+
+    def _start_ns(self) -> int:
+        return min(self.params.start_ns, self.params.ceiling_ns)
 
     def observe(self, local_us: float, remote_us: float, now: float) -> int | None:
         """One reading of the deepest local and remote queue (in microseconds of drain
         time). Returns the new timeout (ns) when it moved on the ladder, else None."""
+        if self._since is None:
+            self._since = now
         sec = math.floor(now)
         b = self._buckets
         if b and b[-1][0] == sec:
@@ -71,6 +81,8 @@ class SkewEstimator:
         while b and b[0][0] <= horizon:
             b.popleft()
         want = self._ladder(self.skew_us() * 1000)
+        if now - self._since < self.params.window_s:
+            want = max(want, self._start_ns())
         if want == self.timeout_ns:
             return None
         self.timeout_ns = want
@@ -100,5 +112,6 @@ class SkewEstimator:
             "peak_remote_us": round(max((x[2] for x in b), default=0.0), 1),
             "window_s": self.params.window_s,
             "floor_us": self.params.floor_ns / 1e3,
+            "start_us": self.params.start_ns / 1e3,
             "changes": self.changes,
         }

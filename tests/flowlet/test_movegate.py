@@ -86,7 +86,26 @@ def test_the_chance_in_python_is_the_programs_integer_arithmetic() -> None:
     assert MoveChance(ONE // 4, 0, 0).at(10**18) == 0.25
 
 
-@pytest.mark.parametrize("bad", [{"threshold": 0}, {"threshold": 1.5}, {"decay_s": 0}])
+@pytest.mark.parametrize(
+    "bad", [{"threshold": 0}, {"threshold": 1.5}, {"decay_s": 0}, {"refresh_below": 0}]
+)
 def test_params_are_checked(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="threshold"):
         MoveGateParams(**bad)
+
+
+def test_swinging_weights_rewrite_the_chance_only_as_it_falls() -> None:
+    """A shift every 10 ms for a second: the gate stays open, written at most every quarter
+    of the decay (the chance falls below 0.75), not 100 times."""
+    gate = MoveGate(MoveGateParams(threshold=0.05, decay_s=1.0, refresh_below=0.75))
+    gate.observe({"g": EQUAL4}, (), 0)
+    writes = []
+    for i in range(1, 101):
+        hot = "s1" if i % 2 else "s2"
+        w = {**EQUAL4, hot: 8}
+        now = i * S // 100
+        if gate.observe({"g": w}, (), now) is not None:
+            writes.append(now)
+        assert gate.chance.at(now) >= 0.74
+    assert 3 <= len(writes) <= 5, writes
+    assert gate.opened == len(writes) and gate.refreshes_skipped == 100 - len(writes)

@@ -75,3 +75,19 @@ def test_entries_queue_bound_is_the_deepest_queue_over_the_slowest_link() -> Non
     assert e.max_queue_delay_us() == pytest.approx(100_000.0)
     assert wire.Entries([]).max_queue_delay_us() == 0.0
     assert wire.Entries([wire.Entry(1, 1, 100, 7)]).max_queue_delay_us() == 0.0
+
+
+def test_starts_conservative_for_one_window_then_follows_the_queues() -> None:
+    """Before the window has seen the fabric, the timeout is at least start_ns: the first
+    flowlets cannot overtake queues nobody has measured yet."""
+    est = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=100_000_000))
+    assert est.timeout_ns == 100_000_000  # configured before any reading
+    assert est.observe(50.0, 100.0, 5.0) is None  # shallow queues: still held
+    assert est.observe(50.0, 100.0, 14.9) is None
+    assert est.timeout_ns == 100_000_000
+    new = est.observe(50.0, 100.0, 15.0)  # one window after the first reading
+    assert new == 500_000 == est.timeout_ns
+    # a deeper queue than the start value is followed at once, also inside the window
+    est2 = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=1_000_000))
+    up = est2.observe(0.0, 5_000.0, 0.0)
+    assert up is not None and up >= 5_000_000
