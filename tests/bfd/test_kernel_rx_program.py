@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from ebpfvm import Maps, Packet, run
+from netsum import cksum
 
 from bfd.engine.kernel_rx import SLOT_SIZE, SLOTS, program, slot_bytes
 from bfd.packet import State, encode_plain
@@ -28,15 +29,6 @@ ADDR = {
     socket.AF_INET6: ("2001:db8:bfd::1", "2001:db8:bfd::2"),
 }
 PAYLOAD = encode_plain(State.UP, 0, 3, 0xA1A2A3A4, DISCR, 50_000, 50_000)
-
-
-def cksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 def test_the_program_is_the_golden_vector() -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import pytest
 from bfdwait import until
 from glbdlab.netns import Lab
+from netsum import cksum
 from test_kernel_rx import PEER_DISCR, PEER_PORT, Rig
 
 from bfd.packet import State
@@ -39,16 +40,6 @@ pytestmark = pytest.mark.netns
 OTHER_LOCAL = {socket.AF_INET: "198.18.0.5", socket.AF_INET6: "2001:db8:bfd::5"}
 FOREIGN = {socket.AF_INET: "198.18.0.77", socket.AF_INET6: "2001:db8:bfd::77"}
 Q, AD = 0x8100, 0x88A8
-
-
-def cksum(data: bytes) -> int:
-    """The Internet checksum (RFC 1071) of ``data``."""
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 @dataclass
