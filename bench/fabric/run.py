@@ -42,6 +42,8 @@ exchange; the order rotates from run to run):
 
 Opt-in (``--only``): ``glb-fl`` (as shipped, plus ``[flowlet] enabled = true`` on the leaves)
 and ``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap moves its flow);
+``glb-ns``/``glb-fl-ns`` (as shipped, without/with flowlets, the band from the non-steerable
+class alone: ``link_quality.band_from = "foreign"`` with the background's class named);
 not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
 lab's timers, and helpers told the background's traffic class), ``optimum`` (static weights
 from the known residual capacities), and the diagnostics in EXTRA_CONTENDERS.
@@ -90,6 +92,8 @@ CONTENDERS = ("glb", "ecmp", "frr")
 EXTRA_CONTENDERS = (
     "glb-fl",
     "glb-fl-always",
+    "glb-ns",
+    "glb-fl-ns",
     "glb-res",
     "glb-ht",
     "glb-flowlet",
@@ -108,6 +112,8 @@ LABELS = {
     "glb": "glbd as shipped",
     "glb-fl": "glbd as shipped + flowlets on",
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
+    "glb-ns": "glbd as shipped, band from the non-steerable class",
+    "glb-fl-ns": "glbd as shipped + flowlets, band from the non-steerable class",
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
     "dlb": "glbd DLB-only (tuned)",
@@ -473,13 +479,23 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
-        elif self.key in ("glb", "glb-fl", "glb-fl-always"):
+        elif self.key in ("glb", "glb-fl", "glb-fl-always", "glb-ns", "glb-fl-ns"):
+            flowlets = {"leaf": "[flowlet]\nenabled = true"}
             extra = {
                 "glb": {},
-                "glb-fl": {"leaf": "[flowlet]\nenabled = true"},
+                "glb-fl": flowlets,
                 "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},
+                "glb-ns": {},
+                "glb-fl-ns": flowlets,
             }[self.key]
-            opts = GlbdOptions(capacity_mbps=self.p.rate, defaults_only=True, extra=extra)
+            ns = self.key.endswith("-ns")
+            opts = GlbdOptions(
+                capacity_mbps=self.p.rate,
+                defaults_only=True,
+                extra=extra,
+                foreign_classes=FOREIGN_CLASSES if ns else (),
+                band_from_foreign=ns,
+            )
             self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
         else:
             opts = GlbdOptions(

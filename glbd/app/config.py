@@ -721,6 +721,9 @@ class LinkQualitySection(_Model):
     #: heartbeats then report capacity minus their rate (residual capacity). Each class needs
     #: a leaf qdisc of its own (tc qdisc add ... parent 10:2 ...), whose counters are read
     foreign_classes: list[str] = []
+    #: what lowers a link's band: "all" its traffic and queue, "foreign" only the load of
+    #: foreign_classes (what no load balancer steers); needs foreign_classes
+    band_from: Literal["all", "foreign"] = "all"
 
     @field_validator("foreign_classes")
     @classmethod
@@ -740,6 +743,8 @@ class LinkQualitySection(_Model):
         for name in self.capacity_mbps:
             if not _IFNAME.match(name):
                 raise ValueError(f"capacity_mbps: {name!r} is not a Linux interface name")
+        if self.band_from == "foreign" and not self.foreign_classes:
+            raise ValueError('band_from = "foreign" needs foreign_classes')
         return self
 
 
@@ -1291,7 +1296,7 @@ RELOAD: dict[str, Reload] = {
         "sample_interval_ms idle_sample_interval_ms ewma_alpha load_min_pct load_max_pct "
         "queue_min_bytes queue_max_bytes rate_weight hysteresis_margin hysteresis_samples "
         "onset_queue_bytes onset_recheck confirm_improvements capacity_mbps "
-        "default_capacity_mbps foreign_classes",
+        "default_capacity_mbps foreign_classes band_from",
     ),
     **_each(
         "path_quality",

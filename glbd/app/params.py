@@ -173,6 +173,7 @@ def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
         default_capacity_mbps=q.default_capacity_mbps,
         capacity_mbps=dict(q.capacity_mbps),
         foreign_classes=frozenset(parse_tc_handle(h) for h in q.foreign_classes),
+        band_from_foreign=q.band_from == "foreign",
     )
 
 

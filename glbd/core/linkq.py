@@ -96,6 +96,9 @@ class LinkMonParams:
     foreign_classes: frozenset[int] = frozenset()
     #: the foreign classes are read every this many samples
     foreign_every: int = 5
+    #: the band from the foreign classes' load alone (their rate against the capacity), not
+    #: from all traffic and the queue: load the balancers steer themselves does not lower it
+    band_from_foreign: bool = False
     #: the sampling interval while every link is quiet (up, below ``load_min_pct``, backlog at
     #: most ``queue_min_bytes``, reported at the best band); None: always
     #: ``sample_interval_s``. A link going down or up wakes the runner at once either way
@@ -120,6 +123,8 @@ class LinkMonParams:
             raise ValueError("onset_recheck must be in [0, 1)")
         if self.foreign_every < 1:
             raise ValueError("foreign_every must be >= 1")
+        if self.band_from_foreign and not self.foreign_classes:
+            raise ValueError("band_from_foreign needs foreign_classes")
         if (
             self.idle_sample_interval_s is not None
             and self.idle_sample_interval_s < self.sample_interval_s
@@ -463,6 +468,7 @@ class LinkMonitor:
         persist = p.hysteresis_samples
         onset_q = p.onset_queue_bytes
         confirm = p.confirm_improvements
+        from_foreign = p.band_from_foreign
         for ln, name, up, tx, backlog in zip(
             self._order_links, names, ups, txs, backlogs, strict=True
         ):
@@ -510,9 +516,13 @@ class LinkMonitor:
                     so = rq * (8.0 if qo <= qmin else 0.0 if qo >= qmax else (qmax - qo) * qk)
                     if band_of(so) < ln.band:
                         want_recheck = True
-            ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else (lmax - lv) * lk
-            qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else (qmax - qv) * qk
-            sc = ln.score = rw * ls + rq * qs
+            if from_foreign:  # the non-steerable load alone, as a share of the capacity
+                fv = (ln.foreign or 0.0) * 100.0 / ln.capacity
+                sc = ln.score = 8.0 if fv <= lmin else 0.0 if fv >= lmax else (lmax - fv) * lk
+            else:
+                ls = 8.0 if lv <= lmin else 0.0 if lv >= lmax else (lmax - lv) * lk
+                qs = 8.0 if qv <= qmin else 0.0 if qv >= qmax else (qmax - qv) * qk
+                sc = ln.score = rw * ls + rq * qs
             if quiet and (sc < 8.0 or load >= lmin or backlog > qmin or ln.band != MAX_BAND):
                 quiet = False
             ic = int(sc)  # band = clamp(ceil(sc) - 1, 0, 7), inlined

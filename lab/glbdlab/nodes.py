@@ -51,6 +51,8 @@ class GlbdOptions:
     fib: Mapping[str, str] = field(default_factory=dict)
     #: ``link_quality.foreign_classes`` on the spines (helpers), e.g. ("10:2",)
     foreign_classes: tuple[str, ...] = ()
+    #: ``link_quality.band_from = "foreign"`` on every router (with ``foreign_classes`` there)
+    band_from_foreign: bool = False
     #: glbd as shipped: the config says only what the topology requires (neighbours, what a
     #: leaf originates, link capacities, the control socket); every other option is the
     #: default, and the timer, group and heartbeat fields above are not written
@@ -97,6 +99,11 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
         ]
     if opts.defaults_only:
         lines += ["", "[link_quality]"]
+        if opts.foreign_classes and (n.role == "spine" or opts.band_from_foreign):
+            handles = ", ".join(f'"{h}"' for h in opts.foreign_classes)
+            lines.append(f"foreign_classes = [{handles}]")
+        if opts.band_from_foreign:
+            lines.append('band_from = "foreign"')
         if opts.capacity_mbps:
             lines.append("[link_quality.capacity_mbps]")
             lines += [f'"{i}" = {opts.capacity_mbps}' for i in fabric_ifs]

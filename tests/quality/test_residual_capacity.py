@@ -271,3 +271,43 @@ async def _until(cond: Callable[[], bool | Awaitable[bool]], timeout: float) -> 
         if loop.time() >= end:
             return False
         await asyncio.sleep(0.01)  # poll interval
+
+
+def _saturate(m: LinkMonitor, t0: float, seconds: float, foreign_mbps: float) -> None:
+    """The link sent at its full 10 Mbit/s with a 200 kB queue, ``foreign_mbps`` of it foreign,
+    sampled every 10 ms (foreign classes read every 50 ms)."""
+    tx = fb = 0
+    for i in range(round(seconds / 0.01) + 1):
+        t = t0 + i * 0.01
+        m.on_samples([LinkSample("eth1", True, tx, 200_000, 7)], t)
+        if i % 5 == 0:
+            m.on_foreign({7: fb}, t)
+        tx += int(10e6 / 8 * 0.01)
+        fb += int(foreign_mbps * 1e6 / 8 * 0.01)
+
+
+@pytest.mark.parametrize("band_from_foreign", [False, True])
+def test_band_from_foreign_ignores_the_load_balancers_own_traffic(
+    band_from_foreign: bool,
+) -> None:
+    """A link full of steerable traffic (no foreign load) keeps its best band only when the
+    band comes from the foreign load; 7.5 Mbit/s of foreign traffic lowers it either way."""
+    p = LinkMonParams(
+        capacity_mbps={"eth1": 10.0},
+        foreign_classes=frozenset({CLS}),
+        band_from_foreign=band_from_foreign,
+    )
+    m = LinkMonitor(p)
+    m.set_interfaces(["eth1"])
+    _saturate(m, 0.0, 2.0, foreign_mbps=0.0)
+    band = m.quality("eth1").band  # type: ignore[union-attr]
+    assert (band == 7) if band_from_foreign else (band is not None and band <= 1), band
+    _saturate(m, 2.01, 2.0, foreign_mbps=7.5)
+    assert m.quality("eth1").band <= 2  # type: ignore[union-attr]
+
+
+def test_band_from_foreign_needs_foreign_classes(tmp_path: object) -> None:
+    with pytest.raises(ValueError, match="foreign_classes"):
+        LinkMonParams(band_from_foreign=True)
+    with pytest.raises(ValueError, match="foreign_classes"):
+        cfgmod.LinkQualitySection(band_from="foreign")
