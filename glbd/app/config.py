@@ -481,11 +481,13 @@ class BgpSection(_Model):
     stale_timer_s: Annotated[float, Field(ge=0, le=3600)] = 60.0
     #: draft-ietf-idr-bgp-bfd-strict-mode: ignore a neighbor's routes while its BFD is down
     bfd_strict: bool = True
-    #: graceful restart (RFC 4724). "helper": keep a restarting peer's routes (stale) until
-    #: its End-of-RIB; "full": also advertise the capability (Forwarding State set: glbd keeps
-    #: its FIB), so peers keep forwarding to glbd while it or its ExaBGP restarts, but also
-    #: keep a dead glbd's routes for ``restart_time_s`` (docs/bgp.md, "Graceful restart"); "off"
-    graceful_restart: Literal["off", "helper", "full"] = "helper"
+    #: graceful restart (RFC 4724). "full": keep a restarting peer's routes (stale) until its
+    #: End-of-RIB, and advertise the capability (Forwarding State set: glbd keeps its FIB), so
+    #: peers keep forwarding to glbd while it or its ExaBGP restarts (a crash, or a restart
+    #: armed by ``glbctl graceful-restart``, as the package's upgrade does); a router that dies
+    #: whole still leaves its BFD peers at once (docs/bgp.md, "Graceful restart"). "helper":
+    #: only the first (peers drop glbd's routes while it restarts); "off"
+    graceful_restart: Literal["off", "helper", "full"] = "full"
     #: with "full": the restart time glbd advertises, how long peers keep its routes while it
     #: is down (a few seconds above a glbd restart, e.g. 5-10)
     restart_time_s: Annotated[int, Field(ge=1, le=4095)] = 120

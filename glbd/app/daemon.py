@@ -9,7 +9,10 @@ systemd's watchdog is pinged from the same loop.
 Lifecycle: ``start()`` brings parts up in dependency order and tells systemd READY once the
 control socket is bound and ExaBGP answered; SIGHUP (or ``glbctl reload``) validates the file and
 applies only what changed, keeping the old config when the new one is bad; SIGTERM stops in order
-(withdraw, stop ExaBGP, stop BFD, leave the FIB as configured).
+(withdraw, stop ExaBGP, stop BFD, leave the FIB as configured); after ``glbctl
+graceful-restart`` it stops as a graceful restart instead (:mod:`glbd.core.gracestop`: BFD
+AdminDown, ExaBGP killed so the sessions close without a NOTIFICATION, nothing withdrawn
+toward the peers that negotiated it, the FIB kept).
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ from glbd.app.component import Component
 from glbd.app.parts import BfdPart
 from glbd.app.privileges import capability_problem
 from glbd.codec.control import ReloadOutcome
+from glbd.core.gracestop import GracefulRestartArm
 from glbd.core.loopprio import LoopPriority, Policy
+from glbd.core.reasons import StopKind
 from glbd.io import sched, systemd
 from glbd.io.control import ControlServer
 from glbd.io.metrics import MetricsServer, Row
@@ -279,7 +284,16 @@ class Daemon:
             return
         self.state = "stopping"
         systemd.stopping()
-        log.info("glbd_stopping")
+        kind = str(StopKind.PLANNED)
+        for c in self.components:  # the bgp part decides the stop before anything stops
+            prepare = getattr(c, "prepare_stop", None)
+            if prepare is None:
+                continue
+            try:
+                kind = await asyncio.wait_for(prepare(), 15.0)
+            except Exception as e:  # a planned stop then, as far as the parts can
+                log.error("component_prepare_stop_failed", component=c.name, error=repr(e))
+        log.info("glbd_stopping", stop=kind)
         for c in reversed(self.components):
             try:
                 await asyncio.wait_for(c.stop(), 15.0)
@@ -474,6 +488,7 @@ class Daemon:
             "reload": self._reload_handler,
             "drain": lambda a: self._drain(True, a.get("peer")),
             "undrain": lambda a: self._drain(False, a.get("peer")),
+            "graceful-restart": lambda a: self._graceful_restart(not a.get("cancel")),
             "neighbor-shutdown": lambda a: self._neighbor_admin(a["peer"], "shutdown"),
             "neighbor-enable": lambda a: self._neighbor_admin(a["peer"], "enable"),
             "neighbor-reset": lambda a: self._neighbor_admin(
@@ -581,6 +596,28 @@ class Daemon:
         log.warning("glbctl_drain" if drain else "glbctl_undrain", drained=self._drained())
         return {"drained": self._drained(), "by_config": self.cfg.bgp.drain, "note": note}
 
+    def _graceful_restart(self, arm: bool) -> Any:
+        """``glbctl graceful-restart`` (``--cancel``): arm the next stop as a graceful restart
+        for :data:`glbd.core.gracestop.ARM_WINDOW_S`, or disarm it."""
+        part = getattr(self._component("bgp"), "graceful_restart", None)
+        if part is None:
+            return {
+                **self._graceful_status(),
+                "keep": [],
+                "withdraw": {},
+                "note": "bgp is not running in this role/config: a stop has nothing to keep",
+            }
+        return part(arm)
+
+    def _graceful_status(self) -> dict[str, Any]:
+        part = getattr(self._component("bgp"), "graceful_restart_status", None)
+        if part is not None:
+            try:
+                return dict(part())
+            except Exception as e:  # status answers whatever state a part is in
+                log.warning("graceful_restart_status_failed", error=repr(e))
+        return GracefulRestartArm().snapshot(0.0, False, {})
+
     def _drained(self) -> bool:
         return bool(getattr(self._component("bgp"), "drained", False))
 
@@ -603,6 +640,7 @@ class Daemon:
             "last_reload": self.last_reload.to_dict() if self.last_reload else None,
             "components": [c.name for c in self.components],
             "drained": self._drained(),
+            "graceful_restart": self._graceful_status(),
             "bfd_engine": self._engine_summary(),
         }
 

@@ -49,8 +49,10 @@ from glbd.app.failover import FailoverArming
 from glbd.app.neighbors import LocalAddresses
 from glbd.app.origination import Origination
 from glbd.core.fibsync import FibSync, Step
+from glbd.core.gracestop import GracefulRestartArm, StopPlan
 from glbd.core.linkq import LinkMonitor, QualityChanged
 from glbd.core.pathtable import Changes, PathTable
+from glbd.core.reasons import GracefulStopFallback, StopKind
 from glbd.core.rib import NextHopsChanged, PeerDown, PeerUp, Prefix, RibParams
 from glbd.io import caps
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
@@ -103,6 +105,7 @@ class Node:
             "bgp_events": 0,
             "remote_updates": 0,
             "local_changes": 0,
+            "graceful_restart_arms": 0,
         }
         self.fibsync = FibSync(FIB_HOLD_S)
         #: the flowlet timeout in force (None: flowlets off); an "auto" idle timer follows it
@@ -134,6 +137,10 @@ class Node:
         self.origin: Origination | None = None
         #: ``glbctl drain`` since start (``[bgp] drain`` in the config drains too)
         self.drain_cmd = False
+        #: ``glbctl graceful-restart``: the next stop keeps the routes at capable peers
+        self.graceful = GracefulRestartArm()
+        #: what the stop under way does (set by :meth:`prepare_stop`)
+        self.stop_plan: StopPlan | None = None
         self._stats: StatsReader | None = None
         self._exabgp_dir: Path | None = None
         self.failover = FailoverArming(self.loop, lambda: self.bfd, lambda: self.cfg, self.counters)
@@ -355,9 +362,93 @@ class Node:
             self.origin.close()  # the stop withdraws everything: no change may race it
         await self.addrs.close()
         if self.bgp is not None:
-            await self.bgp.stop()
+            plan = self.stop_plan
+            await self.bgp.stop(keep=plan.keep if plan is not None else ())
         if self._exabgp_dir is not None:
             shutil.rmtree(self._exabgp_dir, ignore_errors=True)
+
+    # ---- graceful restart of glbd itself ----------------------------------------------------
+
+    def _stop_plan(self) -> StopPlan:
+        sessions = self.bgp.gr_sessions() if self.bgp is not None else {}
+        full = self.cfg.bgp.graceful_restart == "full"
+        return self.graceful.plan(self.loop.time(), full, sessions)
+
+    def graceful_restart(self, arm: bool) -> dict[str, Any]:
+        """``glbctl graceful-restart`` (``--cancel``: disarm): the next stop, within the
+        window, keeps glbd's routes at the peers that negotiated graceful restart."""
+        if arm:
+            self.graceful.arm(self.loop.time())
+            self.counters["graceful_restart_arms"] = self.graceful.arms
+        else:
+            self.graceful.disarm()
+        plan = self._stop_plan()
+        now = self.loop.time()
+        log.warning(
+            "glbctl_graceful_restart" if arm else "glbctl_graceful_restart_cancel",
+            armed=self.graceful.armed(now),
+            expires_in_s=self.graceful.expires_in(now),
+            **plan.to_dict(),
+        )
+        note = ""
+        if arm and plan.kind is StopKind.PLANNED:
+            note = f"a stop now withdraws everything: {plan.fallback}"
+        elif plan.withdraw:
+            note = "a stop now withdraws toward the peers that did not negotiate graceful restart"
+        return {
+            "armed": self.graceful.armed(now),
+            "expires_in_s": self.graceful.expires_in(now),
+            "next_stop": str(plan.kind),
+            "fallback": None if plan.fallback is None else str(plan.fallback),
+            "keep": [str(p) for p in plan.keep],
+            "withdraw": {str(p): str(r) for p, r in plan.withdraw.items()},
+            "note": note,
+        }
+
+    def graceful_restart_status(self) -> dict[str, Any]:
+        sessions = self.bgp.gr_sessions() if self.bgp is not None else {}
+        full = self.cfg.bgp.graceful_restart == "full"
+        return self.graceful.snapshot(self.loop.time(), full, sessions)
+
+    async def prepare_stop(self) -> StopPlan:
+        """Before any part stops: decide the stop. For a graceful restart, every BFD session
+        goes AdminDown first (the peers count no failure: RFC 5882 §3.2) and the FIB and the
+        flowlet program are kept whatever ``on_stop`` says (the next glbd adopts them and
+        the kernel forwards meanwhile); the bgp part then closes the kept sessions without
+        a NOTIFICATION."""
+        plan = self.stop_plan = self._stop_plan()
+        if plan.kind is StopKind.PLANNED:
+            if plan.fallback is not GracefulStopFallback.NOT_ARMED:
+                log.warning(
+                    "graceful_stop_fallback",
+                    note="armed, but this stop withdraws everything first (a planned stop)",
+                    **plan.to_dict(),
+                )
+            return plan
+        log.warning("graceful_restart_stop", **plan.to_dict())
+        if plan.withdraw:
+            log.warning(
+                "graceful_stop_fallback",
+                note="withdrawn first toward the peers that did not negotiate graceful restart",
+                **plan.to_dict(),
+            )
+        self.cfg = self.cfg.model_copy(
+            update={
+                "fib": self.cfg.fib.model_copy(update={"on_stop": "keep"}),
+                "flowlet": self.cfg.flowlet.model_copy(update={"on_stop": "keep"}),
+            }
+        )
+        engine = self.bfd
+        if engine is not None:
+            try:
+                rows = (await asyncio.to_thread(engine.snapshot)).get("sessions", [])
+                for r in rows:
+                    await asyncio.to_thread(engine.admin_down, r["interface"], r["peer"])
+            except Exception as e:  # a dead engine sends nothing: peers see BFD time out
+                log.error("graceful_restart_bfd_admin_down_failed", error=repr(e))
+            else:
+                log.info("graceful_restart_bfd_admin_down", sessions=len(rows))
+        return plan
 
     # ---- reload: apply only what changed --------------------------------------------------
     # The daemon calls these in start order (fib, quality, bfd, bgp) with the validated new

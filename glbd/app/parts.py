@@ -162,6 +162,17 @@ class BgpPart(_Part):
     async def stop(self) -> None:
         await self.node.stop_bgp()
 
+    async def prepare_stop(self) -> str:
+        """Before any part stops: the kind of stop (a graceful restart sends BFD AdminDown
+        now)."""
+        return str((await self.node.prepare_stop()).kind)
+
+    def graceful_restart(self, arm: bool) -> dict[str, Any]:
+        return self.node.graceful_restart(arm)
+
+    def graceful_restart_status(self) -> dict[str, Any]:
+        return self.node.graceful_restart_status()
+
     async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
         await self.node.reconfigure_bgp(new, changes)
 

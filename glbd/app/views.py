@@ -506,6 +506,10 @@ NODE_COUNTERS: dict[str, tuple[str, str]] = {
         "glbd_link_band_changes_total",
         "local link-quality band changes handed to the path table",
     ),
+    "graceful_restart_arms": (
+        "glbd_graceful_restart_arms_total",
+        "times glbctl graceful-restart armed the next stop as a graceful restart",
+    ),
 }
 
 

@@ -7,6 +7,8 @@
     glbctl reload                      re-read the config file (like SIGHUP)
     glbctl drain | undrain             take the router out of the fabric (graceful shutdown,
                                        band 0 in heartbeats; sessions stay up) / put it back
+    glbctl graceful-restart [--cancel] the next stop (within 60 s) keeps glbd's routes at
+                                       peers that negotiated graceful restart (upgrades)
     glbctl log-level LEVEL             change the log level of the running daemon
     glbctl watch [--interval S] [--json] [filters]   live view of weights and qualities
     glbctl decode {nhc,bfd,heartbeat} HEX [--json]
@@ -642,6 +644,17 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     )
     ud = sub.add_parser("undrain", parents=[common], help="undo drain: normal advertisements again")
     ud.add_argument("peer", nargs="?", help="undo a drain toward this neighbor only")
+    gr = sub.add_parser(
+        "graceful-restart",
+        parents=[common],
+        help="arm the next stop, for 60 s, as a graceful restart: BFD AdminDown, the BGP "
+        "sessions closed without a NOTIFICATION and nothing withdrawn toward the peers that "
+        'negotiated graceful restart ([bgp] graceful_restart = "full"), the FIB kept; they '
+        "keep forwarding on glbd's routes until the next glbd's End-of-RIB. Toward the other "
+        "peers the stop withdraws first, as always (the package's upgrade runs this before "
+        "it restarts glbd)",
+    )
+    gr.add_argument("--cancel", action="store_true", help="disarm: the next stop withdraws")
     for name, text in (
         ("neighbor-shutdown", "close this neighbor's BGP session and keep it closed (its routes "
          "go now) until neighbor-enable or a restart"),
@@ -725,6 +738,8 @@ def request_args(args: argparse.Namespace) -> dict[str, Any]:
         return {"level": args.level}
     if args.cmd in ("drain", "undrain") and args.peer:
         return {"peer": args.peer}
+    if args.cmd == "graceful-restart" and args.cancel:
+        return {"cancel": True}
     if args.cmd in ("neighbor-shutdown", "neighbor-enable"):
         return {"peer": args.peer}
     if args.cmd == "neighbor-reset":

@@ -59,6 +59,7 @@ ACTIONS = (
     "reload",
     "drain",
     "undrain",
+    "graceful-restart",
     "log-level",
     "neighbor-shutdown",
     "neighbor-enable",
@@ -89,6 +90,8 @@ ARGS: dict[str, dict[str, type]] = {
     # drain or undrain one neighbor only (none: the whole router)
     "drain": {"peer": str},
     "undrain": {"peer": str},
+    # disarm instead
+    "graceful-restart": {"cancel": bool},
     "neighbor-shutdown": {"peer": str},
     "neighbor-enable": {"peer": str},
     "neighbor-reset": {"peer": str, "soft": bool},  # soft: route refresh + Adj-RIB-Out again

@@ -12,6 +12,7 @@ import enum
 __all__ = [
     "NHC_DISREGARDED",
     "FibConflict",
+    "GracefulStopFallback",
     "MetricsDrop",
     "NdpIgnored",
     "NhcDiscard",
@@ -22,6 +23,7 @@ __all__ = [
     "RemoteStatus",
     "ResetReason",
     "RouteRejected",
+    "StopKind",
     "UpdateDelayEnd",
     "nhc_malformed",
 ]
@@ -274,3 +276,33 @@ class OriginReason(enum.StrEnum):
     @property
     def advertised(self) -> bool:
         return self in (OriginReason.STATIC, OriginReason.INTERFACE_UP, OriginReason.CONNECTED)
+
+
+class StopKind(enum.StrEnum):
+    """How a stop (SIGTERM) leaves BGP (:mod:`glbd.core.gracestop`; the ``glbd_stopping`` log
+    record, ``glbctl status`` ``graceful_restart.next_stop``)."""
+
+    #: withdraw everything glbd announces, then close the sessions: peers move traffic away
+    PLANNED = "planned"
+    #: ``glbctl graceful-restart`` armed it: BFD AdminDown, the sessions closed without a
+    #: NOTIFICATION, nothing withdrawn, the FIB kept: peers that negotiated graceful restart
+    #: keep forwarding on glbd's routes until the next glbd's End-of-RIB
+    GRACEFUL_RESTART = "graceful_restart"
+
+
+class GracefulStopFallback(enum.StrEnum):
+    """Why a stop withdraws toward a neighbor (or toward all: a planned stop) instead of
+    keeping its routes for a graceful restart (``graceful_restart.fallback`` in ``glbctl
+    status``, the ``graceful_stop_fallback`` log record)."""
+
+    #: nobody ran ``glbctl graceful-restart``
+    NOT_ARMED = "not_armed"
+    #: it was armed, but its window ended before the stop
+    EXPIRED = "expired"
+    #: ``bgp.graceful_restart`` is not "full": glbd does not advertise the capability, so no
+    #: peer would keep its routes
+    NOT_FULL = "not_full"
+    #: the neighbor's OPEN had no graceful restart capability: it would not keep the routes
+    PEER_NOT_CAPABLE = "peer_not_capable"
+    #: no session is up whose peer negotiated graceful restart
+    NO_CAPABLE_PEER = "no_capable_peer"

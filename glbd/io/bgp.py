@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -287,12 +287,18 @@ class BgpSpeaker:
             return
         self.rib.set_connected(rows)
 
-    async def stop(self) -> None:
-        """Withdraw everything glbd announces, wait for the acks, stop ExaBGP."""
-        for st in self.rib.peers.values():
+    async def stop(self, keep: Collection[IPAddress] = ()) -> None:
+        """Withdraw everything glbd announces, wait for the acks, stop ExaBGP. ``keep``: the
+        sessions of a graceful restart: nothing withdrawn toward them, and ExaBGP is killed
+        (SIGKILL) once the others' withdrawals are acknowledged, so its kernel closes every
+        session without a NOTIFICATION (with a NOTIFICATION the peer would not keep the
+        routes: RFC 4724 §4.2)."""
+        for peer, st in self.rib.peers.items():
+            if peer in keep:
+                continue
             for prefix, adv in list(st.adj_out.items()):
                 self.supervisor.send(api.Withdraw(adv.peer, prefix, adv.next_hop))
-        await self.supervisor.stop()
+        await self.supervisor.stop(kill=bool(keep))
         if self._md5_check is not None:
             self._md5_check.cancel()
             self._md5_check = None
@@ -304,6 +310,11 @@ class BgpSpeaker:
             self._held_timer = None
         self._loop = None
         self._arm()
+
+    def gr_sessions(self) -> dict[IPAddress, bool]:
+        """The sessions that are up -> whether the peer's OPEN offered graceful restart (with
+        our own capability, ``restart_capability``, it is negotiated)."""
+        return {p: st.gr is not None for p, st in self.rib.peers.items() if st.state == "up"}
 
     # ---- inputs from other components --------------------------------------------------
 

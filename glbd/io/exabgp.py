@@ -33,7 +33,9 @@
 * A command ExaBGP answers ``error`` is handed to ``on_error``: one for a neighbor ExaBGP does
   not know yet (its reload has not been taken) is lost unless the owner sends it again.
 * ``stop()`` drains the queue (the owner queues its withdrawals first), then SIGTERM (ExaBGP
-  sends Cease to every peer), then SIGKILL after a grace period. Processes are stopped by PID.
+  sends Cease to every peer; to a peer of a graceful restart capability it announced, it closes
+  the session without one: ``reactor/peer.py``), then SIGKILL after a grace period;
+  ``stop(kill=True)`` (glbd's graceful restart) SIGKILLs at once. Processes are stopped by PID.
 """
 
 from __future__ import annotations
@@ -501,7 +503,10 @@ class ExabgpSupervisor:
         except TimeoutError:
             return False
 
-    async def stop(self) -> None:
+    async def stop(self, kill: bool = False) -> None:
+        """Drain the queue, then end ExaBGP: SIGTERM (a Cease to every peer, or a close
+        without one where graceful restart was negotiated), or with ``kill`` SIGKILL (no
+        message at all: its kernel closes the sessions)."""
         for h in self._reload_resends:
             h.cancel()
         if self._conn is not None:
@@ -511,7 +516,7 @@ class ExabgpSupervisor:
             self._main.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._main
-        await self._terminate()
+        await self._terminate(kill)
         if self._conn is not None:
             self._conn[1].close()
             self._conn = None
@@ -576,12 +581,12 @@ class ExabgpSupervisor:
         self.started_at = time.monotonic()
         log.info("exabgp_started", pid=self._proc.pid, netns=self.netns, gen=self.generation)
 
-    async def _terminate(self) -> None:
+    async def _terminate(self, kill: bool = False) -> None:
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), self.params.stop_grace_s)
         except TimeoutError:
