@@ -61,13 +61,11 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.io.paths import UnsafePathError, check_dir, private_dir, write_private
+from glbd.io.systemd import child_env
 
 __all__ = ["ExabgpParams", "ExabgpSupervisor", "exabgp_env", "render_config"]
 
 log = structlog.get_logger(__name__)
-
-_STRIP_PREFIXES = ("WATCHDOG_", "LISTEN_")
-_STRIP = ("NOTIFY_SOCKET",)
 
 
 #: the API reader gives the event loop a turn after this much consecutive work
@@ -299,7 +297,7 @@ REACTOR_SPEED = "20"
 def exabgp_env(
     base: dict[str, str], log_file: Path, log_level: str = "WARNING", bind: str = ""
 ) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if k not in _STRIP and not k.startswith(_STRIP_PREFIXES)}
+    env = child_env(base)
     env.update(
         {
             "exabgp.daemon.user": "root",

@@ -10,14 +10,10 @@ from __future__ import annotations
 import os
 import socket
 
-CHILD_ENV_STRIP = (
-    "NOTIFY_SOCKET",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-    "LISTEN_FDS",
-    "LISTEN_PID",
-    "LISTEN_FDNAMES",
-)
+#: the service manager's handles, the daemon's alone: a child must not ping the watchdog or
+#: notify on its behalf (a stuck event loop would go unnoticed), nor take its sockets
+CHILD_ENV_STRIP = ("NOTIFY_SOCKET",)
+CHILD_ENV_STRIP_PREFIXES = ("WATCHDOG_", "LISTEN_")
 
 
 def notify(**fields: str | int) -> bool:
@@ -66,7 +62,9 @@ def watchdog_interval() -> float | None:
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of the environment for a child process (ExaBGP) without systemd's handles."""
-    src = dict(os.environ if env is None else env)
-    for k in CHILD_ENV_STRIP:
-        src.pop(k, None)
-    return src
+    src = os.environ if env is None else env
+    return {
+        k: v
+        for k, v in src.items()
+        if k not in CHILD_ENV_STRIP and not k.startswith(CHILD_ENV_STRIP_PREFIXES)
+    }
