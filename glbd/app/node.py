@@ -530,7 +530,7 @@ class Node:
     async def reconfigure_bgp(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
         if self.bgp is None:
             return
-        if _neighbors_changed(ch) or "bgp" in ch["sections"] or "originate" in ch["sections"]:
+        if _neighbors_changed(ch) or {"bgp", "originate", "colours"} & set(ch["sections"]):
             if self.origin is not None:
                 await self.origin.reconfigure(params.origin_params(new))
             self.bgp.reconfigure(self._rib_params())

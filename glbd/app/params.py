@@ -244,6 +244,7 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
                 max_prefixes=n.max_prefixes,
                 max_prefixes_action=n.max_prefixes_action,
                 max_prefixes_restart_s=n.max_prefixes_restart_s,
+                colour=c.neighbor_colour(n),
             )
             for n in c.neighbors
             if n.address in local
@@ -265,6 +266,7 @@ def rib_params(cfg: cfgmod.Config, local: Mapping[IPAddress, IPAddress] | None =
         drain=c.bgp.drain,
         drain_prepend=c.bgp.drain_prepend,
         ebgp_requires_policy=c.bgp.ebgp_requires_policy,
+        origin_colours=tuple(c.colours.originations().items()),
     )
 
 

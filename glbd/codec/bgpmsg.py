@@ -14,9 +14,12 @@ JSON carried, with the same meaning (golden-tested against the JSON of the same 
   IPv6 next hop is global + link-local, RFC 2545 §3; like ExaBGP, each prefix is announced
   once per next hop, global first; RFC 8950 IPv4 over an IPv6 next hop), MP_UNREACH_NLRI,
   ORIGIN, AS_PATH (2- or 4-octet by the peer's OPEN; AS4_PATH merged for a 2-octet peer, RFC
-  6793 §4.2.3), NEXT_HOP, MED, COMMUNITIES and the NHC (39, raw value and flags). End-of-RIB
+  6793 §4.2.3), NEXT_HOP, MED, COMMUNITIES, the Color Extended Communities of
+  EXTENDED_COMMUNITIES (16: the route's fabric colours, :mod:`glbd.codec.colour`; other
+  extended communities are skipped) and the NHC (39, raw value and flags). End-of-RIB
   (RFC 4724 §2): an empty IPv4 UPDATE, or one whose only attribute is an empty MP_UNREACH_NLRI.
 * A malformed well-known attribute (ORIGIN, AS_PATH, NEXT_HOP, MED, LOCAL_PREF, COMMUNITIES)
+  or an EXTENDED_COMMUNITIES whose length is not a multiple of 8 (RFC 7606 §7.14)
   makes the UPDATE's routes withdrawals (RFC 7606 "treat-as-withdraw", as ExaBGP does); a
   message that cannot be framed (lengths that do not add up, a bad prefix length, a bad MP
   next hop) raises :class:`WireError`: ExaBGP resets that session itself (NOTIFICATION 3).
@@ -30,6 +33,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from glbd.codec import colour
+from glbd.codec.colour import ColourCommunity
 from glbd.codec.prefix import Net4, Net6, network_of_nlri
 
 __all__ = [
@@ -58,6 +63,7 @@ _ATTR_LOCAL_PREF = 5
 _ATTR_COMMUNITIES = 8
 _ATTR_MP_REACH = 14
 _ATTR_MP_UNREACH = 15
+_ATTR_EXTENDED_COMMUNITIES = colour.ATTR_EXTENDED_COMMUNITIES
 _ATTR_AS4_PATH = 17
 _ATTR_NHC = 39
 _FLAG_EXTENDED = 0x10
@@ -254,6 +260,8 @@ class Update(NamedTuple):
     eor: str | None
     #: the well-known attribute that made the routes withdrawals (RFC 7606), or ""
     treat_as_withdraw: str
+    #: the Color Extended Communities, in wire order (empty: an uncoloured route)
+    colours: tuple[ColourCommunity, ...] = ()
 
 
 def _as_path(value: bytes, width: int) -> tuple[list[int], int] | None:
@@ -315,6 +323,7 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
     next_hop: IPAddress | None = None
     med: int | None = None
     communities: tuple[tuple[int, int], ...] = ()
+    colours: tuple[ColourCommunity, ...] = ()
     nhc: bytes | None = None
     nhc_flags: int | None = None
     mp_reach: tuple[str, list[IPAddress], list[Prefix]] | None = None
@@ -374,6 +383,11 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
             else:
                 words = struct.unpack(f"!{vlen // 2}H", value)
                 communities = tuple(zip(words[::2], words[1::2], strict=True))
+        elif code == _ATTR_EXTENDED_COMMUNITIES:
+            try:
+                colours = colour.colours_of(value)
+            except colour.DecodeError:  # not a multiple of 8 octets
+                bad = bad or "extended_communities"
         elif code == _ATTR_NHC:
             nhc, nhc_flags = bytes(value), flags
         elif code == _ATTR_MP_REACH:
@@ -420,6 +434,7 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
         withdrawn,
         None,
         bad,
+        colours,
     )
 
 

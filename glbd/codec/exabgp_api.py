@@ -22,6 +22,10 @@ Facts (ExaBGP 5.0's API with ``encoder json``, observed on 5.0.15 peering in nam
   ``message.eor = {"afi": ..., "safi": ...}``;
 * unknown attributes are ``"attribute-0x27-0xE0": "0x<hex>"``: match on the code, because
   ExaBGP ORs Partial into the flags of every unknown transitive attribute it parses;
+* a route's extended communities are ``"extended-community": [{"value": N, "string": S}]``, a
+  colour (which ExaBGP has no class for) with ``S`` empty; glbd announces colours as
+  ``extended-community [ 0x030b... ]`` (raw hex: there is no ``color`` keyword,
+  docs/colours.md);
 * every command is acknowledged with a bare ``done`` or ``error`` line (``exabgp.api.ack``);
 * the graceful restart capability (RFC 4724, code 64) of an OPEN is
   ``capabilities["64"] = {"name": "graceful restart", "time": T, "address-family-flags":
@@ -40,8 +44,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from glbd.codec import bgpmsg
+from glbd.codec import bgpmsg, colour
 from glbd.codec.bgpmsg import GracefulRestart, RouteAnnounced
+from glbd.codec.colour import ColourCommunity
 from glbd.codec.prefix import network_of
 
 __all__ = [
@@ -105,6 +110,9 @@ class Announce:
     med: int | None = None
     nhc: bytes | None = None  # NHC attribute *value* (glbd.codec.nhc.Nhc.encode_value())
     nhc_flags: int = 0xC0
+    #: Color Extended Communities, sent in this order (ExaBGP 5.0.15 takes them as raw hex
+    #: only: it has no ``color`` keyword, docs/colours.md)
+    colours: tuple[ColourCommunity, ...] = ()
 
     def encode(self) -> str:
         nh = "self" if self.next_hop is None else str(self.next_hop)
@@ -116,6 +124,10 @@ class Announce:
             parts.append(f"med {self.med}")
         if self.communities:
             parts.append("community [ " + " ".join(f"{a}:{b}" for a, b in self.communities) + " ]")
+        if self.colours:
+            parts.append(
+                "extended-community [ " + " ".join(c.exabgp() for c in self.colours) + " ]"
+            )
         if self.nhc is not None:
             parts.append(f"attribute [ 0x{NHC_CODE:02x} 0x{self.nhc_flags:02x} {_hex(self.nhc)} ]")
         return " ".join(parts)
@@ -255,6 +267,8 @@ class PathAttributes:
     communities: tuple[tuple[int, int], ...] = ()
     nhc: bytes | None = None  # raw value of attribute 39 (first instance)
     nhc_flags: int | None = None  # flags as ExaBGP reports them (Partial always ORed in)
+    #: the route's Color Extended Communities in wire order (empty: uncoloured)
+    colours: tuple[ColourCommunity, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -265,6 +279,7 @@ class PathAttributes:
             "communities": [f"{a}:{b}" for a, b in self.communities],
             "nhc": None if self.nhc is None else self.nhc.hex(),
             "nhc_flags": self.nhc_flags,
+            "colours": [c.text() for c in self.colours],
         }
 
 
@@ -448,6 +463,14 @@ def _attributes(raw: Any) -> PathAttributes:
         except ValueError:
             raise DecodeError("bad_generic_attribute", f"{key}={value!r}") from None
         nhc_flags = int(m.group(2), 16)
+    colours: list[ColourCommunity] = []
+    for item in raw.get("extended-community", []) or []:
+        try:
+            c = colour.from_exabgp_json(item)
+        except colour.DecodeError as exc:
+            raise DecodeError("bad_extended_community", str(exc)) from None
+        if c is not None:
+            colours.append(c)
     med = raw.get("med")
     return PathAttributes(
         origin=str(raw.get("origin", "igp")),
@@ -457,6 +480,7 @@ def _attributes(raw: Any) -> PathAttributes:
         communities=tuple(communities),
         nhc=nhc,
         nhc_flags=nhc_flags,
+        colours=tuple(colours),
     )
 
 
@@ -574,7 +598,14 @@ def _raw_event(
             **peer,
             direction=direction,
             attributes=PathAttributes(
-                u.origin, u.as_path, u.as_path_length, u.med, u.communities, u.nhc, u.nhc_flags
+                u.origin,
+                u.as_path,
+                u.as_path_length,
+                u.med,
+                u.communities,
+                u.nhc,
+                u.nhc_flags,
+                u.colours,
             ),
             announced=tuple(u.announced),
             withdrawn=tuple(u.withdrawn),

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glbd.codec.colour import COLOUR_MAX, ColourCommunity
+from glbd.core.reasons import HiddenReason
 
 __all__ = [
     "Advert",
@@ -84,18 +85,6 @@ Weights = tuple[tuple[NextHop, int], ...]
 
 
 # -- 1. the send/receive rules ------------------------------------------------------------------
-
-
-class HiddenReason(enum.StrEnum):
-    """Why a received route is kept but hidden: never selected, to be shown with the route and
-    counted (``counter``) once the RIB is wired."""
-
-    #: the route is coloured and none of its colours is the session's
-    COLOUR_MISMATCH = "colour_mismatch"
-
-    @property
-    def counter(self) -> str:
-        return f"hidden_{self.value}"
 
 
 def route_colours(communities: Iterable[ColourCommunity]) -> frozenset[int]:

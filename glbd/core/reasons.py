@@ -13,6 +13,7 @@ __all__ = [
     "NHC_DISREGARDED",
     "FibConflict",
     "GracefulStopFallback",
+    "HiddenReason",
     "MetricsDrop",
     "NdpIgnored",
     "NhcDiscard",
@@ -88,6 +89,19 @@ class RouteRejected(enum.StrEnum):
     @property
     def counter(self) -> str:
         return f"rejected_{self.value}"
+
+
+class HiddenReason(enum.StrEnum):
+    """Why a received route is kept but hidden: in the Adj-RIB-In, never selected nor
+    re-advertised (``glbctl neighbor PEER received``: ``hidden``). ``hidden_<reason>`` in the
+    neighbor's and the RIB's counters is how many routes are hidden now (a gauge)."""
+
+    #: the route is coloured and none of its colours is the session's (docs/colours.md)
+    COLOUR_MISMATCH = "colour_mismatch"
+
+    @property
+    def counter(self) -> str:
+        return f"hidden_{self.value}"
 
 
 class UpdateDelayEnd(enum.StrEnum):

@@ -36,6 +36,16 @@ With ``RibParams.ebgp_requires_policy`` (RFC 8212), nothing to an eBGP peer with
 filter and nothing taken from one without an import filter (``no_import_policy``).
 Drained (``RibParams.drain``), every advertisement also carries GRACEFUL_SHUTDOWN and
 ``drain_prepend`` extra copies of our AS (for peers that ignore the community).
+
+Fabric colours (docs/colours.md, the rules of :mod:`glbd.core.colours`): a session may have a
+colour (``NeighborParams.colour``), a path has the colours of its Color Extended Communities. A
+coloured path received on a session of none of its colours is kept but hidden: never a
+candidate for selection (so never forwarded over nor re-advertised), shown with its
+:class:`~glbd.core.reasons.HiddenReason` and counted while it is hidden. A learned route goes to
+the sessions of one of its colours and to the uncoloured ones, with its colour communities as
+received; an originated prefix with a colour (``RibParams.origin_colours``) goes to each session
+as the copy :func:`~glbd.core.colours.originate_to` gives it. A session's new colour (a reload)
+re-evaluates its hidden paths and what every session is sent.
 A helper attaches one NHC per prefix and peer: header AFI/SAFI = the prefix's family, header
 next hop = the next hop sent, NNHN = [our router id; the BGP IDs of the peers of the multipath
 set, ascending], and a 4-octet BGPID (our router id) when that next hop is link-local only
@@ -79,9 +89,12 @@ import structlog
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
+from glbd.codec.colour import ColourCommunity
+from glbd.core.colours import Origination, hidden, may_send, originate_to, route_colours
 from glbd.core.prefixlist import PrefixList
 from glbd.core.reasons import (
     NHC_DISREGARDED,
+    HiddenReason,
     NhcDiscard,
     NhcStatus,
     ResetReason,
@@ -171,6 +184,8 @@ class NeighborParams:
     max_prefixes: int | None = None
     max_prefixes_action: str = "teardown"
     max_prefixes_restart_s: float = 60.0
+    #: the session's fabric colour (docs/colours.md); None: uncoloured
+    colour: int | None = None
 
     @property
     def is_passive(self) -> bool:
@@ -239,6 +254,9 @@ class RibParams:
     #: Off here so a bare RibParams filters nothing; ``bgp.ebgp_requires_policy`` (on by
     #: default) is what a daemon runs with
     ebgp_requires_policy: bool = False
+    #: how originated prefixes are coloured (docs/colours.md, "Origination and backup
+    #: colours"); a prefix not here goes to every session uncoloured
+    origin_colours: tuple[tuple[Prefix, Origination], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +356,8 @@ class Advertise:
     origin: str = "igp"
     communities: tuple[tuple[int, int], ...] = ()
     nhc: bytes | None = None
+    #: Color Extended Communities (a learned route's as received, or an originated copy's)
+    colours: tuple[ColourCommunity, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,9 +398,17 @@ class Path:
     nnh: tuple[ipaddress.IPv4Address, ...] | None
     nnhn_status: str
     stale: bool = False
+    #: its Color Extended Communities in wire order (empty: uncoloured)
+    colours: tuple[ColourCommunity, ...] = ()
+    #: their colour values, for the rules (made once per interned path, not per check)
+    colour_set: frozenset[int] = field(default=frozenset(), compare=False, hash=False, repr=False)
     #: memo of the forwarding view (:class:`NextHop`) of this path, rebuilt when the peer's
     #: BGP ID or interface differ from the ones it was built with
     view: NextHop | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.colours:
+            object.__setattr__(self, "colour_set", route_colours(self.colours))
 
     def key(self) -> tuple[Any, ...]:
         return (
@@ -393,6 +421,7 @@ class Path:
             self.nnh,
             self.nnhn_status,
             self.stale,
+            self.colours,
         )
 
 
@@ -406,6 +435,7 @@ class Refused:
     as_path: tuple[int, ...]
     origin: str
     communities: tuple[tuple[int, int], ...]
+    colours: tuple[ColourCommunity, ...] = ()
 
 
 #: refused routes kept per peer for the pre-policy view; past it they are only counted
@@ -454,6 +484,8 @@ class PeerState:
     refused: dict[Prefix, Refused] = field(default_factory=dict)
     counters: Counter[str] = field(default_factory=Counter)
     last_down_reason: str = ""
+    #: UPDATEs whose routes this session hides (only to space out the log lines)
+    hidden_updates: int = 0
     index: dict[Prefix, _Entry] = field(default_factory=dict, repr=False)
 
     @property
@@ -505,6 +537,8 @@ class Rib:
         for n in params.neighbors:
             self._add_peer(n)
         self.originated: set[Prefix] = set(params.originated)
+        self._origin_colours: dict[Prefix, Origination] = dict(params.origin_colours)
+        #: event counts, and the ``hidden_<reason>`` gauges (the sum of the peers')
         self.counters: Counter[str] = Counter()
         self._fwd: dict[Prefix, tuple[NextHop, ...]] = {}
         self._stale_deadline: float | None = None
@@ -826,12 +860,15 @@ class Rib:
                         attrs.communities,
                         nnh,
                         status,
+                        colours=attrs.colours,
                     )
                 )
             stored = self._store_path(st, a.prefix, path)
             if stored is not None:
                 changed.add(stored)
         st.counters["announced_in"] += len(announced)
+        if attrs.colours and announced and nb.colour is not None:
+            self._log_hidden(st, announced[0].prefix, attrs.colours)
         if nb.max_prefixes is not None and (st.n_paths > nb.max_prefixes or st.over_max):
             out = self._max_prefixes(st, changed, now)
             if out is not None:
@@ -879,6 +916,7 @@ class Rib:
             attrs.as_path,
             attrs.origin,
             attrs.communities,
+            attrs.colours,
         )
 
     def _is_ebgp(self, n: NeighborParams) -> bool:
@@ -1110,6 +1148,9 @@ class Rib:
         changed: set[Prefix] = set(self.originated) ^ set(params.originated)
         touched: set[IPAddress] = set()
         policy_changed = False
+        # a session's colour or an originated prefix's: what is hidden and what every session
+        # is sent may change, so everything is selected and advertised again
+        colours_changed = params.origin_colours != self.params.origin_colours
         new = {n.address: n for n in params.neighbors}
         for addr in list(self.peers):
             if addr not in new:
@@ -1147,6 +1188,15 @@ class Rib:
                     self._clear_paths(st_old)
                     st_old.adj_out.clear()
                 st_old.params = n
+                if n.colour != old.colour:
+                    colours_changed = True
+                    log.info(
+                        "bgp_session_colour",
+                        peer=str(addr),
+                        colour=n.colour,
+                        was=old.colour,
+                        hidden=self._recount_hidden(st_old),
+                    )
                 if (n.import_filter, n.export_filter) != (old.import_filter, old.export_filter):
                     # a route the new import filter denies goes now; one it newly permits
                     # comes with the neighbor's next UPDATE of it (no copy of rejected routes)
@@ -1179,10 +1229,11 @@ class Rib:
                     changed.add(prefix)
         self._log_policy()
         self.originated = set(params.originated)
+        self._origin_colours = dict(params.origin_colours)
         self._outcome.clear()  # neighbors' parameters feed every Adj-RIB-Out
         if self._delaying and params.update_delay_s <= 0:
             self._delay_end(UpdateDelayEnd.END_OF_RIB, None)
-        if knobs_changed or touched or policy_changed:
+        if knobs_changed or touched or policy_changed or colours_changed:
             changed |= set(self._fwd)
             changed |= set(self._index)
             for st in self.peers.values():
@@ -1274,6 +1325,7 @@ class Rib:
             return []
         rows = []
         for prefix, path in sorted(st.paths(), key=lambda pp: _family_order(pp[0])):
+            why = _hidden_on(st.params.colour, path)
             rows.append(
                 {
                     "prefix": str(prefix),
@@ -1281,10 +1333,13 @@ class Rib:
                     "as_path": list(path.as_path),
                     "origin": path.origin,
                     "communities": [f"{a}:{b}" for a, b in path.communities],
+                    "colours": [c.text() for c in path.colours],
                     "nnh": None if path.nnh is None else [str(i) for i in path.nnh],
                     "nnhn_status": path.nnhn_status,
                     "stale": path.stale,
                     "used": any(nh.peer == peer for nh in self._fwd.get(prefix, ())),
+                    # kept but never selected (docs/colours.md): why, else None
+                    "hidden": None if why is None else str(why),
                 }
             )
         return rows
@@ -1305,6 +1360,7 @@ class Rib:
                     "as_path": list(ref.as_path),
                     "origin": ref.origin,
                     "communities": [f"{a}:{b}" for a, b in ref.communities],
+                    "colours": [c.text() for c in ref.colours],
                     "refused": str(ref.reason),
                 }
             )
@@ -1323,6 +1379,7 @@ class Rib:
                 "as_path": list(adv.as_path),
                 "origin": adv.origin,
                 "communities": [f"{a}:{b}" for a, b in adv.communities],
+                "colours": [c.text() for c in adv.colours],
                 "nhc": None if adv.nhc is None else adv.nhc.hex(),
             }
             for prefix, adv in sorted(st.adj_out.items(), key=lambda pa: _family_order(pa[0]))
@@ -1682,7 +1739,11 @@ class Rib:
             return None
         if have is None:
             st.n_paths += 1
+        elif have.colours and st.params.colour is not None:
+            self._count_hidden(st, have, -1)
         entry[i] = path
+        if path.colours and st.params.colour is not None:
+            self._count_hidden(st, path, 1)
         p: Prefix = entry[0]
         return p
 
@@ -1691,6 +1752,8 @@ class Rib:
         i = st.slot + 1
         if entry is None or len(entry) <= i or entry[i] is None:
             return False
+        if entry[i].colours and st.params.colour is not None:
+            self._count_hidden(st, entry[i], -1)
         entry[i] = None
         st.n_paths -= 1
         while entry[-1] is None:
@@ -1702,6 +1765,47 @@ class Rib:
     def _clear_paths(self, st: PeerState) -> None:
         for prefix, _ in list(st.paths()):
             self._del_path(st, prefix)
+
+    def _count_hidden(self, st: PeerState, path: Path, n: int) -> None:
+        """``path`` enters (``n`` 1) or leaves (-1) ``st``'s Adj-RIB-In: the hidden gauges."""
+        why = _hidden_on(st.params.colour, path)
+        if why is not None:
+            st.counters[why.counter] += n
+            self.counters[why.counter] += n
+
+    def _recount_hidden(self, st: PeerState) -> int:
+        """The session's colour changed: its hidden gauges counted again. Returns how many of
+        its paths are hidden now."""
+        for why in HiddenReason:
+            self.counters[why.counter] -= st.counters.pop(why.counter, 0)
+        n = 0
+        if st.params.colour is not None:
+            for _prefix, path in st.paths():
+                if _hidden_on(st.params.colour, path) is not None:
+                    self._count_hidden(st, path, 1)
+                    n += 1
+        return n
+
+    def _log_hidden(
+        self, st: PeerState, prefix: Prefix, colours: tuple[ColourCommunity, ...]
+    ) -> None:
+        """An UPDATE whose routes the session hides: logged for the 1st, 2nd, 4th, 8th... such
+        UPDATE of the session (a misconfigured neighbour sends many)."""
+        why = hidden(route_colours(colours), st.params.colour)
+        if why is None:
+            return
+        st.hidden_updates += 1
+        k = st.hidden_updates
+        if k & (k - 1) == 0:
+            log.warning(
+                "bgp_route_hidden",
+                peer=str(st.params.address),
+                prefix=str(prefix),
+                route_colours=sorted(route_colours(colours)),
+                session_colour=st.params.colour,
+                reason=why,
+                count=k,
+            )
 
     @staticmethod
     def _sort_key(item: tuple[PeerState, Path]) -> tuple[bool, int, int, int, int, int]:
@@ -1742,7 +1846,10 @@ class Rib:
         cands = [
             (st, p)
             for st, p in zip(self._slots, paths, strict=False)
-            if p is not None and st is not None and st.usable
+            if p is not None
+            and st is not None
+            and st.usable
+            and (not p.colours or _hidden_on(st.params.colour, p) is None)
         ]
         if not cands:
             return _Selection(paths, None, [], frozenset(), (), (), (), _NO_SELECTION.outcome)
@@ -1769,7 +1876,7 @@ class Rib:
         if fwd:
             fwd = self._intern_fwd(fwd)
         slots = tuple(sorted(st.slot for st, _p in mp))
-        outcome = (best.as_path, best.origin, best.communities), slots, mp_ids
+        outcome = (best.as_path, best.origin, best.communities, best.colours), slots, mp_ids
         return _Selection(
             paths,
             best,
@@ -1893,7 +2000,10 @@ class Rib:
         nhcs: dict[tuple[IPAddress, int], bytes] | None,
     ) -> Advertise | None:
         if not originated and (
-            best is None or st in mp_peers or st.params.remote_as in best.as_path
+            best is None
+            or st in mp_peers
+            or st.params.remote_as in best.as_path
+            or (best.colours and not may_send(best.colour_set, st.params.colour))
         ):
             return None
         n = st.params
@@ -1915,12 +2025,21 @@ class Rib:
         drain = self.params.drain or st.drained
         own = (self.params.local_as,) * (1 + self.params.drain_prepend if drain else 1)
         if originated:
+            colours: tuple[ColourCommunity, ...] = ()
+            origin = self._origin_colours.get(prefix) if self._origin_colours else None
+            if origin is not None:
+                copy = originate_to(origin, n.colour)
+                if copy is None:  # a session of a colour that is neither its nor a backup
+                    return None
+                if copy.colour is not None:
+                    colours = (ColourCommunity(copy.colour),)
             return Advertise(
                 n.address,
                 prefix,
                 nh,
                 as_path=own,
                 communities=(GRACEFUL_SHUTDOWN,) if drain else (),
+                colours=colours,
             )
         assert best is not None
         communities = best.communities
@@ -1939,6 +2058,7 @@ class Rib:
             origin=best.origin,
             communities=communities,
             nhc=value,
+            colours=best.colours,
         )
 
 
@@ -1997,7 +2117,15 @@ def _with_stale(path: Path, stale: bool) -> Path:
         path.nnh,
         path.nnhn_status,
         stale,
+        path.colours,
     )
+
+
+def _hidden_on(session: int | None, path: Path) -> HiddenReason | None:
+    """Why a session of colour ``session`` hides ``path`` (None: it does not)."""
+    if session is None or not path.colours:
+        return None
+    return hidden(path.colour_set, session)
 
 
 def _events_first(effects: list[Effect]) -> list[Effect]:

@@ -141,6 +141,7 @@ def command_for(d: Decision) -> api.Command:
             origin=d.origin,
             communities=d.communities,
             nhc=d.nhc,
+            colours=d.colours,
         )
     if isinstance(d, Retract):
         return api.Withdraw(d.peer, d.prefix, d.next_hop)
