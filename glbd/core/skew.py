@@ -13,13 +13,17 @@ uplinks and one spine's downlink; so
 with the local figures from the link monitor and the remote ones from the spines' heartbeats
 (each entry carries its queue and capacity). Queues come and go faster than they can be
 measured, so the estimate keeps the **peak** of each term over a sliding window
-(``window_s``, per-second buckets): the timeout rises at once when a deeper queue is seen and
-falls only once the window has forgotten it. It is never below ``floor_ns`` (the fabric's
-base skew: a queue below one sample is not seen) nor above ``ceiling_ns`` (the flow table's
-aging), and it moves on a geometric ladder (``step``), so that a growing queue costs a
-handful of writes, not one per sample. Until one window has passed since the first reading it
-is at least ``start_ns``: before the window has seen the fabric's queues, the skew is unknown,
-and a timeout below it reorders every flow that moves (erring long only costs moves).
+(``window_s`` seconds in which something was queued, per-second buckets): the timeout rises
+at once when a deeper queue is seen and falls only once the window has forgotten it. Idle
+seconds (nothing queued beyond what the floor covers) do not count: an idle fabric says nothing
+about the skew under load, and a timeout that fell to the floor while idle reordered the next
+burst of traffic (seen in the fabric bench after a 40 s pause). It is never below
+``floor_ns`` (the fabric's base skew: a queue below one sample is not seen) nor above
+``ceiling_ns`` (the flow table's aging), and it moves on a geometric ladder (``step``), so
+that a growing queue costs a handful of writes, not one per sample. Until one window has
+passed since the first reading it is at least ``start_ns``: before the window has seen the
+fabric's queues, the skew is unknown, and a timeout below it reorders every flow that moves
+(erring long only costs moves).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class SkewEstimator:
         #: (second, peak local us, peak remote us), oldest first
         self._buckets: deque[tuple[int, float, float]] = deque()
         self._since: float | None = None  # the first reading
+        self._window_buckets = max(1, math.ceil(self.params.window_s))
         self.timeout_ns = max(self.params.floor_ns, self._start_ns())
         self.changes = 0
 
@@ -75,11 +80,10 @@ class SkewEstimator:
             _s, lo, re = b[-1]
             if local_us > lo or remote_us > re:
                 b[-1] = (sec, max(lo, local_us), max(re, remote_us))
-        else:
+        elif (local_us + remote_us) * 1000 > self.params.floor_ns:  # a loaded second
             b.append((sec, local_us, remote_us))
-        horizon = sec - self.params.window_s
-        while b and b[0][0] <= horizon:
-            b.popleft()
+            while len(b) > self._window_buckets:
+                b.popleft()
         want = self._ladder(self.skew_us() * 1000)
         if now - self._since < self.params.window_s:
             want = max(want, self._start_ns())

@@ -254,8 +254,9 @@ class FlowletAttachment:
         self.obj = obj
         self.state = State()
         self.params: FlowletParams | None = None
-        #: the chance that a gap moves a flow, as last written
+        #: the chance that a gap moves a flow (written with the params by _write_config)
         self.move = ALWAYS
+        self._config_lock = asyncio.Lock()
         self._links: dict[int, str] = {}
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
@@ -443,7 +444,7 @@ class FlowletAttachment:
         ):
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()
-        await self._write_config(p)
+        await self._write_config()
         if p.set_hash_policy:
             for key in HASH_POLICY_SYSCTLS:
                 if read_sysctl(key, self.netns) != "1":
@@ -470,29 +471,34 @@ class FlowletAttachment:
         except (FlowletError, KeyError, ValueError):
             return 0
 
-    async def _write_config(self, p: FlowletParams, move: MoveChance | None = None) -> None:
-        move = self.move if move is None else move
-        await self._bpftool(
-            "map", "update", "pinned", str(self.map_pin("config")),
-            "key", "hex", "00", "00", "00", "00",
-            "value", "hex", *config_value(p.timeout_ns, p.aging_ns, move),
-        )  # fmt: skip
-        self.move = move
+    async def _write_config(self) -> None:
+        """Write the config this attachment holds now (its params and move chance). Callers
+        set the state first; writes are serialized and each one writes the latest state, so a
+        timeout change racing a move chance never leaves the older of the two in the map."""
+        async with self._config_lock:
+            p = self.params
+            if p is None:
+                raise FlowletError("the program is not loaded")
+            await self._bpftool(
+                "map", "update", "pinned", str(self.map_pin("config")),
+                "key", "hex", "00", "00", "00", "00",
+                "value", "hex", *config_value(p.timeout_ns, p.aging_ns, self.move),
+            )  # fmt: skip
 
     async def set_move(self, move: MoveChance) -> None:
         """A new move chance for the running program (one map write; nothing else)."""
         if self.params is None:
             raise FlowletError("the program is not loaded")
-        await self._write_config(self.params, move)
+        self.move = move
+        await self._write_config()
         self.state.events["move_chance_set"] += 1
 
     async def set_timeout(self, timeout_ns: int) -> None:
         """A new flowlet timeout for the running program (one map write; nothing else)."""
         if self.params is None:
             raise FlowletError("the program is not loaded")
-        p = replace(self.params, timeout_ns=timeout_ns)
-        await self._write_config(p)
-        self.params = p
+        self.params = replace(self.params, timeout_ns=timeout_ns)
+        await self._write_config()
         self.state.events["timeout_changed"] += 1
 
     async def poll(self, links: Mapping[int, str] | None = None, *, full: bool = True) -> State:

@@ -171,7 +171,9 @@ def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path)
         def deeper() -> dict[str, Any] | None:
             for _ in range(100):  # 120 kB: more than the 100 kB the shaper queues
                 s.sendto(b"q" * 1200, ("198.18.1.2", 9))
-            return g.when(lambda f: f["timeout_us"] >= 400_000)
+            return g.when(
+                lambda f: f["timeout_us"] >= 400_000 and f["events"]["timeout_changed"] >= 1
+            )
 
         # 100 kB queued at 1 Mbit/s drain in 800 ms: far above the start hold
         risen = wait_until(deeper, 30, what="the flowlet timeout above 400 ms")
