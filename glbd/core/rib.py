@@ -1328,12 +1328,7 @@ class Rib:
             why = _hidden_on(st.params.colour, path)
             rows.append(
                 {
-                    "prefix": str(prefix),
-                    "next_hop": str(path.next_hop),
-                    "as_path": list(path.as_path),
-                    "origin": path.origin,
-                    "communities": [f"{a}:{b}" for a, b in path.communities],
-                    "colours": [c.text() for c in path.colours],
+                    **_attrs_row(prefix, path),
                     "nnh": None if path.nnh is None else [str(i) for i in path.nnh],
                     "nnhn_status": path.nnhn_status,
                     "stale": path.stale,
@@ -1353,17 +1348,7 @@ class Rib:
             return []
         rows = [{**r, "refused": None} for r in self.received(peer)]
         for prefix, ref in st.refused.items():
-            rows.append(
-                {
-                    "prefix": str(prefix),
-                    "next_hop": str(ref.next_hop),
-                    "as_path": list(ref.as_path),
-                    "origin": ref.origin,
-                    "communities": [f"{a}:{b}" for a, b in ref.communities],
-                    "colours": [c.text() for c in ref.colours],
-                    "refused": str(ref.reason),
-                }
-            )
+            rows.append({**_attrs_row(prefix, ref), "refused": str(ref.reason)})
         return sorted(rows, key=_row_order)
 
     def advertised(self, peer: IPAddress) -> list[dict[str, Any]]:
@@ -2073,6 +2058,18 @@ def _family_afi_safi(route: api.RouteAnnounced) -> tuple[int, int]:
 
 _AFI = {"ipv4": nhcmod.AFI_IPV4, "ipv6": nhcmod.AFI_IPV6}
 _SAFI = {"unicast": 1, "multicast": 2}
+
+
+def _attrs_row(prefix: Prefix, p: Path | Refused) -> dict[str, Any]:
+    """A received route's prefix and attributes, as the neighbor views show them."""
+    return {
+        "prefix": str(prefix),
+        "next_hop": str(p.next_hop),
+        "as_path": list(p.as_path),
+        "origin": p.origin,
+        "communities": [f"{a}:{b}" for a, b in p.communities],
+        "colours": [c.text() for c in p.colours],
+    }
 
 
 def _row_order(row: dict[str, Any]) -> tuple[int, Prefix]:
