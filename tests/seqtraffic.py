@@ -79,7 +79,7 @@ class Stream:
         self.stop_sending()
         deadline = time.monotonic() + self.settle_s
         while len(self.seen) < self.sent and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.01)  # poll interval of the condition above, not a wait for an outcome
         self._stop_rx.set()
         self._rx.join(5)
         self.rx_sock.close()
