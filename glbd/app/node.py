@@ -60,6 +60,7 @@ from glbd.io.fib import FibProgrammer
 from glbd.io.linkrunner import MonitorRunner
 from glbd.io.linkstats import StatsReader
 from glbd.io.ndp import NdpSpeaker
+from glbd.io.netns import read_sysctl
 from heartbeat.receiver import Neighbor, Receiver, RemoteUpdate
 from heartbeat.sender import Sender, initial_sequence
 from heartbeat.transport import HeartbeatEndpoint
@@ -75,8 +76,11 @@ BFD_BACKOFF_MAX_S = 30.0
 BFD_BACKOFF_RESET_S = 60.0
 #: how long a fresh interpreter on a busy box may take to answer the BFD engine's first call
 BFD_CALL_TIMEOUT_S = 20.0
-#: how long BGP is up before adopted kernel state may change (``FibSync``'s hold-down)
+#: how long BGP is up before adopted kernel state may change (``FibSync``'s hold-down; none
+#: when the start adopted nothing)
 FIB_HOLD_S = 1.0
+#: the kernel's multipath hash: 0 hashes on addresses only
+HASH_POLICY_SYSCTL = "net.ipv4.fib_multipath_hash_policy"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -203,6 +207,21 @@ class Node:
         self.fib = self.build_fib()
         self.fib.on_failover_map = self.failover.map_changed
         await self.fib.start(adopt=True)
+        self.fibsync.adopted(self.fib.adopted)
+        self._warn_l3_hash()
+
+    def _warn_l3_hash(self) -> None:
+        """A load balancer whose kernel hashes on addresses only puts every flow between two
+        hosts on one next hop; flowlets set the policy themselves (``set_hash_policy``)."""
+        if not self.cfg.is_load_balancer or self.cfg.flowlet.enabled:
+            return
+        with contextlib.suppress(OSError):
+            if read_sysctl(HASH_POLICY_SYSCTL, self.netns) == "0":
+                log.warning(
+                    "fib_hash_policy_l3_only",
+                    sysctl=HASH_POLICY_SYSCTL,
+                    hint="flows between two hosts share one next hop; set it to 1 (ports)",
+                )
 
     async def stop_fib(self) -> None:
         if self._fib_timer is not None:

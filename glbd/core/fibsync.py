@@ -8,7 +8,9 @@ accumulated into one :class:`Step` for the FIB programmer; the app runs it and r
 
 * Hold-down: until BGP has been up for ``hold_s``, adopted kernel state is left alone (a
   restarted glbd must not withdraw routes it has not re-learned yet). ``next_deadline()`` is the
-  end of the hold; ``on_timer(now)`` then asks for the first sync.
+  end of the hold; ``on_timer(now)`` then asks for the first sync. A start that adopted nothing
+  (``adopted(0)``) has nothing to protect and no hold: the routes glbd advertises are in its
+  FIB as they are learned, not a hold later (peers forward to it from the first UPDATE).
 * The first sync, one after an error and one after a FIB config change are a full ``apply``.
 * Weight-only changes: one group replace per changed profile (``set_weights``).
 * New/removed profiles and prefix moves: one incremental ``update`` (``incremental_profiles``,
@@ -86,6 +88,7 @@ class FibSync:
         self.full = True  # the first sync, and after errors or config changes
         self._ready_at: float | None = None  # when BGP first came up
         self._released = False  # the hold-down's end was delivered (on_timer)
+        self._protect = True  # adopted kernel state to hold for (until told otherwise)
         self._keys: set[str] = set()  # profile keys the FIB has groups for
         # profile keys the last full sync left out (no member it could program), routes too
         self._left_out: set[str] = set()
@@ -111,7 +114,13 @@ class FibSync:
         if self._ready_at is None:
             self._ready_at = now
 
+    def adopted(self, count: int) -> None:
+        """The FIB started with ``count`` adopted objects; with none there is no hold-down."""
+        self._protect = count > 0
+
     def held(self, now: float) -> bool:
+        if not self._protect:
+            return False
         return self._ready_at is None or now - self._ready_at < self.hold_s
 
     def request(self, now: float) -> bool:
@@ -130,7 +139,7 @@ class FibSync:
         return self.request(now)
 
     def next_deadline(self) -> float | None:
-        if self._ready_at is None or self._released:
+        if self._ready_at is None or self._released or not self._protect:
             return None
         return self._ready_at + self.hold_s
 

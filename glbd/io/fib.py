@@ -199,6 +199,11 @@ class FibProgrammer:
         self.stats: FibStats = self.cache.stats
 
     @property
+    def adopted(self) -> int:
+        """Nexthops, groups and routes of ours the kernel had at :meth:`start`."""
+        return self._adopted
+
+    @property
     def foreign_delete_hold_s(self) -> float:
         return self.cache.foreign_delete_hold_s
 

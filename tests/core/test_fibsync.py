@@ -267,6 +267,27 @@ def test_nothing_is_synced_before_bgp_is_up_and_the_hold_has_passed() -> None:
     assert {str(p) for p in rig.fib.desired.routes} == set(PREFIXES[:2])  # type: ignore[union-attr]
 
 
+def test_a_start_that_adopted_nothing_has_no_hold() -> None:
+    """A fresh router advertises what it learns at once, so it programs it at once too: a
+    hold with nothing adopted would only drop what its peers already send it."""
+    rig = Rig(hold_s=1.0)
+    rig.sync.adopted(0)
+    rig.sync.bgp_up(rig.now)
+    assert rig.sync.next_deadline() is None  # no timer: nothing to wait for
+    _learn(rig)
+    assert rig.sync.dirty
+    rig.run()
+    assert rig.fib.calls == ["apply"]  # the first sync, in the session's first instant
+    assert {str(p) for p in rig.fib.desired.routes} == {PREFIXES[0]}  # type: ignore[union-attr]
+    # with adopted state the hold stands
+    held = Rig(hold_s=1.0)
+    held.sync.adopted(3)
+    held.sync.bgp_up(held.now)
+    assert held.sync.next_deadline() == held.now + 1.0
+    _learn(held)
+    assert not held.sync.dirty and held.fib.calls == []
+
+
 def test_after_the_hold_changes_are_synced_at_once_and_coalesced() -> None:
     rig = Rig(hold_s=1.0)
     rig.sync.bgp_up(0.0)
