@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "bgp")
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
-from glbd.core.rib import NeighborParams, Rib, RibParams, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 
 DEBUG = False
 A = ipaddress.ip_address

@@ -39,7 +39,8 @@ from timing import module_at
 
 from glbd.core import linkq
 from glbd.core.linkq import Columns, LinkMonitor, LinkMonParams, LinkSample
-from glbd.core.pathtable import LocalLink, NextHop, PathTable
+from glbd.core.pathmodel import LocalLink, NextHop
+from glbd.core.pathtable import PathTable
 from glbd.io import linkrunner, linkstats
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams

@@ -36,7 +36,12 @@ from timing import module_at  # noqa: E402
 
 from glbd.codec import exabgp_api as api  # noqa: E402
 from glbd.codec import nhc as nhcmod  # noqa: E402
-from glbd.core import rib as rib_now  # noqa: E402
+from glbd.core import rib as rib_mod  # noqa: E402
+from glbd.core import ribtypes  # noqa: E402
+
+#: the current RIB in the baseline's one-module shape: ``Rib`` and the types it takes
+rib_now = ModuleType("rib_now")
+rib_now.__dict__.update(vars(ribtypes), Rib=rib_mod.Rib)
 
 A = ipaddress.ip_address
 LOCAL_AS = 65100

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from glbd.app import config
+from glbd.app.config_fib import RTPROT_GLBD
+from glbd.app.config_quality import HEARTBEAT_GROUP_V6
 from glbd.cli.glbd import main as glbd_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,12 +41,12 @@ def test_examples_validate(path: Path) -> None:
 def test_defaults_are_the_documented_ones() -> None:
     c = config.parse({"router_id": "10.0.0.1", "local_as": 65001, "role": "both"})
     assert str(c.heartbeat.group) == "224.0.0.149"
-    assert str(c.heartbeat.group6) == "ff12::149" == config.HEARTBEAT_GROUP_V6
+    assert str(c.heartbeat.group6) == "ff12::149" == HEARTBEAT_GROUP_V6
     assert c.heartbeat.interval_ms == 20 and c.heartbeat.min_spacing_ms == 5
     assert c.heartbeat.hold_multiplier == 3
     assert c.link_quality.sample_interval_ms == 10
     assert (c.bfd.min_tx_ms, c.bfd.min_rx_ms, c.bfd.detect_mult) == (50, 50, 3)
-    assert c.fib.protocol == config.RTPROT_GLBD and c.fib.on_stop == "keep"
+    assert c.fib.protocol == RTPROT_GLBD and c.fib.on_stop == "keep"
     assert c.is_helper and c.is_load_balancer
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from glbd.app import config as cfgmod
 from glbd.app import confref
+from glbd.app.config_bfd import BfdSection
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "config-reference.md"
@@ -72,7 +73,7 @@ def test_types_defaults_and_reload_are_the_codes() -> None:
     assert by_key["bfd.rt_priority"].reload is cfgmod.Reload.RESTART
     r = by_key["bfd.min_tx_ms"]
     assert (r.type, r.default) == ("int (3..60000)", "50")
-    assert cfgmod.BfdSection().min_tx_ms == 50
+    assert BfdSection().min_tx_ms == 50
     assert (by_key["metrics.listen"].type, by_key["metrics.listen"].default) == ("string", "none")
     assert by_key["router_id"].default == "required"
     assert by_key["bgp.graceful_restart"].type == '"off" | "helper" | "full"'

@@ -12,15 +12,17 @@ from typing import Any
 import pytest
 
 from glbd.app import config, params
+from glbd.app.config_peers import NeighborSection
 from glbd.app.neighbors import LocalAddresses
-from glbd.core.rib import NeighborParams, Rib, RibParams, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSING_IF = "glbdtest-nope0"
 
 
-def _neighbor(**kw: Any) -> config.NeighborSection:
-    return config.NeighborSection.model_validate(
+def _neighbor(**kw: Any) -> NeighborSection:
+    return NeighborSection.model_validate(
         {"address": "127.0.0.2", "remote_as": 65100, "interface": "lo", **kw}
     )
 
@@ -105,7 +107,7 @@ def test_a_waiting_neighbor_is_retried_until_its_port_is_up(
     up: set[str] = set()  # the interfaces that are "up" (stimulus)
     real = params.resolve
 
-    def resolve(n: config.NeighborSection) -> Any:
+    def resolve(n: NeighborSection) -> Any:
         return real(n.model_copy(update={"interface": "lo"})) if n.interface in up else real(n)
 
     monkeypatch.setattr(params, "resolve", resolve)
@@ -143,13 +145,13 @@ def test_a_port_deleted_later_sends_its_neighbor_back_to_waiting_and_back_up(
     up: set[str] = {MISSING_IF}  # the interfaces that exist (stimulus)
     real_resolve, real_still_ours = params.resolve, params.still_ours
 
-    def on_lo(n: config.NeighborSection) -> config.NeighborSection:
+    def on_lo(n: NeighborSection) -> NeighborSection:
         return n.model_copy(update={"interface": "lo"})
 
-    def resolve(n: config.NeighborSection) -> Any:
+    def resolve(n: NeighborSection) -> Any:
         return real_resolve(on_lo(n)) if n.interface in up else real_resolve(n)
 
-    def still_ours(n: config.NeighborSection, addr: Any) -> bool:
+    def still_ours(n: NeighborSection, addr: Any) -> bool:
         return real_still_ours(on_lo(n), addr) if n.interface in up else real_still_ours(n, addr)
 
     monkeypatch.setattr(params, "resolve", resolve)

@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from glbd.app import views
+from glbd.app import metrics_daemon, metrics_parts, views
 from glbd.core.pathtable import PathTable
 from glbd.io.metrics import render
 from heartbeat.receiver import Receiver
@@ -26,7 +26,7 @@ def test_fib_view_and_metrics_show_foreign_routes_conflicts_and_stale_hold() -> 
     assert snap["fib"]["foreign_routes"] == [{"prefix": "192.0.2.0/24", "group": "p", "metric": 0}]
     assert snap["fib"]["conflicts"]["route_exists_on_create"] == 2
     assert snap["fib"]["stale_held"]["routes"] == 3
-    samples = views.fib_samples(cast(views.FibView, snap))
+    samples = metrics_parts.fib_samples(cast(metrics_parts.FibView, snap))
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in samples}
     assert got[("glbd_fib_foreign_routes", ())] == 1
     assert got[("glbd_fib_conflicts_total", (("reason", "route_exists_on_create"),))] == 2
@@ -50,7 +50,7 @@ def test_counters_and_metrics_show_every_heartbeat_drop_by_reason() -> None:
     snap = views.quality_snapshot([], hb, None, {})
     got = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for s in views.quality_samples(cast(views.QualityView, snap))
+        for s in metrics_parts.quality_samples(cast(metrics_parts.QualityView, snap))
     }
     assert got[("glbd_heartbeat_drops_total", (("reason", "bad_ttl"),))] == 1
     assert got[("glbd_heartbeat_sequence_recoveries_total", ())] == 0
@@ -68,7 +68,7 @@ def test_link_metrics_are_in_base_units() -> None:
     link = {"ifname": "eth1", "band": 5, "load_pct": 42.5, "capacity_mbps": 1000.0}
     shaped = {"ifname": "eth2", "capacity_mbps": 1000.0, "residual_mbps": 400.0}
     snap = views.quality_snapshot([link, shaped], None, None, {})
-    got = _rows(views.quality_samples(cast(views.QualityView, snap)))
+    got = _rows(metrics_parts.quality_samples(cast(metrics_parts.QualityView, snap)))
     assert got[("glbd_link_load_ratio", (("ifname", "eth1"),))] == 0.425
     assert got[("glbd_link_reported_capacity_bytes_per_second", (("ifname", "eth1"),))] == 125e6
     assert got[("glbd_link_reported_capacity_bytes_per_second", (("ifname", "eth2"),))] == 50e6
@@ -78,10 +78,10 @@ def test_node_counters_have_explicit_names_and_help() -> None:
     """Each node counter has its own name and help; a key without one is not exported under a
     generated name."""
     snap = views.quality_snapshot([], None, None, {"fib_syncs": 4, "brand_new_counter": 1})
-    samples = list(views.quality_samples(cast(views.QualityView, snap)))
+    samples = list(metrics_parts.quality_samples(cast(metrics_parts.QualityView, snap)))
     by_name = {s.name: s for s in samples}
     assert by_name["glbd_fib_syncs_total"].value == 4
-    assert by_name["glbd_fib_syncs_total"].help == views.NODE_COUNTERS["fib_syncs"][1]
+    assert by_name["glbd_fib_syncs_total"].help == metrics_parts.NODE_COUNTERS["fib_syncs"][1]
     assert not [s for s in samples if "brand_new" in s.name]
 
 
@@ -96,7 +96,7 @@ def everything() -> list[Any]:
     }
     hb = {"receiver": rx, "sender": {"sent": 5}}
     link = {"ifname": "eth1", "band": 5, "load_pct": 42.5, "capacity_mbps": 1000.0}
-    counters = dict.fromkeys(views.NODE_COUNTERS, 1)
+    counters = dict.fromkeys(metrics_parts.NODE_COUNTERS, 1)
     bfd: dict[str, Any] = {
         "sessions": [
             {
@@ -140,16 +140,18 @@ def everything() -> list[Any]:
         "counters": {"api_dropped": {"bad_json": 1}},
         "exabgp": {"deaths": 1},
     }
-    lat = views.Latencies()
+    lat = metrics_daemon.Latencies()
     lat.synced(0.002, 10.0, 10.5)
     return [
-        *views.quality_samples(
-            cast(views.QualityView, views.quality_snapshot([link], hb, None, counters))
+        *metrics_parts.quality_samples(
+            cast(metrics_parts.QualityView, views.quality_snapshot([link], hb, None, counters))
         ),
-        *views.bfd_samples(cast(views.BfdView, bfd)),
-        *views.fib_samples(cast(views.FibView, fib)),
-        *views.bgp_samples(cast(views.BgpView, bgp)),
-        *views.daemon_samples("1.2.3", True, 1700000000.0, {"last_ms": 1.0}, {"requests": 3}),
+        *metrics_parts.bfd_samples(cast(metrics_parts.BfdView, bfd)),
+        *metrics_parts.fib_samples(cast(metrics_parts.FibView, fib)),
+        *metrics_parts.bgp_samples(cast(metrics_parts.BgpView, bgp)),
+        *metrics_daemon.daemon_samples(
+            "1.2.3", True, 1700000000.0, {"last_ms": 1.0}, {"requests": 3}
+        ),
         *lat.families(),
     ]
 
@@ -183,7 +185,7 @@ def test_every_metric_follows_prometheus_naming() -> None:
 
 
 def test_reload_status_metrics() -> None:
-    got = _rows(views.daemon_samples("1", False, 123.0, {}, {}))
+    got = _rows(metrics_daemon.daemon_samples("1", False, 123.0, {}, {}))
     assert got[("glbd_config_last_reload_successful", ())] == 0
     assert got[("glbd_config_last_reload_success_timestamp_seconds", ())] == 123.0
 
@@ -191,13 +193,13 @@ def test_reload_status_metrics() -> None:
 def test_gc_and_loop_scheduling_metrics() -> None:
     gc_pauses = {"collections": [7, 2, 1], "total_ms": [3.0, 4.0, 50.0]}
     sched = {"policy": "realtime", "demotions": 2}
-    got = _rows(views.daemon_samples("1", True, 0.0, {}, {}, gc_pauses, sched))
+    got = _rows(metrics_daemon.daemon_samples("1", True, 0.0, {}, {}, gc_pauses, sched))
     assert got[("glbd_gc_collections_total", (("generation", "2"),))] == 1
     assert got[("glbd_gc_pause_seconds_total", (("generation", "2"),))] == 0.05
     assert got[("glbd_loop_realtime", ())] == 1
     assert got[("glbd_loop_realtime_demotions_total", ())] == 2
     sched = {"policy": "normal", "demotions": 3}
-    got = _rows(views.daemon_samples("1", True, 0.0, {}, {}, gc_pauses, sched))
+    got = _rows(metrics_daemon.daemon_samples("1", True, 0.0, {}, {}, gc_pauses, sched))
     assert got[("glbd_loop_realtime", ())] == 0
 
 
@@ -206,17 +208,22 @@ def test_bfd_kernel_receive_path_metrics() -> None:
         "counters": {"packets_in": 900, "kernel_packets_in": 870, "truncated_datagrams": 1},
         "engine": {"kernel_rx": {"enabled": True, "error": ""}, "timer_lag_max_ms": 2.0},
     }
-    got = _rows(views.bfd_samples(cast(views.BfdView, snap)))
+    got = _rows(metrics_parts.bfd_samples(cast(metrics_parts.BfdView, snap)))
     assert got[("glbd_bfd_packets_in_total", ())] == 900
     assert got[("glbd_bfd_kernel_packets_in_total", ())] == 870
     assert got[("glbd_bfd_truncated_datagrams_total", ())] == 1
     assert got[("glbd_bfd_kernel_rx", ())] == 1
     snap["engine"] = {"kernel_rx": {"enabled": False, "error": "Operation not permitted"}}
-    assert _rows(views.bfd_samples(cast(views.BfdView, snap)))[("glbd_bfd_kernel_rx", ())] == 0
+    assert (
+        _rows(metrics_parts.bfd_samples(cast(metrics_parts.BfdView, snap)))[
+            ("glbd_bfd_kernel_rx", ())
+        ]
+        == 0
+    )
 
 
 def test_heartbeat_to_fib_latency_is_observed_only_for_syncs_that_carry_a_heartbeat() -> None:
-    lat = views.Latencies()
+    lat = metrics_daemon.Latencies()
     lat.synced(0.004, None, 5.0)  # a sync no heartbeat asked for
     lat.synced(0.003, 4.9, 5.0)
     got = {
@@ -241,7 +248,7 @@ def test_control_server_counters_are_metrics() -> None:
         "stalled_clients": 1,
         "decode_error_too_long": 3,
     }
-    got = _rows(views.daemon_samples("1", True, 0.0, {}, control))
+    got = _rows(metrics_daemon.daemon_samples("1", True, 0.0, {}, control))
     assert got[("glbd_control_requests_total", ())] == 7
     assert got[("glbd_control_errors_total", ())] == 2
     assert got[("glbd_control_stalled_clients_total", ())] == 1

@@ -50,9 +50,11 @@ from typing import Any
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc as nhcmod
-from glbd.core.pathtable import LocalLink, PathTable, PathTableParams
-from glbd.core.rib import Advertise, NeighborParams, NextHopsChanged, Retract, Rib, RibParams, Role
-from glbd.core.rib import NextHop as RibNextHop
+from glbd.core.pathmodel import LocalLink, PathTableParams
+from glbd.core.pathtable import PathTable
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import Advertise, NeighborParams, NextHopsChanged, Retract, RibParams, Role
+from glbd.core.ribtypes import NextHop as RibNextHop
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
 from heartbeat.sender import Sender, SenderParams

@@ -1,11 +1,12 @@
 """The configuration reference: every key of glbd.toml with its type and range, default, what a
 reload does with it, and its description, made from the model so it cannot drift.
 
-A key's description is the ``#:`` comment above its field in :mod:`glbd.app.config`, a table's
-is its model's docstring; what a reload does is :data:`glbd.app.config.RELOAD`.
-:func:`markdown` is docs/config-reference.md (``python -m glbd.app.confref -o
-docs/config-reference.md`` writes it) and :mod:`glbd.cli.manpages` makes glbd.toml(5) from
-:func:`sections`; tests/test_confref.py fails when the file is stale or a key has no description.
+A key's description is the ``#:`` comment above its field in :mod:`glbd.app.config` or a section
+module of it (``glbd.app.config_*``), a table's is its model's docstring; what a reload does is
+:data:`glbd.app.config.RELOAD`. :func:`markdown` is docs/config-reference.md (``python -m
+glbd.app.confref -o docs/config-reference.md`` writes it) and :mod:`glbd.cli.manpages` makes
+glbd.toml(5) from :func:`sections`; tests/test_confref.py fails when the file is stale or a key
+has no description.
 """
 
 from __future__ import annotations
@@ -85,12 +86,18 @@ _NAMES: dict[Any, str] = {
 }
 
 
+def _is_config_module(name: str) -> bool:
+    """:mod:`glbd.app.config` or one of its section modules (``glbd.app.config_bfd``, ...):
+    where the models with ``#:`` descriptions live, not pydantic's own bases."""
+    return name == cfgmod.__name__ or name.startswith(cfgmod.__name__ + "_")
+
+
 @functools.cache
 def field_docs(model: type[BaseModel]) -> dict[str, str]:
     """Field name -> the ``#:`` comment lines right above it (in ``model`` or a base), joined."""
     out: dict[str, str] = {}
     for cls in reversed(model.__mro__):
-        if not issubclass(cls, BaseModel) or cls.__module__ != cfgmod.__name__:
+        if not issubclass(cls, BaseModel) or not _is_config_module(cls.__module__):
             continue
         src = textwrap.dedent(inspect.getsource(cls))
         lines = src.splitlines()

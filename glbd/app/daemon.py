@@ -35,7 +35,7 @@ import structlog
 from glbd import __version__
 from glbd.app import config as cfgmod
 from glbd.app import log as logmod
-from glbd.app import views
+from glbd.app import metrics_daemon, views
 from glbd.app.component import Component
 from glbd.app.parts import BfdPart
 from glbd.app.privileges import capability_problem
@@ -668,7 +668,7 @@ class Daemon:
     def samples(self) -> list[Row]:
         ok = self.last_reload.ok if self.last_reload else True
         out: list[Row] = list(
-            views.daemon_samples(
+            metrics_daemon.daemon_samples(
                 __version__,
                 ok,
                 self.config_loaded_at,

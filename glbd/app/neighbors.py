@@ -19,6 +19,7 @@ import structlog
 
 from glbd.app import config as cfgmod
 from glbd.app import params
+from glbd.app.config_peers import NeighborSection, UnnumberedSection
 
 log = structlog.get_logger(__name__)
 
@@ -55,8 +56,8 @@ class LocalAddresses:
         self._setting_up = asyncio.Lock()  # a neighbor set up and torn down in order
         self.local: dict[IPAddress, IPAddress] = {}
         self.waiting: dict[IPAddress, params.Unresolved] = {}
-        self._sections: dict[IPAddress, cfgmod.NeighborSection] = {}
-        self._unnumbered: list[cfgmod.UnnumberedSection] = []
+        self._sections: dict[IPAddress, NeighborSection] = {}
+        self._unnumbered: list[UnnumberedSection] = []
         self._task: asyncio.Task[None] | None = None
         self.ready = False  # update() ran at least once
 
@@ -205,7 +206,7 @@ class LocalAddresses:
 
 
 def _row(
-    n: cfgmod.NeighborSection | cfgmod.UnnumberedSection,
+    n: NeighborSection | UnnumberedSection,
     peer: str,
     state: params.Waiting,
     detail: str,
@@ -233,12 +234,12 @@ def _row(
     }
 
 
-def _same_port(a: cfgmod.NeighborSection, b: cfgmod.NeighborSection) -> bool:
+def _same_port(a: NeighborSection, b: NeighborSection) -> bool:
     return (a.interface, a.local_address) == (b.interface, b.local_address)
 
 
 def _log_waiting(
-    n: cfgmod.NeighborSection,
+    n: NeighborSection,
     r: params.Unresolved,
     note: str = "started without it; retried until its port is up",
 ) -> None:

@@ -43,17 +43,19 @@ from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import Diag, State
 from glbd.app import config as cfgmod
 from glbd.app import log as logmod
-from glbd.app import params, views
+from glbd.app import metrics_daemon, params, views
 from glbd.app.component import Host
+from glbd.app.config_peers import NeighborSection
 from glbd.app.failover import FailoverArming
 from glbd.app.neighbors import LocalAddresses
 from glbd.app.origination import Origination
 from glbd.core.fibsync import FibSync, Step
 from glbd.core.gracestop import GracefulRestartArm, StopPlan
 from glbd.core.linkq import LinkMonitor, QualityChanged
-from glbd.core.pathtable import Changes, PathTable
+from glbd.core.pathchanges import Changes
+from glbd.core.pathtable import PathTable
 from glbd.core.reasons import GracefulStopFallback, StopKind
-from glbd.core.rib import NextHopsChanged, PeerDown, PeerUp, Prefix, RibParams
+from glbd.core.ribtypes import NextHopsChanged, PeerDown, PeerUp, Prefix, RibParams
 from glbd.io import caps
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
 from glbd.io.fib import FibProgrammer
@@ -117,7 +119,7 @@ class Node:
         #: told every weight change of the path table (the flowlet part's move gate)
         self.on_weights: Callable[[Changes], None] | None = None
         self.last_fib_sync: dict[str, Any] = {}
-        self.latency = views.Latencies()
+        self.latency = metrics_daemon.Latencies()
         self._remote_since: float | None = None  # first weight-changing heartbeat not yet synced
         self._fib_task: asyncio.Task[None] | None = None
         self._fib_timer: asyncio.TimerHandle | None = None
@@ -640,18 +642,18 @@ class Node:
         else:
             log.info("bgp_event", event=type(ev).__name__)
 
-    def _peer_interfaces(self) -> dict[IPAddress, cfgmod.NeighborSection]:
+    def _peer_interfaces(self) -> dict[IPAddress, NeighborSection]:
         """BGP peers that are up -> their configured neighbor. An IPv6 zone (``fe80::1%eth0``)
         on either side is ignored: the neighbor's interface is what scopes it."""
         by_addr = {params.unscoped(n.address): n for n in self.cfg.neighbors}
-        out: dict[IPAddress, cfgmod.NeighborSection] = {}
+        out: dict[IPAddress, NeighborSection] = {}
         for p in self.peer_ids:
             n = by_addr.get(params.unscoped(p))
             if n is not None:
                 out[p] = n
         return out
 
-    def _heartbeat_source(self, n: cfgmod.NeighborSection) -> str | None:
+    def _heartbeat_source(self, n: NeighborSection) -> str | None:
         """Our address on an IPv6 neighbor's link (the BGP session's local address): IPv6
         heartbeats leave from it, so the receiver's source check matches the session peer even
         when the session runs over a global address. None for IPv4 (the kernel's choice, as

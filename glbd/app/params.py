@@ -21,14 +21,18 @@ from bfd.engine import SessionConfig
 from bfd.packet import AuthType
 from bfd.session import AuthConfig, SessionParams
 from glbd.app import config as cfgmod
+from glbd.app.config_bfd import BfdAuth
+from glbd.app.config_fib import FibSection
+from glbd.app.config_peers import NeighborSection
+from glbd.app.config_quality import HeartbeatSection
 from glbd.codec.ipzone import strip_zone
 from glbd.core import prefixlist
 from glbd.core.fibmodel import Resilient
 from glbd.core.linkq import LinkMonParams, parse_tc_handle
 from glbd.core.movegate import MoveGateParams
 from glbd.core.origin import OriginParams
-from glbd.core.pathtable import PathTableParams
-from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.core.pathmodel import PathTableParams
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 from glbd.core.skew import SkewParams
 from glbd.io.flowlet import FlowletParams
 from heartbeat import wire
@@ -77,7 +81,7 @@ def local_address_for(peer: IPAddress, interface: str) -> IPAddress:
         return ipaddress.ip_address(strip_zone(s.getsockname()[0]))
 
 
-def local_address(n: cfgmod.NeighborSection) -> IPAddress:
+def local_address(n: NeighborSection) -> IPAddress:
     return n.local_address or local_address_for(n.address, n.interface)
 
 
@@ -97,7 +101,7 @@ def _is_ours(addr: IPAddress, ifindex: int) -> OSError | None:
     return None
 
 
-def still_ours(n: cfgmod.NeighborSection, addr: IPAddress) -> bool:
+def still_ours(n: NeighborSection, addr: IPAddress) -> bool:
     """Whether ``addr``, resolved earlier, is still assigned on ``n``'s interface's host (a
     port that is only down keeps it; a deleted one takes it along)."""
     try:
@@ -107,7 +111,7 @@ def still_ours(n: cfgmod.NeighborSection, addr: IPAddress) -> bool:
     return _is_ours(addr, ifindex) is None
 
 
-def resolve(n: cfgmod.NeighborSection) -> IPAddress | Unresolved:
+def resolve(n: NeighborSection) -> IPAddress | Unresolved:
     """The neighbor's local address, or why there is none yet (its interface is missing, has
     no route or address toward the peer, or the configured address is not ours)."""
     try:
@@ -178,7 +182,7 @@ def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
 
 
 def heartbeat_keys(
-    hb: cfgmod.HeartbeatSection,
+    hb: HeartbeatSection,
 ) -> tuple[wire.HmacKey | None, dict[int, wire.HmacKey]]:
     """The key heartbeats are signed with and every key accepted, by key id (a rollover
     configures two)."""
@@ -282,7 +286,7 @@ def origin_params(cfg: cfgmod.Config) -> OriginParams:
     )
 
 
-def bfd_auth(a: cfgmod.BfdAuth | None) -> AuthConfig | None:
+def bfd_auth(a: BfdAuth | None) -> AuthConfig | None:
     if a is None or a.secret is None:
         return None
     accept = tuple((k.key_id, k.secret.reveal()) for k in a.accept if k.secret is not None)
@@ -329,7 +333,7 @@ IDLE_TIMER_S = 1.0
 _TICK_S = 0.01
 
 
-def resilient(f: cfgmod.FibSection, flowlet_timeout_s: float | None = None) -> Resilient | None:
+def resilient(f: FibSection, flowlet_timeout_s: float | None = None) -> Resilient | None:
     """The groups' resilient parameters; ``flowlet_timeout_s``: the flowlet timeout in force
     (None: flowlets off), which an "auto" idle timer follows, rounded up to the kernel's tick."""
     if f.group_type != "resilient":

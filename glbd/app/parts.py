@@ -15,13 +15,13 @@ from typing import Any, cast
 import structlog
 
 from glbd.app import config as cfgmod
-from glbd.app import params, views
+from glbd.app import metrics_parts, params, views
 from glbd.app.component import Component, Host
 from glbd.app.node import Node
 from glbd.app.unnumbered import UnnumberedPart
 from glbd.codec.control import ArgsError
 from glbd.core.movegate import MoveChance, MoveGate
-from glbd.core.pathtable import Changes
+from glbd.core.pathchanges import Changes
 from glbd.core.skew import SkewEstimator
 from glbd.io.flowlet import FlowletAttachment, FlowletError
 from glbd.io.metrics import Row
@@ -81,7 +81,7 @@ class FibPart(_Part):
         return super().section(key)
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
-        yield from views.fib_samples(cast(views.FibView, snap))
+        yield from metrics_parts.fib_samples(cast(metrics_parts.FibView, snap))
         yield from self.node.latency.families()
 
 
@@ -107,7 +107,7 @@ class QualityPart(_Part):
         return super().section(key)
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
-        return views.quality_samples(cast(views.QualityView, snap))
+        return metrics_parts.quality_samples(cast(metrics_parts.QualityView, snap))
 
 
 class BfdPart(_Part):
@@ -150,7 +150,7 @@ class BfdPart(_Part):
         return rows
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
-        return views.bfd_samples(cast(views.BfdView, snap))
+        return metrics_parts.bfd_samples(cast(metrics_parts.BfdView, snap))
 
 
 class BgpPart(_Part):
@@ -320,7 +320,7 @@ class BgpPart(_Part):
         self.node.set_drain(drain)
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
-        return views.bgp_samples(cast(views.BgpView, snap))
+        return metrics_parts.bgp_samples(cast(metrics_parts.BgpView, snap))
 
 
 def _no_route(_prefix: str) -> None:
@@ -547,7 +547,7 @@ class FlowletPart(_Part):
         return super().section(key)
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:
-        return views.flowlet_samples(cast(views.FlowletView, snap))
+        return metrics_parts.flowlet_samples(cast(metrics_parts.FlowletView, snap))
 
 
 PARTS: tuple[Callable[[Node], Component], ...] = (

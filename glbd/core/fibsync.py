@@ -1,6 +1,6 @@
 """When and how the FIB follows the path table: the decision, without the clock or the kernel.
 
-The app feeds it path-table :class:`~glbd.core.pathtable.Changes` (``add``), tells it when BGP
+The app feeds it path-table :class:`~glbd.core.pathchanges.Changes` (``add``), tells it when BGP
 first came up (``bgp_up(now)``) and asks for a sync (``request(now)``); while one runs, further
 changes only mark it dirty and one more sync follows. ``plan(table, resilient)`` turns what
 accumulated into one :class:`Step` for the FIB programmer; the app runs it and reports back
@@ -26,7 +26,8 @@ from typing import Literal
 
 from glbd.codec.prefix import network_of
 from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
-from glbd.core.pathtable import Changes, PathTable
+from glbd.core.pathchanges import Changes
+from glbd.core.pathtable import PathTable
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -31,7 +31,7 @@ __all__ = [
 
 
 class QualitySource(enum.StrEnum):
-    """Where a next hop's weight comes from (:class:`glbd.core.pathtable.Weight`)."""
+    """Where a next hop's weight comes from (:class:`glbd.core.pathmodel.Weight`)."""
 
     #: the helper's heartbeats for the next-next hops are known: local and remote combined
     GLB = "glb"
@@ -53,7 +53,8 @@ class RemoteStatus(enum.StrEnum):
 
 
 class ResetReason(enum.StrEnum):
-    """Why the RIB asks the speaker to close a BGP session (:class:`glbd.core.rib.ResetPeer`)."""
+    """Why the RIB asks the speaker to close a BGP session
+    (:class:`glbd.core.ribtypes.ResetPeer`)."""
 
     #: BFD declared the neighbor down (sent as Cease subcode 10 "BFD Down", RFC 9384)
     BFD_DOWN = "bfd_down"

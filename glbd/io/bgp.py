@@ -3,7 +3,7 @@
 Usage::
 
     from glbd.io.bgp import BgpSpeaker
-    from glbd.core.rib import NeighborParams, RibParams, Role
+    from glbd.core.ribtypes import NeighborParams, RibParams, Role
 
     params = RibParams(
         router_id=IPv4Address("10.0.0.11"), local_as=65100, role=Role.HELPER,
@@ -18,14 +18,14 @@ Usage::
     speaker.neighbors_snapshot(); speaker.routes_snapshot()    # glbctl neighbors / routes
     await speaker.stop()                                       # withdraw, stop ExaBGP
 
-Events passed to ``on_event`` (all frozen dataclasses): :class:`glbd.core.rib.PeerUp`,
-:class:`glbd.core.rib.PeerDown`, :class:`glbd.core.rib.NextHopsChanged` (per prefix: the
-forwarding next
-hops with their validated NNH sets; empty = unreachable), :class:`glbd.core.rib.StaleTimerExpired`,
+Events passed to ``on_event`` (all frozen dataclasses): :class:`glbd.core.ribtypes.PeerUp`,
+:class:`glbd.core.ribtypes.PeerDown`, :class:`glbd.core.ribtypes.NextHopsChanged` (per prefix:
+the forwarding next hops with their validated NNH sets; empty = unreachable),
+:class:`glbd.core.ribtypes.StaleTimerExpired`,
 :class:`SpeakerLost` (ExaBGP died: keep the FIB as it is; paths are stale until refreshed or
 the stale timer) and :class:`SpeakerReady` (ExaBGP (re)started and connected).
 
-The RIB's decisions (:class:`glbd.core.rib.Advertise`, ``Retract``, ``ResetPeer``) become
+The RIB's decisions (:class:`glbd.core.ribtypes.Advertise`, ``Retract``, ``ResetPeer``) become
 ExaBGP API commands here (:func:`command_for`); the RIB knows nothing of the speaker's transport.
 """
 
@@ -45,7 +45,8 @@ from glbd.codec import exabgp_api as api
 from glbd.codec.netlink import const as c
 from glbd.codec.netlink.codec import IfAddrMsg, IfInfoMsg
 from glbd.core.reasons import ResetReason
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     Advertise,
     Connected,
     Decision,
@@ -55,7 +56,6 @@ from glbd.core.rib import (
     PeerUp,
     ResetPeer,
     Retract,
-    Rib,
     RibParams,
     StaleTimerExpired,
 )

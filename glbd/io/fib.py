@@ -99,7 +99,7 @@ __all__ = ["DEFAULT_PROTOCOL", "ApplyResult", "FibProgrammer"]
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_PROTOCOL = 200  # RTPROT value for glbd (glbd.app.config.RTPROT_GLBD); FRR uses 186-198
+DEFAULT_PROTOCOL = 200  # RTPROT value for glbd (glbd.app.config_fib.RTPROT_GLBD); FRR uses 186-198
 _AUDIT_SLICE = 5000  # route rows folded per loop turn: an audit must not stall other tasks
 #: a route audit: glbd's routes in its table, and the keys of routes that are not glbd's
 _Audit = tuple[dict[RouteKey, KRoute], set[RouteKey]]

@@ -19,7 +19,7 @@ from glbdlab.netns import Lab, Netns, stop_pids
 from glbdlab.waits import until
 
 from glbd.cli import glbctl as ctl
-from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 
 A = ipaddress.ip_address

@@ -7,7 +7,8 @@ import ipaddress
 from collections.abc import Mapping
 
 from glbd.codec import exabgp_api as api
-from glbd.core.rib import NeighborParams, Rib, RibParams, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

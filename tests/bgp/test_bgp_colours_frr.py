@@ -20,7 +20,7 @@ from glbdlab.netns import Lab
 
 from glbd.codec.colour import ColourCommunity
 from glbd.core.colours import Origination
-from glbd.core.rib import Advertise, Role
+from glbd.core.ribtypes import Advertise, Role
 from glbd.io.bgp import command_for
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]

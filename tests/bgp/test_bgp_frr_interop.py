@@ -29,7 +29,7 @@ from glbdlab.netns import Lab
 
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
-from glbd.core.rib import PeerDown
+from glbd.core.ribtypes import PeerDown
 from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
 from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
 

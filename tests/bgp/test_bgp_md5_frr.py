@@ -13,7 +13,7 @@ from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 from structlog.testing import capture_logs
 
-from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 from glbd.io.bgp import tcp_md5_counters
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]

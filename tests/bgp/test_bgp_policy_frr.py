@@ -17,7 +17,7 @@ from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab
 
 from glbd.core import prefixlist
-from glbd.core.rib import Role
+from glbd.core.ribtypes import Role
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from glbd.app import config as cfgmod
 from glbd.app.daemon import Daemon
-from glbd.app.views import bgp_samples
+from glbd.app.metrics_parts import bgp_samples
 from glbd.cli import glbctl as ctl
 
 

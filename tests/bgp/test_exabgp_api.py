@@ -228,7 +228,8 @@ FRR_LINES = (VECTORS.parent / "exabgp5_frr10_events.jsonl").read_text().splitlin
 
 
 def test_frr10_lines_through_codec_and_rib() -> None:
-    from glbd.core.rib import NeighborParams, Rib, RibParams, Role
+    from glbd.core.rib import Rib
+    from glbd.core.ribtypes import NeighborParams, RibParams, Role
 
     evs = [api.decode(line) for line in FRR_LINES]
     (op,) = [e for e in evs if isinstance(e, api.OpenEvent)]

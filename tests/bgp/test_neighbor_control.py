@@ -26,7 +26,7 @@ from glbd.app.parts import BgpPart
 from glbd.cli import glbctl as ctl
 from glbd.codec import exabgp_api as api
 from glbd.core import prefixlist
-from glbd.core.rib import RibParams, Role
+from glbd.core.ribtypes import RibParams, Role
 from glbd.io.bgp import BgpSpeaker
 from glbd.io.exabgp import ExabgpParams
 from tests.glbdtoml import daemon_conf

@@ -9,7 +9,7 @@ import pytest
 
 from glbd.app import config as cfgmod
 from glbd.app import params
-from glbd.app.views import bgp_samples
+from glbd.app.metrics_parts import bgp_samples
 from glbd.core.reasons import RouteRejected
 from glbd.io.bgp import BgpSpeaker, ProcessOptions
 from glbd.io.exabgp import render_config

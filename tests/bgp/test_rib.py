@@ -11,7 +11,8 @@ from rib_helpers import LEAVES, V4, A, N, spine_rib, update_from
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
 from glbd.core.reasons import ResetReason
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     Advertise,
     NeighborParams,
     NextHopsChanged,
@@ -19,7 +20,6 @@ from glbd.core.rib import (
     PeerUp,
     ResetPeer,
     Retract,
-    Rib,
     RibParams,
     Role,
     StaleTimerExpired,

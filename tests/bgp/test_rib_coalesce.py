@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from glbd.codec import exabgp_api as api
-from glbd.core.rib import NextHopsChanged, Rib, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import NextHopsChanged, Role
 from glbd.io.bgp import command_for
 from tests.bgp.test_rib import LEAVES, V4, N, rib, upd
 

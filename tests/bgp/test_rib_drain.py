@@ -10,12 +10,12 @@ from typing import Any
 from rib_helpers import LEAVES, A, N, spine_rib, update_from
 
 from glbd.codec import exabgp_api as api
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     GRACEFUL_SHUTDOWN,
     Advertise,
     NextHopsChanged,
     Retract,
-    Rib,
     Role,
 )
 

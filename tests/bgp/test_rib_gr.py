@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from rib_helpers import LEAVES, V4, N, spine_rib, update_from
 
 from glbd.codec import exabgp_api as api
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     NextHopsChanged,
     PeerDown,
-    Rib,
     RibParams,
     Role,
     StaleTimerExpired,

@@ -12,13 +12,13 @@ from rib_helpers import LEAVES, A, N, spine_rib, update_from
 from glbd.codec import exabgp_api as api
 from glbd.core import prefixlist
 from glbd.core.reasons import ResetReason, RouteRejected
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     Advertise,
     NeighborParams,
     NextHopsChanged,
     ResetPeer,
     Retract,
-    Rib,
     Role,
 )
 from glbd.io.bgp import command_for

@@ -11,7 +11,8 @@ from structlog.testing import capture_logs
 
 from glbd.core import prefixlist
 from glbd.core.reasons import RouteRejected
-from glbd.core.rib import NeighborParams, NextHopsChanged, Rib, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import NeighborParams, NextHopsChanged, Role
 
 ALL = prefixlist.parse(["0.0.0.0/0 le 32", "::/0 le 128"])
 L1, L2 = LEAVES[1], LEAVES[2]

@@ -16,14 +16,14 @@ from hypothesis import strategies as hs
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
 from glbd.core.reasons import UpdateDelayEnd
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     Advertise,
     Effect,
     NextHopsChanged,
     PeerDown,
     ResetPeer,
     Retract,
-    Rib,
     RibParams,
     Role,
 )

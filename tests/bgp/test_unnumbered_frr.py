@@ -30,7 +30,7 @@ from glbdlab.netns import Lab, Netns
 
 from glbd.app.params import IPAddress, local_address_for
 from glbd.core.ndpeers import NdpEvent, PeerChange
-from glbd.core.rib import NeighborParams, RibParams, Role
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 from glbd.io.ndp import NdpSpeaker
 from glbd.io.netns import in_netns
 

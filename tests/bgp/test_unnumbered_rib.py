@@ -5,7 +5,8 @@ from __future__ import annotations
 import ipaddress
 
 from glbd.codec import exabgp_api as api
-from glbd.core.rib import Advertise, NeighborParams, Rib, RibParams, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import Advertise, NeighborParams, RibParams, Role
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

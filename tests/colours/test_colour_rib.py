@@ -14,12 +14,12 @@ from glbd.codec import exabgp_api as api
 from glbd.codec.colour import ColourCommunity
 from glbd.core.colours import Origination
 from glbd.core.reasons import HiddenReason
-from glbd.core.rib import (
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import (
     Advertise,
     NeighborParams,
     NextHopsChanged,
     Retract,
-    Rib,
     RibParams,
     Role,
 )

@@ -15,7 +15,8 @@ from glbd.codec import exabgp_api as api
 from glbd.codec.colour import ColourCommunity
 from glbd.core.colours import hidden, may_send, route_colours
 from glbd.core.reasons import HiddenReason
-from glbd.core.rib import NeighborParams, Rib, RibParams, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import NeighborParams, RibParams, Role
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

@@ -1,4 +1,4 @@
-"""The ``[colours]`` config section sketch (glbd.app.colours_config): names, the session colour
+"""The ``[colours]`` config section sketch (glbd.app.config_colours): names, the session colour
 precedence (neighbour, interface, glob, global default), coloured origination and one-line
 errors."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from glbd.app.colours_config import ColoursSection, colour_value
+from glbd.app.config_colours import ColoursSection, colour_value
 from glbd.core.colours import Origination
 
 A = ipaddress.ip_address

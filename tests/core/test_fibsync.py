@@ -19,7 +19,9 @@ from hypothesis import strategies as hs
 
 from glbd.core.fibmodel import Desired, GroupSpec, Member
 from glbd.core.fibsync import FibSync, Step
-from glbd.core.pathtable import Changes, LocalLink, NextHop, PathTable
+from glbd.core.pathchanges import Changes
+from glbd.core.pathmodel import LocalLink, NextHop
+from glbd.core.pathtable import PathTable
 
 
 class ModelFib:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from glbd.core.fibsync import ChangeSet
-from glbd.core.pathtable import Changes
+from glbd.core.pathchanges import Changes
 
 _keys = hs.frozensets(hs.sampled_from(["pf-a", "pf-b", "pf-c", "pf-d"]), max_size=3)
 _changes = hs.builds(Changes, _keys, _keys, hs.frozensets(hs.sampled_from(["p1", "p2", "p3"])))

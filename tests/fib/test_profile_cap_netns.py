@@ -8,7 +8,9 @@ import pytest
 from fibrig import V4_GW, Rig
 
 from glbd.core.fibsync import FibSync
-from glbd.core.pathtable import NextHop, PathTable, PathTableParams, profile_key
+from glbd.core.pathmodel import NextHop, PathTableParams
+from glbd.core.pathprofile import profile_key
+from glbd.core.pathtable import PathTable
 from glbd.io.fib import FibProgrammer
 
 pytestmark = pytest.mark.netns

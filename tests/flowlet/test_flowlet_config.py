@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from glbd.app import config as cfgmod
-from glbd.app import params, views
+from glbd.app import metrics_parts, params
 from glbd.io import flowlet
 
 BASE: dict[str, Any] = {
@@ -108,7 +108,7 @@ def test_samples_per_interface_and_skip_reason() -> None:
     }
     got = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for s in views.flowlet_samples(cast(views.FlowletView, snap))
+        for s in metrics_parts.flowlet_samples(cast(metrics_parts.FlowletView, snap))
     }
     eth0 = (("interface", "eth0"),)
     assert got[("glbd_flowlet_timeout_seconds", ())] == 0.0005

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from glbdlab.netns import Lab
 
-from glbd.app import config
+from glbd.app.config_quality import HEARTBEAT_GROUP_V6
 from glbd.cli import glbctl as ctl
 from tests.glbdtoml import one_neighbour
 
@@ -87,7 +87,7 @@ def test_two_glbd_exchange_ipv6_heartbeats(netns_lab: Lab, tmp_path: Path) -> No
         assert tx["transport_errors"] == {}
         # the IPv6 group, not the IPv4 one, is joined on the leaf's fabric interface
         maddr = lf.ip("-6", "maddr", "show", "dev", LF_IF).stdout
-        assert config.HEARTBEAT_GROUP_V6 in maddr
+        assert HEARTBEAT_GROUP_V6 in maddr
         assert "224.0.0.149" not in lf.ip("-4", "maddr", "show", "dev", LF_IF).stdout
     finally:
         for p in procs:

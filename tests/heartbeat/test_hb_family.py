@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from glbd.app import config
+from glbd.app.config_quality import HEARTBEAT_GROUP_V4, HEARTBEAT_GROUP_V6
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver
 from heartbeat.transport import (
@@ -25,8 +25,8 @@ ENTRIES = [Entry(S2, 1, 10_000, 7, 0, 0, 0)]
 
 
 def test_defaults_match_the_config_defaults() -> None:
-    assert DEFAULT_GROUP == config.HEARTBEAT_GROUP_V4
-    assert DEFAULT_GROUP6 == config.HEARTBEAT_GROUP_V6 == "ff12::149"
+    assert DEFAULT_GROUP == HEARTBEAT_GROUP_V4
+    assert DEFAULT_GROUP6 == HEARTBEAT_GROUP_V6 == "ff12::149"
     check_groups(DEFAULT_GROUP, DEFAULT_GROUP6)
 
 

@@ -15,9 +15,10 @@ from glbdlab.netns import Lab, Netns
 from glbdlab.waits import until as _until
 
 from glbd.app import config
+from glbd.app.config_quality import HEARTBEAT_GROUP_V6
 from glbd.app.daemon import Daemon
 from glbd.app.node import Node
-from glbd.core.rib import PeerDown, PeerUp
+from glbd.core.ribtypes import PeerDown, PeerUp
 from heartbeat import wire
 from heartbeat.wire import Entry
 
@@ -82,7 +83,7 @@ async def test_nodes_exchange_ipv6_heartbeats_over_link_local_sessions(
         assert leaf.endpoint.transport.families() == {L_IF: 6}
         nb = spine.endpoint.neighbors[S_IF]
         assert nb.local == "fe80::1" and nb.node_id == wire.node_id(LEAF_ID)
-        assert config.HEARTBEAT_GROUP_V6 in _joined(lf, L_IF)
+        assert HEARTBEAT_GROUP_V6 in _joined(lf, L_IF)
 
         await _until(lambda: receiver.accepted >= 5)
         assert receiver.drops == {}
@@ -102,7 +103,7 @@ async def test_nodes_exchange_ipv6_heartbeats_over_link_local_sessions(
                 await node.reconfigure_quality(cfg, ch)
         assert leaf.endpoint.transport.group6 == G6
         joined = _joined(lf, L_IF)
-        assert G6 in joined and config.HEARTBEAT_GROUP_V6 not in joined
+        assert G6 in joined and HEARTBEAT_GROUP_V6 not in joined
         n = receiver.accepted
         await _until(lambda: receiver.accepted >= n + 3)
         assert receiver.drops == {} and leaf.endpoint.transport.errors == {}

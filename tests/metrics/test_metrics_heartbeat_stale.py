@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from glbd.app import views
+from glbd.app import metrics_parts, views
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver
 
@@ -19,7 +19,7 @@ def _rows(r: Receiver, now: float) -> dict[tuple[str, tuple[tuple[str, str], ...
     snap = views.quality_snapshot([], hb, None, {})
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for s in views.quality_samples(cast(views.QualityView, snap))
+        for s in metrics_parts.quality_samples(cast(metrics_parts.QualityView, snap))
         if s.name.startswith("glbd_heartbeat_") and s.labels
     }
 

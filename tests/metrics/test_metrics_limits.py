@@ -9,7 +9,7 @@ import socket
 
 from glbdlab.waits import until
 
-from glbd.app import views
+from glbd.app import metrics_daemon
 from glbd.core.reasons import MetricsDrop
 from glbd.io.metrics import MetricsServer, Sample
 
@@ -68,7 +68,7 @@ async def test_connections_over_the_cap_are_reset_and_idle_ones_time_out() -> No
 
 def test_drops_are_exported_by_reason() -> None:
     counters = {"connections": 3, "dropped_over_limit": 7, "dropped_request_timeout": 2}
-    rows = views.daemon_samples("v", True, 0.0, {}, {}, metrics=counters)
+    rows = metrics_daemon.daemon_samples("v", True, 0.0, {}, {}, metrics=counters)
     got = {
         s.labels["reason"]: s.value
         for s in rows

@@ -8,11 +8,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from glbd.app import views
+from glbd.app import metrics_parts
 from glbd.app.daemon import Daemon
 from glbd.app.node import Node
 from glbd.app.parts import BgpPart, FibPart
-from glbd.core.pathtable import LocalLink, RemoteLink
+from glbd.core.pathmodel import LocalLink, RemoteLink
+from glbd.io.metrics import Sample
 from heartbeat.reasons import UpdateReason
 from heartbeat.receiver import RemoteUpdate
 from tests.quality.test_path_quality_reload import _cfg
@@ -60,7 +61,7 @@ async def _wait(pred: Any, timeout: float = 5.0) -> None:
 
 async def test_every_node_counter_has_a_metric_name(tmp_path: Path) -> None:
     node = Node(Daemon("glbd.toml", _cfg(tmp_path)))
-    assert set(node.counters) <= set(views.NODE_COUNTERS)
+    assert set(node.counters) <= set(metrics_parts.NODE_COUNTERS)
 
 
 async def test_heartbeat_that_moves_a_weight_is_timed_until_the_fib_sync_programs_it(
@@ -106,8 +107,8 @@ async def test_a_scrape_builds_no_per_route_rows(tmp_path: Path) -> None:
         parser=SimpleNamespace(decoded=3, dropped={"bad_json": 1}),
         supervisor=SimpleNamespace(snapshot=lambda: {"deaths": 2}),
     )
-    fib_rows = {s.name for s in FibPart(node).samples() if isinstance(s, views.Sample)}
-    bgp_rows = {(s.name, s.value) for s in BgpPart(node).samples() if isinstance(s, views.Sample)}
+    fib_rows = {s.name for s in FibPart(node).samples() if isinstance(s, Sample)}
+    bgp_rows = {(s.name, s.value) for s in BgpPart(node).samples() if isinstance(s, Sample)}
     assert "glbd_fib_foreign_routes" in fib_rows
     assert fib.snapshots and not any(fib.snapshots)
     assert ("glbd_bgp_prefixes_in", 7.0) in bgp_rows

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from glbd.app import views
+from glbd.app import metrics_parts
 from glbd.codec import exabgp_api as api
 from glbd.codec import nhc
 from glbd.codec.nhc import BgpId, DecodeError, Nhc, Nnhn
 from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard, NhcStatus, nhc_malformed
-from glbd.core.rib import Advertise, NeighborParams, Rib, RibParams, Role
+from glbd.core.rib import Rib
+from glbd.core.ribtypes import Advertise, NeighborParams, RibParams, Role
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network
@@ -170,7 +171,7 @@ def test_disregard_reasons_reach_counters_and_metrics() -> None:
     counters = dict(r.counters)  # what `glbctl counters` shows for the BGP part
     samples = {
         s.labels["reason"]: s.value
-        for s in views.bgp_samples({"counters": counters})
+        for s in metrics_parts.bgp_samples({"counters": counters})
         if s.name == "glbd_nhc_disregarded_total"
     }
     assert set(samples) == {str(s) for s in NHC_DISREGARDED}
@@ -260,7 +261,7 @@ def test_dropped_characteristics_are_counted_once_per_update() -> None:
     assert r.counters["nhc_characteristic_bgpid_extra_instance"] == 1
     samples = {
         s.labels["reason"]: s.value
-        for s in views.bgp_samples({"counters": dict(r.counters)})
+        for s in metrics_parts.bgp_samples({"counters": dict(r.counters)})
         if s.name == "glbd_nhc_characteristics_discarded_total"
     }
     assert samples == {

@@ -6,14 +6,9 @@ a model of the FIB programmer (``tests/core/test_fibsync.py``)."""
 
 from __future__ import annotations
 
-from glbd.core.pathtable import (
-    FALLBACK_WARN_INTERVAL_S,
-    LocalLink,
-    NextHop,
-    PathTable,
-    PathTableParams,
-    profile_key,
-)
+from glbd.core.pathmodel import LocalLink, NextHop, PathTableParams
+from glbd.core.pathprofile import profile_key
+from glbd.core.pathtable import FALLBACK_WARN_INTERVAL_S, PathTable
 from glbd.core.reasons import ProfileFallback
 from tests.core.test_fibsync import Rig, canon, sync
 

@@ -15,6 +15,7 @@ import pytest
 from glbdlab.netns import Lab, Netns
 
 from glbd.app import config as cfgmod
+from glbd.app.config_quality import LinkQualitySection
 from glbd.core.linkq import (
     LinkMonitor,
     LinkMonParams,
@@ -115,7 +116,8 @@ def test_floor_counter_reset_and_no_classes() -> None:
 def test_a_load_balancers_own_residual_feeds_its_local_capacity() -> None:
     """Foreign traffic on a leaf's own uplink: the path table's local part uses the residual
     (``LinkQuality.usable``, what the wiring hands to ``set_local``), so DLB weights follow."""
-    from glbd.core.pathtable import NextHop, PathTable, PathTableParams
+    from glbd.core.pathmodel import NextHop, PathTableParams
+    from glbd.core.pathtable import PathTable
 
     mons = {}
     t = PathTable(PathTableParams())
@@ -310,4 +312,4 @@ def test_band_from_foreign_needs_foreign_classes(tmp_path: object) -> None:
     with pytest.raises(ValueError, match="foreign_classes"):
         LinkMonParams(band_from_foreign=True)
     with pytest.raises(ValueError, match="foreign_classes"):
-        cfgmod.LinkQualitySection(band_from="foreign")
+        LinkQualitySection(band_from="foreign")
