@@ -179,6 +179,21 @@ def _same_address(a: str | None, b: str) -> bool:
         return False
 
 
+def _auth_refused(
+    data: bytes, msg: wire.Heartbeat, keys: Mapping[int, wire.HmacKey]
+) -> DropReason | None:
+    """Why a receiver that requires authentication drops the datagram, or None: it is signed
+    with one of ``keys`` and its digest verifies."""
+    if msg.auth is None:
+        return DropReason.AUTH_MISSING
+    key = keys.get(msg.auth.key_id)
+    if key is None:
+        return DropReason.AUTH_UNKNOWN_KEY
+    if not wire.verify(data, key):
+        return DropReason.AUTH_BAD_DIGEST
+    return None
+
+
 class Receiver:
     def __init__(self, params: ReceiverParams | None = None) -> None:
         self._params = params or ReceiverParams()
@@ -258,15 +273,9 @@ class Receiver:
             return []
         keys = self._params.keys
         if keys:
-            if msg.auth is None:
-                drops[DropReason.AUTH_MISSING] += 1
-                return []
-            key = keys.get(msg.auth.key_id)
-            if key is None:
-                drops[DropReason.AUTH_UNKNOWN_KEY] += 1
-                return []
-            if not wire.verify(data, key):
-                drops[DropReason.AUTH_BAD_DIGEST] += 1
+            refused = _auth_refused(data, msg, keys)
+            if refused is not None:
+                drops[refused] += 1
                 return []
         if msg.interval_us > self._params.max_interval_us:
             drops[DropReason.INTERVAL_TOO_LONG] += 1
@@ -301,11 +310,7 @@ class Receiver:
         assert isinstance(entries, wire.Entries)
         key_ = entries.key()
         if node is None:
-            node = _NodeState(nb.node_id, key_, msg, now, expires, 1)
-            self._nodes[nb.node_id] = node
-            if self._deadline_lb is None or expires < self._deadline_lb:
-                self._deadline_lb = expires
-            return [RemoteUpdate(nb.node_id, entries, UpdateReason.NEW)]
+            return self._new_node(nb.node_id, entries, key_, msg, now, expires)
         node.last = msg
         node.last_rx = now
         node.accepted += 1
@@ -317,6 +322,21 @@ class Receiver:
         node.key = key_
         node.changes += 1
         return [RemoteUpdate(nb.node_id, entries, UpdateReason.CHANGED)]
+
+    def _new_node(
+        self,
+        node_id: int,
+        entries: wire.Entries,
+        key: bytes,
+        msg: wire.Heartbeat,
+        now: float,
+        expires: float,
+    ) -> list[RemoteUpdate]:
+        """The first datagram accepted from ``node_id`` (or the first since it expired)."""
+        self._nodes[node_id] = _NodeState(node_id, key, msg, now, expires, 1)
+        if self._deadline_lb is None or expires < self._deadline_lb:
+            self._deadline_lb = expires
+        return [RemoteUpdate(node_id, entries, UpdateReason.NEW)]
 
     def _adopt(
         self, node_id: int, sq: _SeqState, seq: int, interval_us: int, ahead: bool, now: float

@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from glbd.cli import glbctl as ctl
+from glbd.cli.glbctl_render import render
 from glbd.codec import control as proto
 from glbd.io.control import ControlServer
 from glbd.io.paths import UnsafePathError
@@ -185,7 +186,7 @@ def test_parse_hex_rejects(text: str) -> None:
 
 
 def test_render_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    ctl.render(
+    render(
         "neighbors", {"count": 1, "neighbors": [{"peer": "198.18.1.0", "state": "up"}], "empty": []}
     )
     out = capsys.readouterr().out

@@ -9,7 +9,7 @@ import ipaddress
 from typing import Any, cast
 
 from glbd.app.origination import Origination
-from glbd.cli import glbctl as ctl
+from glbd.cli import glbctl_render as ctl
 from glbd.core.origin import OriginParams
 from glbd.io.ifwatch import InterfaceWatch
 

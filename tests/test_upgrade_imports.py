@@ -23,6 +23,8 @@ ELSEWHERE = {
     "glbd.io.exabgp_launch",
     "glbd.io.exabgp_bridge",
     "glbd.cli.glbctl",
+    "glbd.cli.glbctl_args",
+    "glbd.cli.glbctl_render",
     "glbd.cli.manpages",
     "glbd.app.confref",
 }

@@ -199,7 +199,9 @@ class Asm:
 
 def program(idx_fd: int, slots_fd: int) -> bytes:
     """The program's instructions, reading Your Discriminator -> slot from ``idx_fd`` and the
-    slots from ``slots_fd``. Registers: r6 the packet's context, r9 the slot."""
+    slots from ``slots_fd``. Registers: r6 the packet's context, r9 the slot.
+
+    Kept whole: a straight-line listing whose jumps name labels across it reads best as one."""
     a = Asm()
     r0, r1, r2, r3, r4, r5, r6, r9, fp = 0, 1, 2, 3, 4, 5, 6, 9, 10
     key = -88  # the lookup key on the stack, below the packet's bytes

@@ -488,19 +488,23 @@ class Loop:
         for item in later:
             push(heap, item)
         if expired:
-            # A wakeup reads at most _RX_BATCH datagrams: the peers' packets may still wait
-            # behind others. Read what arrived before the last of these deadlines (not what
-            # keeps arriving: a loop behind its traffic would never get out), then decide.
-            until: dict[RxSock, float] = {}
-            for ent in expired:
-                rx, det = ent.rx, ent.sess.detect_at
-                if rx is not None and det is not None and det > until.get(rx, det - 1.0):
-                    until[rx] = det
-            for rx, det in until.items():
-                self._read(rx, self.clock(), until=det)
-            for ent in expired:
-                if not ent.removed:
-                    self._fire(ent, now, drained=True)
+            self._expire(expired, now)
+
+    def _expire(self, expired: list[Entry], now: float) -> None:
+        """Decide the sessions whose detection time expired in this wakeup. A wakeup reads at
+        most _RX_BATCH datagrams: the peers' packets may still wait behind others. Read what
+        arrived before the last of these deadlines (not what keeps arriving: a loop behind
+        its traffic would never get out), then decide."""
+        until: dict[RxSock, float] = {}
+        for ent in expired:
+            rx, det = ent.rx, ent.sess.detect_at
+            if rx is not None and det is not None and det > until.get(rx, det - 1.0):
+                until[rx] = det
+        for rx, det in until.items():
+            self._read(rx, self.clock(), until=det)
+        for ent in expired:
+            if not ent.removed:
+                self._fire(ent, now, drained=True)
 
     def _fire(self, ent: Entry, now: float, drained: bool = False) -> None:
         """The session's due timers. ``drained``: its receive socket was just read up to its

@@ -329,44 +329,12 @@ class Daemon:
             try:
                 new = await asyncio.to_thread(cfgmod.load, self.config_path)
             except cfgmod.ConfigError as e:
-                res = ReloadResult(
-                    False,
-                    time.time(),
-                    f"rejected, old config kept: {e.format()}",
-                    outcome=ReloadOutcome.REJECTED,
-                )
-                log.error("reload_rejected", problems=[p.format(e.path) for p in e.problems])
-                self.last_reload = res
-                systemd.notify(
-                    ready=1, status=f"running (reload rejected: {len(e.problems)} problems)"
-                )
-                return res
+                return self._reload_rejected(e)
             new = self.resolve(new)
             changes = cfgmod.diff(self.cfg, new)
             if changes["restart_required"]:
-                keys = ", ".join(changes["restart_required"])
-                res = ReloadResult(
-                    False,
-                    time.time(),
-                    f"needs restart: {keys}; nothing applied, the old config runs",
-                    changes,
-                    ReloadOutcome.NEEDS_RESTART,
-                )
-                log.error("reload_rejected", restart_required=changes["restart_required"])
-                self.last_reload = res
-                systemd.notify(ready=1, status=f"running (reload refused: needs restart: {keys})")
-                return res
-            applied: list[str] = []
-            errors: dict[str, str] = {}
-            for c in self.components:
-                base = self._behind.get(c.name)
-                try:
-                    await c.reconfigure(new, changes if base is None else cfgmod.diff(base, new))
-                except Exception as e:
-                    log.error("reconfigure_failed", component=c.name, error=repr(e))
-                    errors[c.name] = repr(e)
-                else:
-                    applied.append(c.name)
+                return self._reload_needs_restart(changes)
+            applied, errors = await self._reconfigure(new, changes)
             # After a partial failure the new config is in force all the same: the parts that
             # applied it run on it (the node's parts share one config), so `glbctl config` shows
             # what most of the daemon does; the failed parts are retried by the next reload.
@@ -376,37 +344,91 @@ class Daemon:
                 self._apply_priority(self.loop_priority.set_priority(new.rt_priority))
             if "logging.level" in changes["keys"]:
                 logmod.set_level(new.logging.level)
-            if errors:
-                res = ReloadResult(
-                    False,
-                    time.time(),
-                    "failed in "
-                    + ", ".join(f"{n} ({e})" for n, e in errors.items())
-                    + f"; applied in {', '.join(applied) or 'no component'}; the new config is "
-                    "in force, a reload retries what failed",
-                    changes,
-                    ReloadOutcome.FAILED,
-                    applied,
-                    list(errors),
-                )
-                log.error("reload_failed", failed=list(errors), applied=applied)
-                status = f"running (reload failed in {', '.join(errors)})"
-            else:
-                keys = ", ".join(changes["keys"])
-                res = ReloadResult(
-                    True,
-                    time.time(),
-                    f"applied: {keys}" if keys else "applied: nothing changed",
-                    changes,
-                    ReloadOutcome.APPLIED,
-                    applied,
-                )
-                log.info("reload_applied", **changes)
-                status = "running (reloaded)"
+            res, status = self._reload_outcome(changes, applied, errors)
             self.config_loaded_at = res.at
             self.last_reload = res
             systemd.notify(ready=1, status=status)
             return res
+
+    def _reload_rejected(self, e: cfgmod.ConfigError) -> ReloadResult:
+        """A reload whose file does not validate: nothing changes, the old config runs."""
+        res = ReloadResult(
+            False,
+            time.time(),
+            f"rejected, old config kept: {e.format()}",
+            outcome=ReloadOutcome.REJECTED,
+        )
+        log.error("reload_rejected", problems=[p.format(e.path) for p in e.problems])
+        self.last_reload = res
+        systemd.notify(ready=1, status=f"running (reload rejected: {len(e.problems)} problems)")
+        return res
+
+    def _reload_needs_restart(self, changes: dict[str, Any]) -> ReloadResult:
+        """A reload that changes a key read only at start: nothing applied, the old config
+        runs."""
+        keys = ", ".join(changes["restart_required"])
+        res = ReloadResult(
+            False,
+            time.time(),
+            f"needs restart: {keys}; nothing applied, the old config runs",
+            changes,
+            ReloadOutcome.NEEDS_RESTART,
+        )
+        log.error("reload_rejected", restart_required=changes["restart_required"])
+        self.last_reload = res
+        systemd.notify(ready=1, status=f"running (reload refused: needs restart: {keys})")
+        return res
+
+    async def _reconfigure(
+        self, new: cfgmod.Config, changes: dict[str, Any]
+    ) -> tuple[list[str], dict[str, str]]:
+        """Hand ``new`` to every component, with what changed since the config it last
+        applied: the components that applied it, and the error of each one that raised."""
+        applied: list[str] = []
+        errors: dict[str, str] = {}
+        for c in self.components:
+            base = self._behind.get(c.name)
+            try:
+                await c.reconfigure(new, changes if base is None else cfgmod.diff(base, new))
+            except Exception as e:
+                log.error("reconfigure_failed", component=c.name, error=repr(e))
+                errors[c.name] = repr(e)
+            else:
+                applied.append(c.name)
+        return applied, errors
+
+    @staticmethod
+    def _reload_outcome(
+        changes: dict[str, Any], applied: list[str], errors: dict[str, str]
+    ) -> tuple[ReloadResult, str]:
+        """The result of a reload that put the new config in force (logged), and the status
+        it leaves for systemd."""
+        if errors:
+            res = ReloadResult(
+                False,
+                time.time(),
+                "failed in "
+                + ", ".join(f"{n} ({e})" for n, e in errors.items())
+                + f"; applied in {', '.join(applied) or 'no component'}; the new config is "
+                "in force, a reload retries what failed",
+                changes,
+                ReloadOutcome.FAILED,
+                applied,
+                list(errors),
+            )
+            log.error("reload_failed", failed=list(errors), applied=applied)
+            return res, f"running (reload failed in {', '.join(errors)})"
+        keys = ", ".join(changes["keys"])
+        res = ReloadResult(
+            True,
+            time.time(),
+            f"applied: {keys}" if keys else "applied: nothing changed",
+            changes,
+            ReloadOutcome.APPLIED,
+            applied,
+        )
+        log.info("reload_applied", **changes)
+        return res, "running (reloaded)"
 
     async def reapply(self) -> None:
         """Resolve the config in force again (an unnumbered neighbor's peer was learned or

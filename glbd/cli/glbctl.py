@@ -17,14 +17,16 @@ Without ``--json`` results are readable tables; with it, the daemon's JSON resul
 is (snake_case keys, pinned by a contract test), and an error is one JSON object on stderr
 (``{"error": {"reason": ..., "message": ...}, "exit": N}``). ``--json`` goes before or after
 the command. Exit codes: see :data:`EXIT_CODES` (the ``--help`` epilog prints them).
+
+This module is the client (requests, ``--json`` output, decode, watch) and the entry point; the
+subcommands' arguments are built in :mod:`glbd.cli.glbctl_args`, the tables printed without
+``--json`` in :mod:`glbd.cli.glbctl_render`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
-import itertools
 import json
 import os
 import re
@@ -36,6 +38,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any, NoReturn
 
 from glbd import __version__
+from glbd.cli import glbctl_args
+from glbd.cli.glbctl_render import COLUMNS, print_route_detail, print_routes, render
 from glbd.codec import control as proto
 
 DEFAULT_SOCKET = "/run/glbd/glbd.sock"
@@ -53,8 +57,6 @@ EXIT_CODES = f"""exit codes:
        restart (nothing applied: the old one keeps running)
   {EXIT_FAILED}    reload: a part failed to apply the new config (the message names it)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C)"""
-
-QUERIES = proto.QUERIES
 
 
 def fail(code: int, reason: str, message: str, as_json: bool) -> int:
@@ -168,235 +170,6 @@ def print_json(resps: Iterator[proto.Response], out: IO[str]) -> None:
 
 def _indented(row: Any) -> str:
     return "\n".join("  " + ln for ln in json.dumps(row, indent=2).split("\n"))
-
-
-# --------------------------------------------------------------------------------------------
-# rendering
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.3f}".rstrip("0").rstrip(".") if v == v else "nan"
-    if isinstance(v, list | tuple):
-        return ", ".join(_cell(x) for x in v) if v else "-"
-    if isinstance(v, dict):
-        return " ".join(f"{k}={_cell(x)}" for k, x in v.items()) if v else "-"
-    return str(v)
-
-
-def print_routes(resps: Iterator[proto.Response], out: IO[str]) -> int:
-    """``glbctl routes`` as a table written part by part as the answer streams in (a rich table
-    measures every cell first: minutes at 10k prefixes x 64 next hops). One line per prefix;
-    a next hop is ``address%interface [next-next hops]``, ``=weight`` once installed."""
-    out.write(f"{'prefix':<18} {'paths':>5} {'nhid':>6} {'profile':<11} {'fib':<4} next hops\n")
-    n = 0
-    for resp in resps:
-        rows = resp.result if isinstance(resp.result, list) else []
-        out.writelines(_route_line(r) for r in rows if isinstance(r, dict))
-        n += len(rows)
-    if not n:
-        out.write("(none)\n")
-    return n
-
-
-def _route_line(r: dict[str, Any]) -> str:
-    installed = {w.get("next_hop"): w.get("installed") for w in r.get("weights") or []}
-    hops = []
-    for nh in r.get("next_hops") or []:
-        addr = nh.get("next_hop")
-        via = f"{addr}%{nh['interface']}" if nh.get("interface") else str(addr)
-        if nh.get("nnh"):
-            via += f" [{','.join(str(x) for x in nh['nnh'])}]"
-        if installed.get(addr):
-            via += f"={installed[addr]}"
-        hops.append(via)
-    origin = r.get("origin")
-    if isinstance(origin, dict):  # originated here, or a candidate withdrawn: why
-        state = "originated" if origin.get("state") == "announced" else "withdrawn"
-        where = f" {origin['interface']}" if origin.get("interface") else ""
-        hops.insert(0, f"{state}: {origin.get('reason')}{where}")
-    fib = "diff" if r.get("fib_diff") else "ok"
-    return (
-        f"{r.get('prefix')!s:<18} {_cell(r.get('paths')):>5} {_cell(r.get('nhid')):>6} "
-        f"{_cell(r.get('profile')):<11} {fib:<4} {', '.join(hops) or '-'}\n"
-    )
-
-
-def print_route_detail(resps: Iterator[proto.Response], quality: Any, out: IO[str]) -> int:
-    """``glbctl routes PREFIX``: each route as a head line, then one line per next hop
-    (spine, weight glbd wants, weight installed, quality, source, next-next hops): readable at
-    64 next hops, where one line per prefix is not. ``quality`` is ``glbctl quality``'s
-    result: the weights and qualities by profile and next hop."""
-    weights: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
-    for p in (quality.get("profiles") or []) if isinstance(quality, dict) else []:
-        for nh in p.get("next_hops") or []:
-            weights[(p.get("key"), nh.get("address"), nh.get("ifname"))] = nh
-    n = 0
-    for resp in resps:
-        for r in resp.result if isinstance(resp.result, list) else []:
-            if isinstance(r, dict):
-                out.write(_route_detail(r, weights))
-                n += 1
-    if not n:
-        out.write("(none)\n")
-    return n
-
-
-def _route_detail(r: dict[str, Any], weights: dict[tuple[Any, Any, Any], dict[str, Any]]) -> str:
-    fib = "diff" if r.get("fib_diff") else "ok"
-    lines = [
-        f"{r.get('prefix')}  paths {_cell(r.get('paths'))}  nhid {_cell(r.get('nhid'))}  "
-        f"profile {_cell(r.get('profile'))}  fib {fib}  as_path {_cell(r.get('as_path'))}\n"
-    ]
-    origin = r.get("origin")
-    if isinstance(origin, dict):
-        state = "originated" if origin.get("state") == "announced" else "withdrawn"
-        lines.append(f"  {state}: {origin.get('reason')} {origin.get('interface') or ''}\n")
-    hops = r.get("next_hops") or []
-    if hops:
-        lines.append(
-            f"  {'spine':<16} {'next hop':<26} {'bgp id':<15} {'weight':>6} {'installed':>9} "
-            f"{'quality':>7} {'source':<8} next-next hops\n"
-        )
-    installed = {
-        (w.get("next_hop"), w.get("ifname")): w.get("installed") for w in r.get("weights") or []
-    }
-    for nh in hops:
-        addr, ifname = nh.get("next_hop"), nh.get("interface")
-        q = weights.get((r.get("profile"), addr, ifname)) or {}
-        w = q.get("weight") or {}
-        lines.append(
-            f"  {_cell(ifname):<16} {_cell(addr):<26} {_cell(nh.get('peer_bgp_id')):<15} "
-            f"{_cell(w.get('value')):>6} {_cell(installed.get((addr, ifname))):>9} "
-            f"{_cell((w.get('inputs') or {}).get('quality')):>7} {_cell(w.get('source')):<8} "
-            f"{_cell(nh.get('nnh'))} ({nh.get('nnhn_status')})\n"
-        )
-    return "".join(lines)
-
-
-def _policy_cell(r: dict[str, Any]) -> str:
-    """A neighbor's RFC 8212 state: the sides refused for want of an import/export list."""
-    missing = r.get("policy_missing")
-    if missing is None:
-        return "-"
-    return f"missing {'/'.join(missing)} (RFC 8212)" if missing else "ok"
-
-
-#: per-command table columns (wide rows keep their key columns; --json has everything);
-#: a column is a key, or (header, function of the row)
-Column = str | tuple[str, Callable[[dict[str, Any]], Any]]
-COLUMNS: dict[str, tuple[Column, ...]] = {
-    "neighbors": (
-        "peer", "interface", "remote_as", "bgp_id", "state", "uptime_s", "prefixes_in",
-        "prefixes_out", "bfd_down", "update_delay", "last_down_reason",
-        ("policy", _policy_cell),
-    ),
-    "bfd": (
-        "peer", "interface", "state", "remote_state", "diag_name", "detect_time_ms",
-        "tx_interval_ms", "flaps", "uptime_s", "last_down_reason", "drops",
-    ),
-    "profiles.profiles": (
-        "key", "nhid", "diff",
-        ("weights (desired/programmed/installed)", lambda r: "\n".join(
-            f"{w.get('next_hop')}%{w.get('ifname')}: {w.get('value')}/{w.get('programmed')}/"
-            f"{w.get('installed')} {w.get('source')}" for w in r.get("weights") or []) or "-"),
-        ("prefixes", lambda r: len(r.get("prefixes") or [])),
-        "note",
-    ),
-    # glbctl neighbor PEER received|advertised (--json has every key, e.g. nhc, stale)
-    "neighbor.routes": (
-        "prefix", "next_hop", "as_path", "communities", "nnh", "used", "refused",
-    ),
-    "quality.profiles": (
-        "key", "prefixes", "recomputes",
-        ("next hops: weight (source)", lambda r: "\n".join(
-            f"{n.get('address')}%{n.get('ifname')}: {(n.get('weight') or {}).get('value')} "
-            f"({(n.get('weight') or {}).get('source')})" for n in r.get("next_hops") or []) or "-"),
-    ),
-}  # fmt: skip
-
-
-def render(title: str, result: Any, columns: Sequence[Column] | None = None) -> None:
-    """Readable tables: an object's scalars as a key/value table, lists of objects as one table
-    each (``columns`` picks and orders the columns of ``title``'s rows)."""
-    from rich.console import Console
-
-    console = Console()
-    if isinstance(result, dict):
-        _render_object(console, title, result)
-    elif _is_rows(result):
-        rows: list[dict[str, Any]] = result
-        if len(rows) == 1 and columns is None and any(_nested(v) for v in rows[0].values()):
-            _render_object(console, title, rows[0])  # one endpoint (heartbeats): key/values
-        else:
-            console.print(_table(title, rows, columns))
-    else:
-        console.print(json.dumps(result, indent=2))
-
-
-def _render_object(console: Any, title: str, result: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    scalars = _flatten({k: v for k, v in result.items() if not _is_rows(v)})
-    if scalars:
-        t = Table(title=title, show_header=False, title_justify="left")
-        t.add_column("key", style="bold")
-        t.add_column("value")
-        for k, v in scalars.items():
-            if _is_rows(v) and v:  # rows nested below the top: a table of their own
-                continue
-            t.add_row(k, _cell(v))
-        console.print(t)
-    nested = {k: v for k, v in scalars.items() if _is_rows(v) and v}
-    for k, v in itertools.chain(((k, v) for k, v in result.items() if _is_rows(v)), nested.items()):
-        sub = f"{title}: {k}" if scalars or len(result) > 1 else title
-        if not v:
-            console.print(f"{sub}: (none)")
-            continue
-        console.print(_table(sub, v, COLUMNS.get(f"{title}.{k}")))
-
-
-def _table(title: str, rows: list[dict[str, Any]], columns: Sequence[Column] | None) -> Any:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    if columns is None:
-        columns = list(dict.fromkeys(itertools.chain.from_iterable(r.keys() for r in rows)))
-    for c in columns:
-        t.add_column(c if isinstance(c, str) else c[0])
-    for r in rows:
-        t.add_row(*(_cell(r.get(c) if isinstance(c, str) else c[1](r)) for c in columns))
-    if not rows:
-        t.add_row("(none)", *[""] * (len(columns) - 1))
-    return t
-
-
-def _nested(v: Any) -> bool:
-    return (
-        isinstance(v, dict | list)
-        and bool(v)
-        and not all(
-            isinstance(x, str | int | float) for x in (v.values() if isinstance(v, dict) else v)
-        )
-    )
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested objects become dotted keys (``value.nnhn.nh_bgp_id``) so a table stays flat."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def _is_rows(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, dict) for x in v)
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,64 +300,13 @@ def watch_profiles(profiles: Any, quality: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-
-
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return v
-
-
-def _network(text: str) -> str:
-    try:
-        return str(ipaddress.ip_network(text, strict=False))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a prefix or address: {text!r}") from None
-
-
-HELPS = {
-    "status": "daemon state, roles, versions, loop lag, last reload result",
-    "neighbors": "BGP peers: BGP id, state, uptime, prefixes in/out",
-    "bfd": "BFD sessions: state, diag, discriminators, timers, flaps, drops "
-    "(drops before any session: counters)",
-    "links": "local fabric links: load, queue, quality band",
-    "heartbeats": "heartbeat senders/receivers: sequence, age, drops by reason",
-    "quality": "next hop x next-next hop quality",
-    "profiles": "path-quality profiles and their per-next-hop weights (desired vs kernel)",
-    "routes": "per-prefix next hops, next-next hops and installed group",
-    "counters": "all counters, drops by reason",
-    "config": "the running config (secrets removed)",
-    "flowlet": "flowlet switching: where the program runs, its timeout, counters per interface",
-}
-
-
-#: what ``--state`` matches per command
-STATES = {
-    "bfd": "the session's state (up, down, init, admin_down, waiting_for_interface, ...)",
-    "links": "up or down",
-    "quality": "up or down (the next hop's local or remote link), or its weight's source "
-    "(glb, dlb, ...)",
-}
-
-
-def _filters(sp: argparse.ArgumentParser, cmd: str) -> None:
-    """``--neighbor``, ``--interface`` and (where rows have one) ``--state``."""
-    sp.add_argument(
-        "--neighbor",
-        metavar="PEER",
-        help="only rows of this neighbor (its address, BGP id or interface)",
-    )
-    sp.add_argument("--interface", metavar="IF", help="only rows on this interface")
-    if cmd in STATES:
-        sp.add_argument("--state", help=f"only rows in this state: {STATES[cmd]}")
+# command line
 
 
 def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
-    """glbctl's command line; ``json_errors``: usage errors as JSON on stderr."""
+    """glbctl's command line; ``json_errors``: usage errors as JSON on stderr. The top level is
+    here, the subcommands come from :mod:`glbd.cli.glbctl_args` group by group, in the order
+    ``--help`` and glbctl(8) list them."""
     p = _Parser(
         prog="glbctl",
         description="Query and control a running glbd.",
@@ -604,118 +326,20 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, not tables"
     )
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-    cmds = {name: sub.add_parser(name, help=HELPS[name], parents=[common]) for name in QUERIES}
-    cmds["routes"].add_argument(
-        "prefix",
-        nargs="?",
-        type=_network,
-        help="only this prefix and the prefixes inside it; an address without a length: the "
-        "routes that contain it",
-    )
-    cmds["neighbors"].add_argument(
-        "peer", nargs="?", help="only this peer (its address, BGP id or interface)"
-    )
-    for name in ("bfd", "links", "heartbeats", "quality"):
-        _filters(cmds[name], name)
-    cmds["profiles"].add_argument(
-        "--changed",
-        action="store_true",
-        help="only profiles glbd is acting on: desired weights not all equal, or the kernel "
-        "group differs from what glbd programs",
-    )
+    glbctl_args.add_queries(sub, common)
+    # its help names exit codes, which are defined here
     sub.add_parser(
         "reload",
         parents=[common],
         help=f"re-read the config file; a rejected file or a key that needs a restart exits "
         f"{EXIT_REJECTED}, a part that failed to apply it {EXIT_FAILED}, with the reason",
     )
-    dr = sub.add_parser(
-        "drain",
-        parents=[common],
-        help="take this router out of the fabric without loss: its routes go out with the "
-        "GRACEFUL_SHUTDOWN community and prepends, its heartbeats at band 0; sessions stay up "
-        "(until undrain or a restart: [bgp] drain = true keeps it drained)",
-    )
-    dr.add_argument(
-        "peer",
-        nargs="?",
-        help="drain toward this neighbor only (address, BGP id or interface): what it is sent "
-        "carries GRACEFUL_SHUTDOWN and the prepends; the others are unchanged",
-    )
-    ud = sub.add_parser("undrain", parents=[common], help="undo drain: normal advertisements again")
-    ud.add_argument("peer", nargs="?", help="undo a drain toward this neighbor only")
-    gr = sub.add_parser(
-        "graceful-restart",
-        parents=[common],
-        help="arm the next stop, for 60 s, as a graceful restart: BFD AdminDown, the BGP "
-        "sessions closed without a NOTIFICATION and nothing withdrawn toward the peers that "
-        'negotiated graceful restart ([bgp] graceful_restart = "full"), the FIB kept; they '
-        "keep forwarding on glbd's routes until the next glbd's End-of-RIB. Toward the other "
-        "peers the stop withdraws first, as always (the package's upgrade runs this before "
-        "it restarts glbd)",
-    )
-    gr.add_argument("--cancel", action="store_true", help="disarm: the next stop withdraws")
-    for name, text in (
-        ("neighbor-shutdown", "close this neighbor's BGP session and keep it closed (its routes "
-         "go now) until neighbor-enable or a restart"),
-        ("neighbor-enable", "undo neighbor-shutdown: the session may open again"),
-        ("neighbor-reset", "close this neighbor's BGP session (Cease, Administrative Reset); "
-         "it opens again"),
-    ):  # fmt: skip
-        sp = sub.add_parser(name, parents=[common], help=text)
-        sp.add_argument("peer", help="the neighbor: its address, BGP id or interface")
-    sub.choices["neighbor-reset"].add_argument(
-        "--soft",
-        action="store_true",
-        help="keep the session: ask the neighbor for its routes again (route refresh; they "
-        "pass the import policy in force) and send it glbd's again",
-    )
-    nb = sub.add_parser(
-        "neighbor",
-        parents=[common],
-        help="one BGP neighbor: its session in detail, or the routes received from it "
-        "(Adj-RIB-In) or advertised to it (Adj-RIB-Out)",
-    )
-    nb.add_argument("peer", help="the neighbor: its address, BGP id or interface")
-    nb.add_argument(
-        "view",
-        nargs="?",
-        default="detail",
-        choices=proto.NEIGHBOR_VIEWS,
-        help="detail (default): session, config, counters and BFD; received: its routes after "
-        "the import policy, and whether each is used; advertised: what glbd sends it",
-    )
-    nb.add_argument(
-        "--pre-policy",
-        action="store_true",
-        help="with received: the routes before the import policy, the refused ones too, each "
-        "with why (up to 4096 refused routes per neighbor are kept, the rest counted)",
-    )
-    ll = sub.add_parser(
-        "log-level",
-        parents=[common],
-        help="set the daemon's log level now, until a reload that changes [logging] level or "
-        "a restart (the config file is not changed)",
-    )
-    ll.add_argument("level", choices=proto.LOG_LEVELS, help="the least level logged")
-    w = sub.add_parser(
-        "watch",
-        parents=[common],
-        help="live view of weights and qualities (--json: one JSON object per line and refresh)",
-    )
-    w.add_argument("--interval", type=_positive, default=1.0, help="seconds (> 0; default 1)")
-    w.add_argument("--count", type=int, default=None, help="stop after N refreshes")
-    _filters(w, "quality")
-    d = sub.add_parser("decode", help="decode a packet from hex (tcpdump or ExaBGP JSON)")
-    d.add_argument(
-        "kind",
-        choices=["nhc", "bfd", "heartbeat"],
-        help="what the bytes are: an NHC attribute, a BFD control packet or a heartbeat",
-    )
-    d.add_argument("hex", nargs="+", help="hex bytes; spaces, colons and 0x are accepted")
-    d.add_argument(
-        "--json", action="store_true", dest="decode_json", help="print the fields as JSON"
-    )
+    glbctl_args.add_drain(sub, common)
+    glbctl_args.add_neighbor_control(sub, common)
+    glbctl_args.add_neighbor_view(sub, common)
+    glbctl_args.add_log_level(sub, common)
+    glbctl_args.add_watch(sub, common)
+    glbctl_args.add_decode(sub)
     p.json_errors = json_errors
     for sp in sub.choices.values():
         if isinstance(sp, _Parser):
@@ -744,7 +368,7 @@ def request_args(args: argparse.Namespace) -> dict[str, Any]:
         return {"peer": args.peer}
     if args.cmd == "neighbor-reset":
         return {"peer": args.peer} | ({"soft": True} if args.soft else {})
-    if args.cmd in (*STATES, "heartbeats", "watch"):
+    if args.cmd in (*glbctl_args.STATES, "heartbeats", "watch"):
         keys = ("neighbor", "interface", "state")
         return {k: getattr(args, k) for k in keys if getattr(args, k, None)}
     return {}

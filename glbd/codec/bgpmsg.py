@@ -300,7 +300,9 @@ def _merge_as4(path: list[int], length: int, as4: list[int], as4_len: int) -> tu
 
 def decode_update(body: bytes, asn4: bool = True) -> Update:
     """An UPDATE body (after the 19-byte header); ``asn4``: the peer sent the 4-octet AS
-    capability, so AS_PATH carries 4-octet AS numbers."""
+    capability, so AS_PATH carries 4-octet AS numbers.
+
+    Kept whole: one pass per UPDATE into a dozen locals, which a split would pass as a tuple."""
     n = len(body)
     if n < 4:
         raise WireError("short_update", f"{n} bytes")

@@ -452,19 +452,12 @@ def _plan_groups(
     return realizable, needed_members
 
 
-def _plan_routes(
-    desired: Desired,
-    observed: Observed,
-    p: PlanParams,
-    realizable: dict[str, int],
-    dying_groups: set[int],
-    ops: list[Op],
-    notes: dict[str, str],
-    *,
-    only: Iterable[IPNetwork] | None,
-) -> None:
-    """Routes to set and delete: all of them, or only the prefixes in ``only``."""
-    # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
+def _route_targets(
+    desired: Desired, realizable: dict[str, int], notes: dict[str, str]
+) -> Callable[[IPNetwork, str | None], int | None]:
+    """``wanted(prefix, key)`` for :func:`_plan_routes`: the nhid a desired route of group
+    ``key`` should point at, or None (its note written). Remembers which groups have an IPv4
+    member, a question each IPv6 route asks."""
     v4_keys: dict[str, bool] = {}  # group key -> has an IPv4 member (asked for IPv6 routes)
 
     def has_v4(key: str) -> bool:
@@ -473,10 +466,6 @@ def _plan_routes(
             ws = desired.groups[key].weights
             have = v4_keys[key] = any(m.gateway.version == 4 for m in ws)
         return have
-
-    foreign = observed.foreign_routes
-    kroutes = observed.routes
-    m4, m6 = route_metric(_V4_ANY, p.metric), route_metric(_V6_ANY, p.metric)
 
     def wanted(prefix: IPNetwork, key: str | None) -> int | None:
         """The nhid a desired route should point at, or None (note written)."""
@@ -494,6 +483,26 @@ def _plan_routes(
             return None
         return target
 
+    return wanted
+
+
+def _plan_routes(
+    desired: Desired,
+    observed: Observed,
+    p: PlanParams,
+    realizable: dict[str, int],
+    dying_groups: set[int],
+    ops: list[Op],
+    notes: dict[str, str],
+    *,
+    only: Iterable[IPNetwork] | None,
+) -> None:
+    """Routes to set and delete: all of them, or only the prefixes in ``only``."""
+    # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
+    wanted = _route_targets(desired, realizable, notes)
+    foreign = observed.foreign_routes
+    kroutes = observed.routes
+    m4, m6 = route_metric(_V4_ANY, p.metric), route_metric(_V6_ANY, p.metric)
     if only is not None:
         for prefix in only:
             dkey = desired.routes.get(prefix)

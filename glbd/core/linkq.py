@@ -458,16 +458,12 @@ class LinkMonitor:
         quiet = True
         recheck = p.onset_recheck * interval if p.onset_queue_bytes else 0.0
         want_recheck = False
-        rw = p.rate_weight
-        rq = 1.0 - rw
+        rw, rq = p.rate_weight, 1.0 - p.rate_weight
         lmin, lmax = p.load_min_pct, p.load_max_pct
         qmin, qmax = p.queue_min_bytes, p.queue_max_bytes
         lk = 8.0 / (lmax - lmin)
         qk = 8.0 / (qmax - qmin)
-        margin = p.hysteresis_margin
-        persist = p.hysteresis_samples
         onset_q = p.onset_queue_bytes
-        confirm = p.confirm_improvements
         from_foreign = p.band_from_foreign
         for ln, name, up, tx, backlog in zip(
             self._order_links, names, ups, txs, backlogs, strict=True
@@ -475,12 +471,7 @@ class LinkMonitor:
             if ln is None:
                 continue
             if not up:
-                if not ln.down:
-                    out.append(self._set(name, ln, 0, True, "down"))
-                ln.last_tx = None
-                ln.load = None
-                ln.queue = 0.0
-                ln.score = 0.0
+                self._link_down(name, ln, out)
                 continue
             last_tx = ln.last_tx
             dt = now - ln.last_t
@@ -509,13 +500,8 @@ class LinkMonitor:
                     if backlog > qv:
                         qv = ln.queue = float(backlog)
                 elif recheck and (saturated or (building and backlog > 0)) and ln.band:
-                    # an onset in part: saturated with no queue yet, or a queue building
-                    # over an interval that began before it. A sample soon settles it,
-                    # if an onset would lower the band
-                    qo = backlog if backlog > qv else qv
-                    so = rq * (8.0 if qo <= qmin else 0.0 if qo >= qmax else (qmax - qo) * qk)
-                    if band_of(so) < ln.band:
-                        want_recheck = True
+                    # an onset in part: one more sample soon, if an onset would lower the band
+                    want_recheck = want_recheck or self._onset_lowers(ln.band, backlog, qv)
             if from_foreign:  # the non-steerable load alone, as a share of the capacity
                 fv = (ln.foreign or 0.0) * 100.0 / ln.capacity
                 sc = ln.score = 8.0 if fv <= lmin else 0.0 if fv >= lmax else (lmax - fv) * lk
@@ -528,40 +514,70 @@ class LinkMonitor:
             ic = int(sc)  # band = clamp(ceil(sc) - 1, 0, 7), inlined
             raw = ic if sc > ic else ic - 1
             raw = 0 if raw < 0 else MAX_BAND if raw > MAX_BAND else raw
-            cur = ln.band
-            if cur is None or ln.down:
-                out.append(self._set(name, ln, raw, False, "new" if cur is None else "up"))
+            if raw == ln.band and not ln.down:
+                ln.pending = 0  # the steady state: the band holds
                 continue
-            if raw == cur:
-                ln.pending = 0
-                continue
-            diff = raw - cur
-            if diff > 0 and confirm:
-                # better samples (a margin past the boundary) must persist: a link loaded in
-                # bursts keeps the band of its bursts instead of flapping with them
-                if sc < cur + 1 + margin:
-                    ln.pending = 0
-                    continue
-                if ln.pending <= 0:
-                    ln.pending, ln.up_min = 1, raw
-                else:
-                    ln.pending += 1
-                    ln.up_min = raw if raw < ln.up_min else ln.up_min
-                if ln.pending >= persist:
-                    out.append(self._set(name, ln, ln.up_min, False, "persisted"))
-                continue
-            if diff >= 2 or diff <= -2:
-                out.append(self._set(name, ln, raw, False, "jump"))
-            elif (diff > 0 and sc >= cur + 1 + margin) or (diff < 0 and sc <= cur - margin):
-                out.append(self._set(name, ln, raw, False, "margin"))
-            else:
-                ln.pending = ln.pending + diff if ln.pending * diff >= 0 else diff
-                if abs(ln.pending) >= persist:
-                    out.append(self._set(name, ln, raw, False, "persisted"))
+            change = self._band_step(name, ln, raw, sc)
+            if change is not None:
+                out.append(change)
         self._missing_down(out)
         self._recheck_at = now + recheck if want_recheck else None
         self._quiet = quiet and not out
         return out
+
+    def _link_down(self, name: str, ln: _Link, out: list[QualityChanged]) -> None:
+        """A link the sample found down: reported down once, its measurements dropped."""
+        if not ln.down:
+            out.append(self._set(name, ln, 0, True, "down"))
+        ln.last_tx = None
+        ln.load = None
+        ln.queue = 0.0
+        ln.score = 0.0
+
+    def _onset_lowers(self, band: int, backlog: int, queue: float) -> bool:
+        """An onset in part: saturated with no queue yet, or a queue building over an interval
+        that began before it. Whether taking it as measured would lower the link's ``band``
+        (then a sample soon settles it)."""
+        p = self._p
+        rq = 1.0 - p.rate_weight
+        qmin, qmax = p.queue_min_bytes, p.queue_max_bytes
+        qk = 8.0 / (qmax - qmin)
+        qo = backlog if backlog > queue else queue
+        so = rq * (8.0 if qo <= qmin else 0.0 if qo >= qmax else (qmax - qo) * qk)
+        return band_of(so) < band
+
+    def _band_step(self, name: str, ln: _Link, raw: int, sc: float) -> QualityChanged | None:
+        """The hysteresis on the reported band of a link whose sample (score ``sc``, band
+        ``raw``) is off its band, or that is new or back up: the change to report, if any."""
+        cur = ln.band
+        if cur is None or ln.down:
+            return self._set(name, ln, raw, False, "new" if cur is None else "up")
+        p = self._p
+        margin = p.hysteresis_margin
+        persist = p.hysteresis_samples
+        diff = raw - cur
+        if diff > 0 and p.confirm_improvements:
+            # better samples (a margin past the boundary) must persist: a link loaded in
+            # bursts keeps the band of its bursts instead of flapping with them
+            if sc < cur + 1 + margin:
+                ln.pending = 0
+                return None
+            if ln.pending <= 0:
+                ln.pending, ln.up_min = 1, raw
+            else:
+                ln.pending += 1
+                ln.up_min = raw if raw < ln.up_min else ln.up_min
+            if ln.pending >= persist:
+                return self._set(name, ln, ln.up_min, False, "persisted")
+            return None
+        if diff >= 2 or diff <= -2:
+            return self._set(name, ln, raw, False, "jump")
+        if (diff > 0 and sc >= cur + 1 + margin) or (diff < 0 and sc <= cur - margin):
+            return self._set(name, ln, raw, False, "margin")
+        ln.pending = ln.pending + diff if ln.pending * diff >= 0 else diff
+        if abs(ln.pending) >= persist:
+            return self._set(name, ln, raw, False, "persisted")
+        return None
 
     def _align(self, names: tuple[str, ...], ifindexes: tuple[int, ...]) -> None:
         """Resolve a new column order (or new ifindexes) to the monitored links."""

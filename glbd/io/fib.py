@@ -30,7 +30,9 @@ state since the start) are kept for ``stale_s`` (like BGP graceful restart), the
 that was re-learned and then withdrawn goes with the next sync.
 
 The cache, the failover bookkeeping and the snapshot are pure (:mod:`glbd.core.fibcache`,
-:mod:`glbd.core.fibsnap`); this module moves bytes, holds the lock and re-arms one timer.
+:mod:`glbd.core.fibsnap`), and so are the decisions of an ``update`` step and of the fast lane
+(:mod:`glbd.core.fibstep`); the kernel reads (the refresh dumps, the start-up weight probe)
+are in :mod:`glbd.io.fibread`. This module moves bytes, holds the lock and re-arms one timer.
 Ownership rules and failover by the BFD engine: docs/fib.md.
 """
 
@@ -48,8 +50,7 @@ from typing import Any
 import structlog
 
 from glbd.codec.netlink import const as c
-from glbd.codec.netlink import fibmsg
-from glbd.codec.netlink.codec import IfInfoMsg, Message, RtMsg, Selected
+from glbd.codec.netlink.codec import Message, Selected
 from glbd.core.fibcache import FailoverMap, FibCache, FibStats, StaleKeep, route_sort_key
 from glbd.core.fibmodel import (
     Desired,
@@ -57,11 +58,8 @@ from glbd.core.fibmodel import (
     IPAddress,
     IPNetwork,
     KLink,
-    KRoute,
     Member,
-    Observed,
     Resilient,
-    RouteKey,
 )
 from glbd.core.fibplan import (
     GroupDel,
@@ -72,37 +70,30 @@ from glbd.core.fibplan import (
     Op,
     PlanParams,
     RouteDel,
-    assign_group_ids,
     assign_ids,
     plan,
 )
 from glbd.core.fibsnap import RouteLookup, snapshot
-from glbd.core.fibwire import (
-    LINK_KEEP,
-    ROUTE_WANT,
-    RowMemo,
-    observe,
-    ops_wire,
-    routes_from_rows,
+from glbd.core.fibstep import (
+    as_expected,
+    lane_groups,
+    lane_in_place,
+    step_desired,
+    step_ids,
+    step_needs_full,
+    step_notes,
 )
+from glbd.core.fibwire import RowMemo, observe, ops_wire
 from glbd.io.fibkernel import get_compat_mode, set_compat_mode
+from glbd.io.fibread import Audit, Read, detect_weight_bits, read_kernel
 from glbd.io.netlink import NetlinkError, NetlinkSocket
-from glbd.io.rtnl import (
-    link_dump,
-    nexthop_dump,
-    nexthop_event_filter,
-    route_dump,
-    route_event_filter,
-)
+from glbd.io.rtnl import nexthop_event_filter, route_event_filter
 
 __all__ = ["DEFAULT_PROTOCOL", "ApplyResult", "FibProgrammer"]
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_PROTOCOL = 200  # RTPROT value for glbd (glbd.app.config_fib.RTPROT_GLBD); FRR uses 186-198
-_AUDIT_SLICE = 5000  # route rows folded per loop turn: an audit must not stall other tasks
-#: a route audit: glbd's routes in its table, and the keys of routes that are not glbd's
-_Audit = tuple[dict[RouteKey, KRoute], set[RouteKey]]
 #: a step this large (routes planned or ops written) allocates a few hundred thousand objects
 #: that live until it ends; the collector's passes over the whole heap while they pile up cost
 #: a fifth of a 100k-route install, one pass over them afterwards far less
@@ -248,7 +239,9 @@ class FibProgrammer:
             self.cache.stale_until = self._clock() + self.stale_s
             self.cache.stale_keep = StaleKeep(set(o.routes), set(o.groups), set(o.nexthops))
         if self._weight_bits is None:
-            self._weight_bits = await self._detect_weight_bits()
+            self._weight_bits = await detect_weight_bits(
+                self._req, self.cache.obs, self.id_ranges, self.protocol
+            )
         log.info(
             "fib_started",
             netns=self.netns,
@@ -323,20 +316,7 @@ class FibProgrammer:
         d = fc.desired
         if d is None or self._req is None or (self._lock.locked() and self._busy is None):
             return frozenset()
-        busy = self._busy if self._lock.locked() else None
-        take: dict[str, GroupSpec] = {}
-        for key, w in weights.items():
-            spec = d.groups.get(key)
-            gid = fc.ids.groups.get(key)
-            if (
-                spec is None
-                or gid is None
-                or gid not in fc.obs.groups
-                or (busy is not None and key in busy)
-                or spec.weights.keys() != w.keys()
-            ):
-                continue
-            take[key] = GroupSpec(dict(w), spec.resilient)
+        take = lane_groups(fc, d, weights, self._busy if self._lock.locked() else None)
         if not take:
             return frozenset()
         new = Desired(groups={**d.groups, **take}, routes=d.routes)
@@ -348,11 +328,7 @@ class FibProgrammer:
             groups=take.keys(),
             known=self._realizable,
         )
-        # anything but in-place group replaces (a member to create, a group that can no
-        # longer exist) is a structural change: the normal path plans it
-        if any(type(op) is not GroupSet or op.create for op in pl.ops) or any(
-            pl.realizable.get(k) != self._realizable.get(k) for k in take
-        ):
+        if not lane_in_place(pl, self._realizable, take):  # structural: the steps plan it
             return frozenset()
         root = self._lane_parent[1] if self._lane_parent and self._lane_parent[0] is d else d
         self._lane_parent = (new, root)
@@ -442,40 +418,25 @@ class FibProgrammer:
         if d is None:
             raise RuntimeError("apply() a desired state first")
         add = dict(add or {})
-        gone = [pfx for pfx in remove if pfx not in add]
         dropped = set(remove_groups)
-        new_groups = dict(d.groups)
-        new_groups.update(groups or {})
-        for key in dropped:
-            new_groups.pop(key, None)
-        routes: Mapping[IPNetwork, str] = d.routes
-        if add or gone:  # else the same mapping: a weight change plans no route
-            routes = {**d.routes, **add}
-            for pfx in gone:
-                routes.pop(pfx, None)
+        changed = dict(groups or {})
         clean = not fc.routes_dirty and d.routes is self._planned_routes
-        fc.desired = new_desired = Desired(groups=new_groups, routes=routes)
+        new_desired, only = step_desired(d, changed, dropped, add, remove)
+        fc.desired = new_desired
         self.stats.applies += 1
         if not clean:
             return await self._sync_all()
         t0 = time.perf_counter()
         now = self._clock()
         fc.expire_held(now)
-        only = [*add, *gone]
         # an incremental step plans the named groups and routes alone (O(the change), not
         # O(the table)); the groups it drops are deleted by their previous ids
-        changed = dict(groups or {})
         before = fc.ids
         dying = [before.groups[k] for k in dropped if k in before.groups]
-        members_known = all(m in before.members for spec in changed.values() for m in spec.weights)
-        if not members_known:
-            fc.ids = assign_ids(fc.desired, fc.obs, fc.ids, self.id_ranges)
-        elif dropped or not all(k in before.groups for k in changed):
-            # BGP churn: new groups of known members, old ones dropped
-            fc.ids = assign_group_ids(fc.desired, fc.obs, before, changed, self.id_ranges)
+        fc.ids = step_ids(new_desired, fc.obs, before, changed, dropped, self.id_ranges)
         fc.relearn(add, now)
         pl = plan(
-            fc.desired,
+            new_desired,
             fc.obs,
             fc.ids,
             self._params(now),
@@ -485,28 +446,12 @@ class FibProgrammer:
             dying=dying,
         )
         realizable = dict(pl.realizable)
-        if realizable != self._realizable:
-            # a group that went, became (un)realizable or changed id: routes this step did
-            # not name may use it; a group new in this step has only named routes
-            was = self._realizable
-            moved = {
-                k
-                for k in realizable.keys() | was.keys()
-                if realizable.get(k) != was.get(k) and (k in d.groups or k in was)
-            }
-            named = set(only)
-            if moved and any(k in moved for pfx, k in routes.items() if pfx not in named):
-                return await self._sync_all()
-        self._planned_routes = routes
+        if step_needs_full(realizable, self._realizable, d.groups, new_desired.routes, only):
+            return await self._sync_all()
+        self._planned_routes = new_desired.routes
         self._realizable = realizable
-        named_s = {str(pfx) for pfx in only}
-        kept = {
-            k: v
-            for k, v in fc.notes.items()
-            if k not in changed and k not in dropped and k not in named_s
-        }
         fc.count_foreign(pl.notes)
-        fc.notes = {**kept, **pl.notes}
+        fc.notes = step_notes(fc.notes, pl.notes, changed, dropped, only)
         was_clean = self._clean_for is d
         self._clean_for = None
         errors = await self._execute(list(pl.ops))
@@ -528,7 +473,7 @@ class FibProgrammer:
                 read = await self._read(full)
             before = self.cache.obs
             self._take(*read)
-            if not full and self._as_expected(before):
+            if not full and as_expected(self.cache, before, self._clean_for, self._clean_links):
                 self.stats.reconciles_unchanged += 1
                 return ApplyResult(0)
             return await self._sync()
@@ -537,23 +482,6 @@ class FibProgrammer:
         """glbd's write batches and the kernel's notifications so far."""
         st = self.cache.stats
         return (self._writes, st.link_events, st.nexthop_events, st.overruns)
-
-    def _as_expected(self, before: Observed) -> bool:
-        """The dumps just taken show the kernel as the cache had it, the desired state is
-        the one last brought about, and nothing waits on a timer (held or excluded members,
-        the stale timer): planning would find nothing to do (O(groups) saved)."""
-        fc = self.cache
-        o = fc.obs
-        return (
-            self._clean_for is not None
-            and self._clean_for is fc.desired
-            and not (fc.routes_dirty or fc.need_full or fc.excluded or fc.held_until)
-            and fc.stale_keep is None
-            and o.nexthops == before.nexthops
-            and o.groups == before.groups
-            and o.links == self._clean_links
-            and o.foreign_ids == before.foreign_ids
-        )
 
     # -- failover -----------------------------------------------------------------------------
     async def remove_nexthop(self, gateway: str | IPAddress, ifname: str | None = None) -> int:
@@ -659,7 +587,7 @@ class FibProgrammer:
         fc = self.cache
         t0 = time.perf_counter()
         now = self._clock()
-        links = dict(fc.obs.links)  # what this plan sees (see _as_expected)
+        links = dict(fc.obs.links)  # what this plan sees (see fibstep.as_expected)
         fc.expire_held(now)
         fc.ids = assign_ids(d, fc.obs, fc.ids, self.id_ranges)
         full = fc.routes_dirty or d.routes is not self._planned_routes
@@ -732,7 +660,7 @@ class FibProgrammer:
         fast select dump: only the header and four attributes per route)."""
         self._take(*await self._read(full))
 
-    def _take(self, links: list[Selected], nhs: list[Message], audit: _Audit | None) -> None:
+    def _take(self, links: list[Selected], nhs: list[Message], audit: Audit | None) -> None:
         """Fold a refresh's dumps into the cache (routes carried over unless audited)."""
         fc = self.cache
         obs = observe(
@@ -741,81 +669,16 @@ class FibProgrammer:
         self._weight_bits = fc.load(obs, audit, self._weight_bits)
         self._kick()
 
-    async def _read(self, full: bool) -> tuple[list[Selected], list[Message], _Audit | None]:
+    async def _read(self, full: bool) -> Read:
         """The dumps of :meth:`_refresh` (links, nexthops, the route audit), not yet in the
         cache. One at a time: the kernel runs one dump per socket."""
         async with self._reading:
-            return await self._read_locked(full)
-
-    async def _read_locked(self, full: bool) -> tuple[list[Selected], list[Message], _Audit | None]:
-        assert self._req is not None
-        fc = self.cache
-        links = await self._req.dump_select(link_dump(skip_stats=True), IfInfoMsg, LINK_KEEP)
-        nhs = await self._req.dump(nexthop_dump())
-        audit: _Audit | None = None
-        if full:
-            rows = []
-            fc.route_log = []
-            try:
-                for fam in (2, 10):  # AF_INET, AF_INET6
-                    rows += await self._req.dump_select(
-                        route_dump(fam, table=self.table), RtMsg, ROUTE_WANT
-                    )
-            except BaseException:
-                fc.route_log = None
-                raise
-            memo: RowMemo = {}
-            audit = ({}, set())
-            for i in range(0, len(rows), _AUDIT_SLICE):
-                r, f = routes_from_rows(
-                    rows[i : i + _AUDIT_SLICE],
-                    protocol=self.protocol,
-                    table=self.table,
-                    memo=self._row_memo,
-                    new_memo=memo,
-                )
-                audit[0].update(r)
-                audit[1].update(f)
-                await asyncio.sleep(0)
-            self._row_memo = memo
-            self._last_audit = self._clock()
-        return links, nhs, audit
-
-    async def _detect_weight_bits(self) -> int:
-        """16-bit group weights (kernel >= 6.12, weight_high) or 8-bit. Known from an
-        NHA_OP_FLAGS in any group dump; otherwise probe with a throw-away blackhole nexthop and a
-        one-member group of weight 300 in glbd's id range (needs ``lo`` up). The probe ids are
-        free ones, created exclusively, and only what the probe created is deleted."""
-        o = self.cache.obs
-        if o.weight_16bit:
-            return 16
-        assert self._req is not None
-        r = self.id_ranges
-        taken = o.foreign_ids | o.nexthops.keys() | o.groups.keys()
-        nh_id = next(i for i in range(r.member_base + r.size - 1, 0, -1) if i not in taken)
-        grp_id = next(i for i in range(r.group_base + r.size - 1, 0, -1) if i not in taken)
-        bits = 8
-        created: list[int] = []
-        try:
-            await self._req.request(fibmsg.blackhole_nexthop(nh_id, protocol=self.protocol))
-            created.append(nh_id)
-            try:
-                grp = [(nh_id, 300)]
-                msg = fibmsg.group_set(
-                    grp_id, grp, protocol=self.protocol, create=True, weight_16bit=True
-                )
-                await self._req.request(msg)
-                created.append(grp_id)
-                bits = 16
-            except NetlinkError as e:
-                log.info("fib_weight_probe", result="8bit", error=str(e))
-        except NetlinkError as e:
-            log.info("fib_weight_probe", result="unknown", error=str(e))
-        finally:
-            for i in reversed(created):
-                with contextlib.suppress(NetlinkError):
-                    await self._req.request(fibmsg.nexthop_del(i))
-        return bits
+            assert self._req is not None
+            read, memo = await read_kernel(self._req, self.cache, full, self._row_memo)
+            if memo is not None:  # audited
+                self._row_memo = memo
+                self._last_audit = self._clock()
+            return read
 
     # -- events and the reconcile loop --------------------------------------------------------
     def _on_event(self, msg: Message) -> None:

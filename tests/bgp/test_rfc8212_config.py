@@ -9,7 +9,7 @@ import pytest
 
 from glbd.app import config as cfgmod
 from glbd.app import params
-from glbd.cli.glbctl import COLUMNS
+from glbd.cli.glbctl_render import COLUMNS
 from glbd.cli.glbd import check_config
 
 
