@@ -369,22 +369,23 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
             return len(data) // 32
 
     node.bfd = Engine()  # type: ignore[assignment]
+    arming = node.fib_service.failover
     gw, other = ipaddress.ip_address("198.18.1.0"), ipaddress.ip_address("198.18.2.0")
-    node.failover.map_changed({(gw, "leaf1-sw1"): (7, 9), (other, "leaf1-sw2"): (8,)})
-    assert await node.failover.settled()
+    arming.map_changed({(gw, "leaf1-sw1"): (7, 9), (other, "leaf1-sw2"): (8,)})
+    assert await arming.settled()
     assert armed == [("leaf1-sw1", "198.18.1.0", failover_wire([7, 9]))]
-    node.failover.map_changed({(gw, "leaf1-sw1"): (7, 9)})  # only the other one changed
-    await node.failover.settled()
+    arming.map_changed({(gw, "leaf1-sw1"): (7, 9)})  # only the other one changed
+    await arming.settled()
     assert len(armed) == 1
-    node.failover.map_changed({})  # the member is gone: disarm
-    await node.failover.settled()
+    arming.map_changed({})  # the member is gone: disarm
+    await arming.settled()
     assert armed[-1] == ("leaf1-sw1", "198.18.1.0", b"")
-    node.failover.map_changed({(gw, "leaf1-sw1"): (7,)})
-    await node.failover.settled()
+    arming.map_changed({(gw, "leaf1-sw1"): (7,)})
+    await arming.settled()
     assert armed[-1] == ("leaf1-sw1", "198.18.1.0", failover_wire([7]))
     node.cfg = cfgmod.load(_write_cfg(tmp_path, "[bfd]\nkernel_failover = false\n"))
-    node.failover.rearm()
-    await node.failover.settled()
+    arming.rearm()
+    await arming.settled()
     assert armed[-1] == ("leaf1-sw1", "198.18.1.0", b"")
     assert node.counters["bfd_failover_arms"] == 4
 

@@ -215,7 +215,7 @@ async def test_a_component_that_fails_fails_the_reload_and_is_named(
 async def test_fib_reconcile_intervals_apply_on_reload(tmp_path: Path) -> None:
     old = _load(tmp_path)
     node = Node(Daemon("glbd.toml", old))
-    node.fib = node.build_fib()
+    node.fib = node.fib_service.build()
     assert (node.fib.reconcile_interval_s, node.fib.route_audit_interval_s) == (5.0, 60.0)
     new = _load(tmp_path, "[fib]\nreconcile_interval_s = 2.0\nroute_audit_interval_s = 30.0\n")
     ch = cfgmod.diff(old, new)

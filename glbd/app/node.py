@@ -2,24 +2,25 @@
 
 Parts (start order; stop runs in reverse; :mod:`glbd.app.parts` shows them to the daemon)::
 
-    fib      FibProgrammer: adopt what the kernel has (never flush), then follow the path table
+    fib      FibService (glbd.app.fibservice): FibProgrammer, FIB sync, fast lane, failover
     quality  LinkMonitor + HeartbeatEndpoint (sender: helper, receiver: load balancer) + PathTable
     bfd      BfdEngine in its own process; state changes hop onto the loop
     bgp      BgpSpeaker: ExaBGP child + Clos RIB (NNHN origination/validation)
 
-Event routing (all on the event loop; each event is routed once, downward):
+The node holds no part's logic; it routes each event once, downward, on the event loop:
 
-* RIB ``NextHopsChanged`` -> path table -> its ``Changes`` -> FIB sync
-  (:class:`glbd.core.fibsync.FibSync` decides full apply / group replaces / update);
+* RIB ``NextHopsChanged`` -> path table -> its ``Changes`` -> the flowlet move gate, then
+  ``FibService.table_changed`` (fast lane, or :class:`glbd.core.fibsync.FibSync`'s next step);
 * RIB ``PeerUp``/``PeerDown`` -> heartbeat neighbors (a heartbeat is accepted only from the BGP
   neighbor on that interface, by its BGP id) and the far-end ids in our own heartbeat entries;
-  the first ``PeerUp`` starts the FIB hold-down;
+  ``PeerUp`` -> ``FibService.bgp_up`` (the first one starts the FIB hold-down);
 * link monitor -> path table (local quality) and heartbeat sender (our links' entries);
 * heartbeat receiver -> path table (remote quality; expiry = unknown -> DLB fallback);
-* BFD Down (a failure) -> FIB fast failover (the next hop leaves every group at once, before any
-  recomputation), then from the ready queue the log record and the RIB (strict mode, session
-  teardown); BFD Up -> back in; a peer's AdminDown is not a failure;
-* FIB failover map -> the BFD engine's armed kernel failover, per session;
+* BFD Down (a failure) -> ``FibService.bfd_state`` (fast failover: the next hop leaves every
+  group at once, before any recomputation), then from the ready queue the log record and the
+  RIB (strict mode, session teardown); BFD Up -> back in; a peer's AdminDown is not a failure;
+* FIB failover map -> the BFD engine's armed kernel failover, per session (the FIB service's);
+* flowlet timeout, ``[fib]`` reload -> the FIB service (the next sync rewrites the groups);
 * interface and address notifications -> origination (:mod:`glbd.app.origination`) -> the
   RIB's originated set (a host port down withdraws its prefixes at once).
 """
@@ -46,10 +47,9 @@ from glbd.app import log as logmod
 from glbd.app import metrics_daemon, params, views
 from glbd.app.component import Host
 from glbd.app.config_peers import NeighborSection
-from glbd.app.failover import FailoverArming
+from glbd.app.fibservice import FibService
 from glbd.app.neighbors import LocalAddresses
 from glbd.app.origination import Origination
-from glbd.core.fibsync import FibSync, Step
 from glbd.core.gracestop import GracefulRestartArm, StopPlan
 from glbd.core.linkq import LinkMonitor, QualityChanged
 from glbd.core.pathchanges import Changes
@@ -62,7 +62,6 @@ from glbd.io.fib import FibProgrammer
 from glbd.io.linkrunner import MonitorRunner
 from glbd.io.linkstats import StatsReader
 from glbd.io.ndp import NdpSpeaker
-from glbd.io.netns import read_sysctl
 from heartbeat.receiver import Neighbor, Receiver, RemoteUpdate
 from heartbeat.sender import Sender, initial_sequence
 from heartbeat.transport import HeartbeatEndpoint
@@ -78,11 +77,6 @@ BFD_BACKOFF_MAX_S = 30.0
 BFD_BACKOFF_RESET_S = 60.0
 #: how long a fresh interpreter on a busy box may take to answer the BFD engine's first call
 BFD_CALL_TIMEOUT_S = 20.0
-#: how long BGP is up before adopted kernel state may change (``FibSync``'s hold-down; none
-#: when the start adopted nothing)
-FIB_HOLD_S = 1.0
-#: the kernel's multipath hash: 0 hashes on addresses only
-HASH_POLICY_SYSCTL = "net.ipv4.fib_multipath_hash_policy"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -113,19 +107,11 @@ class Node:
             "local_changes": 0,
             "graceful_restart_arms": 0,
         }
-        self.fibsync = FibSync(FIB_HOLD_S)
-        #: the flowlet timeout in force (None: flowlets off); an "auto" idle timer follows it
-        self.flowlet_timeout_s: float | None = None
         #: told every weight change of the path table (the flowlet part's move gate)
         self.on_weights: Callable[[Changes], None] | None = None
-        self.last_fib_sync: dict[str, Any] = {}
         self.latency = metrics_daemon.Latencies()
-        self._remote_since: float | None = None  # first weight-changing heartbeat not yet synced
-        self._fib_task: asyncio.Task[None] | None = None
-        self._fib_timer: asyncio.TimerHandle | None = None
         self.peer_ids: dict[IPAddress, int] = {}  # BGP neighbor -> its BGP id (from OPEN)
         self.iface_of: dict[IPAddress, str] = {n.address: n.interface for n in self.cfg.neighbors}
-        self.fib: FibProgrammer | None = None
         self.table: PathTable | None = None
         self.monitor: LinkMonitor | None = None
         self.runner: MonitorRunner | None = None
@@ -149,33 +135,21 @@ class Node:
         self.stop_plan: StopPlan | None = None
         self._stats: StatsReader | None = None
         self._exabgp_dir: Path | None = None
-        self.failover = FailoverArming(self.loop, lambda: self.bfd, lambda: self.cfg, self.counters)
+        #: the FIB part: programmer, sync, fast lane, failover (it counts into ``counters``)
+        self.fib_service = FibService(self)
         # neighbors whose port is down or missing wait here; the others start without them
         self.addrs = LocalAddresses(self.loop, self._neighbors_resolved, self._neighbors_lost)
 
     @property
-    def fib_hold_s(self) -> float:
-        """How long after BGP's first session the FIB leaves adopted state alone."""
-        return self.fibsync.hold_s
+    def fib(self) -> FibProgrammer | None:
+        """The FIB service's programmer (None before the fib part starts)."""
+        return self.fib_service.fib
 
-    @fib_hold_s.setter
-    def fib_hold_s(self, value: float) -> None:
-        self.fibsync.hold_s = value
+    @fib.setter
+    def fib(self, value: FibProgrammer | None) -> None:
+        self.fib_service.fib = value
 
     # ---- construction -------------------------------------------------------------------
-
-    def build_fib(self) -> FibProgrammer:
-        f = self.cfg.fib
-        return FibProgrammer(
-            netns=self.netns,
-            protocol=f.protocol,
-            table=f.table,
-            compat_mode=0 if f.set_compat_mode_off else None,
-            reconcile_interval_s=f.reconcile_interval_s,
-            route_audit_interval_s=f.route_audit_interval_s,
-            resilient=params.resilient(f, self.flowlet_timeout_s),
-            stale_s=f.stale_timer_s,
-        )
 
     def build_table(self) -> PathTable:
         return PathTable(params.table_params(self.cfg))
@@ -206,34 +180,10 @@ class Node:
     # ---- start / stop per part ------------------------------------------------------------
 
     async def start_fib(self) -> None:
-        self.fib = self.build_fib()
-        self.fib.on_failover_map = self.failover.map_changed
-        await self.fib.start(adopt=True)
-        self.fibsync.adopted(self.fib.adopted)
-        self._warn_l3_hash()
-
-    def _warn_l3_hash(self) -> None:
-        """A load balancer whose kernel hashes on addresses only puts every flow between two
-        hosts on one next hop; flowlets set the policy themselves (``set_hash_policy``)."""
-        if not self.cfg.is_load_balancer or self.cfg.flowlet.enabled:
-            return
-        with contextlib.suppress(OSError):
-            if read_sysctl(HASH_POLICY_SYSCTL, self.netns) == "0":
-                log.warning(
-                    "fib_hash_policy_l3_only",
-                    sysctl=HASH_POLICY_SYSCTL,
-                    hint="flows between two hosts share one next hop; set it to 1 (ports)",
-                )
+        await self.fib_service.start()
 
     async def stop_fib(self) -> None:
-        if self._fib_timer is not None:
-            self._fib_timer.cancel()
-        if self._fib_task is not None:
-            self._fib_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._fib_task
-        if self.fib is not None:
-            await self.fib.stop(keep=self.cfg.fib.on_stop == "keep")
+        await self.fib_service.stop()
 
     async def start_quality(self) -> None:
         self.table = self.build_table()
@@ -278,7 +228,7 @@ class Node:
         await asyncio.to_thread(self.bfd.start)
         for s in sessions:
             await asyncio.to_thread(self.bfd.add_session, s)
-        self.failover.rearm(all_sessions=True)
+        self.fib_service.sessions_reset()
 
     def _bfd_exited(self, engine: BfdEngine, rc: int | None) -> None:
         """The engine died. Fast failover is off until it is back: restart it (at once, then
@@ -353,7 +303,7 @@ class Node:
     async def stop_bfd(self) -> None:
         self.bfd_down_since = None  # BFD off is not a dead engine (status, watchdog)
         await self.addrs.close()
-        await self.failover.stop()
+        await self.fib_service.stop_failover()
         if self.bfd is not None:
             engine, self.bfd = self.bfd, None
             await asyncio.to_thread(engine.stop)
@@ -481,16 +431,7 @@ class Node:
         if _neighbors_changed(ch) and self.addrs.ready:
             self.addrs.update(new)
         if "fib" in ch["sections"]:
-            # group type/buckets/timers apply to the next sync (make-before-break in the FIB);
-            # protocol/table changes would orphan installed state: those need a restart
-            log.info("reload_fib", note="group parameters apply from the next sync")
-            if self.fib is not None:  # the intervals from the reconcile's next run
-                f = new.fib
-                self.fib.reconcile_interval_s = f.reconcile_interval_s
-                self.fib.route_audit_interval_s = f.route_audit_interval_s
-                self.fib.resilient = params.resilient(f, self.flowlet_timeout_s)
-            if self.fibsync.request_full(self.loop.time()):
-                self._start_fib_sync()
+            self.fib_service.reconfigure(new.fib)
 
     async def reconfigure_quality(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
         if self.table is not None and {"path_quality", "heartbeat"} & set(ch["sections"]):
@@ -546,7 +487,7 @@ class Node:
             else:
                 await asyncio.to_thread(self.bfd.add_session, sess)
         # an update that changed the source address re-creates the session, unarmed: re-arm all
-        self.failover.rearm(all_sessions=True)
+        self.fib_service.sessions_reset()
 
     async def reconfigure_bgp(self, new: cfgmod.Config, ch: dict[str, Any]) -> None:
         if self.bgp is None:
@@ -623,8 +564,7 @@ class Node:
                 if self.table.fallback_total:
                     self._note_fallbacks(self.table)
         elif isinstance(ev, PeerUp):
-            self.fibsync.bgp_up(self.loop.time())
-            self._arm_fib_timer()
+            self.fib_service.bgp_up(self.loop.time())
             if ev.bgp_id is not None:
                 self.peer_ids[ev.peer] = int(ev.bgp_id)
             self._update_heartbeat_neighbors()
@@ -726,15 +666,13 @@ class Node:
         self.counters["remote_updates"] += len(updates)
         agg = self.table.set_remotes((u.node_id, u.entries) for u in updates)
         if agg:
-            # timed only once syncs run (not through the start's hold-down)
-            if self._remote_since is None and not self.fibsync.held(self.loop.time()):
-                self._remote_since = time.monotonic()
+            self.fib_service.remote_moved()
             self._table_changed(agg)
 
     def on_bfd(self, ev: BfdEvent) -> None:
         """BFD state changes. A failure takes the next hop out of every kernel group first:
-        the failover is mirrored here or queued as a task before anything else; the log
-        record and the RIB (every prefix of that peer: path table, FIB sync, BGP teardown)
+        the FIB service mirrors the failover or queues it as a task before anything else; the
+        log record and the RIB (every prefix of that peer: path table, FIB sync, BGP teardown)
         follow from the loop's ready queue, in event order."""
         self.counters["bfd_events"] += 1
         if ev.new is State.UP:
@@ -742,18 +680,7 @@ class Node:
         else:
             self._bfd_up.discard((ev.interface, ev.peer))
         peer = ipaddress.ip_address(ev.peer)
-        if self.fib is not None:
-            if ev.new is not State.UP and ev.failure:
-                self.counters["fib_fast_failovers"] += 1
-                if ev.failover_sent:
-                    # the engine already deleted the peer's member nexthops (bfd.failover):
-                    # mirror that and keep the member out until BFD is Up again
-                    self.counters["bfd_engine_failovers"] += 1
-                    self.fib.failed_over(peer, ev.interface)
-                else:
-                    self.loop.create_task(self.fib.remove_nexthop(peer, ev.interface))
-            elif ev.new is State.UP:
-                self.loop.create_task(self.fib.restore_nexthop(peer, ev.interface))
+        self.fib_service.bfd_state(ev, peer)
         # one deferred step per event keeps a Down and the Up right after it (a flap read from
         # the engine in one go) in order at the RIB; out of order, the peer stays BFD-down
         self.loop.call_soon(self._bfd_to_rib, ev, peer)
@@ -783,7 +710,7 @@ class Node:
         elif ev.reason == "neighbor_admin_down":
             self.bgp.peer_bfd_admin_down(peer)
 
-    # ---- FIB sync (the decision is glbd.core.fibsync; this runs it) -------------------------
+    # ---- the path table's changes ------------------------------------------------------
 
     def _note_fallbacks(self, table: PathTable) -> None:
         """Prefixes the profile cap routes over plain ECMP: counted by reason (``glbctl
@@ -796,118 +723,20 @@ class Node:
             log.warning("profile_cap_reached", **warn)
 
     def _table_changed(self, changes: Changes) -> None:
-        """Route what the path table returned to the FIB sync. New weights of groups the
-        kernel has go out at once on the FIB's fast lane; the rest waits for the next step."""
+        """Route what the path table returned: the flowlet part's move gate first, then the
+        FIB service (its fast lane, or the next sync step)."""
         if not changes:
             return
         if self.on_weights is not None:
             self.on_weights(changes)
-        if self.fib is not None and self.table is not None and not changes.prefixes:
-            specs = self.fibsync.fast_weights(
-                self.table,
-                changes,
-                params.resilient(self.cfg.fib, self.flowlet_timeout_s),
-                self.loop.time(),
-            )
-            if specs:
-                taken = self.fib.weights_now({k: s.weights for k, s in specs.items()})
-                if taken:
-                    self.counters["fib_fast_weights"] += 1
-                    since, self._remote_since = self._remote_since, None
-                    self.latency.sent_now(since, time.monotonic())
-                    changes = Changes(changes.updated - taken, changes.removed, changes.prefixes)
-                    if not changes:
-                        return
-        self.fibsync.add(changes)
-        self.schedule_fib_sync()
-
-    def schedule_fib_sync(self) -> None:
-        if self.fibsync.request(self.loop.time()):
-            self._start_fib_sync()
-
-    def _start_fib_sync(self) -> None:
-        if self._fib_task is None or self._fib_task.done():
-            self._fib_task = self.loop.create_task(self._fib_sync_loop())
-
-    def _arm_fib_timer(self) -> None:
-        deadline = self.fibsync.next_deadline()
-        if deadline is not None and self._fib_timer is None:
-            self._fib_timer = self.loop.call_at(deadline, self._on_fib_timer)
-
-    def _on_fib_timer(self) -> None:
-        self._fib_timer = None
-        if self.fibsync.on_timer(self.loop.time()):
-            self._start_fib_sync()
-        self._arm_fib_timer()  # a timer that fired early: again
-
-    async def _fib_sync_loop(self) -> None:
-        """Run the steps the FIB sync plans until nothing is dirty."""
-        while self.fibsync.dirty:
-            if self.fib is None or self.table is None:
-                self.fibsync.dirty = False
-                return
-            step = self.fibsync.plan(
-                self.table, params.resilient(self.cfg.fib, self.flowlet_timeout_s)
-            )
-            if step is None:
-                return
-            t0 = time.perf_counter()
-            since, self._remote_since = self._remote_since, None  # this step carries them
-            try:
-                result = await self._run_step(step)
-            except Exception as e:  # the kernel said no: count, log, redo it fully next time
-                self._remote_since = since if since is not None else self._remote_since
-                self.counters["fib_sync_errors"] += 1
-                self.fibsync.failed()
-                log.error("fib_sync_failed", mode=step.mode, error=repr(e))
-                continue
-            self.fibsync.done(step)
-            if step.kind == "none":  # nothing written: the full step that follows carries them
-                self._remote_since = since if since is not None else self._remote_since
-            else:
-                self.latency.synced(time.perf_counter() - t0, since, time.monotonic())
-            self.counters["fib_syncs"] += 1
-            self.last_fib_sync = {
-                "at": time.time(),
-                "mode": step.mode,
-                "ms": round((time.perf_counter() - t0) * 1e3, 3),
-                "result": views.plain(result),
-            }
-
-    async def _run_step(self, step: Step) -> Any:
-        assert self.fib is not None
-        if step.kind == "apply":
-            assert step.desired is not None
-            return await self.fib.apply(step.desired)
-        if step.kind == "set_weights":  # group replaces in one batch, no route touched
-            return await self.fib.set_group_weights(
-                {key: spec.weights for key, spec in step.groups.items()}
-            )
-        if step.kind == "update":
-            return await self.fib.update(
-                groups=step.groups,
-                remove_groups=step.remove_groups,
-                add=step.add,
-                remove=step.remove,
-            )
-        return None  # "none": a full step follows
+        self.fib_service.table_changed(changes)
 
     # ---- flowlets --------------------------------------------------------------------------
 
     def set_flowlet_timeout(self, timeout_s: float | None) -> None:
-        """The flowlet timeout changed (None: flowlets off): resilient groups whose idle timer
-        follows it are rewritten by the next sync."""
-        if timeout_s == self.flowlet_timeout_s:
-            return
-        before = params.resilient(self.cfg.fib, self.flowlet_timeout_s)
-        self.flowlet_timeout_s = timeout_s
-        after = params.resilient(self.cfg.fib, timeout_s)
-        if after == before:
-            return
-        if self.fib is not None:
-            self.fib.resilient = after
-        if self.fibsync.request_full(self.loop.time()):
-            self._start_fib_sync()
+        """The flowlet timeout changed (None: flowlets off): to the FIB service, whose next
+        sync rewrites the resilient groups whose idle timer follows it."""
+        self.fib_service.set_flowlet_timeout(timeout_s)
 
     def queue_delays_us(self) -> tuple[float, float]:
         """The deepest queue, as drain time, on the fabric links of this node (the link
@@ -939,8 +768,7 @@ class Node:
         )
 
     def fib_snapshot(self) -> dict[str, Any]:
-        fib = self.fib.snapshot(routes=False) if self.fib else {}
-        return views.fib_snapshot(fib, self.table, self.last_fib_sync)
+        return self.fib_service.snapshot()
 
 
 def _neighbors_changed(ch: dict[str, Any]) -> bool:

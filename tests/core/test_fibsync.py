@@ -33,7 +33,7 @@ class ModelFib:
         self.fail_next = False
 
     def run(self, step: Step) -> None:
-        """What the node does with a step (``Node._run_step``)."""
+        """What the node does with a step (``FibService._run_step``)."""
         if self.fail_next:
             self.fail_next = False
             raise OSError("the kernel said no")
@@ -88,7 +88,7 @@ class Rig:
 
     def __init__(self, incremental: bool = True, hold_s: float = 0.0, lane: bool = False) -> None:
         self.sync = FibSync(hold_s, incremental_profiles=incremental)
-        self.lane = lane  # weights-only changes go out at once (``Node._table_changed``)
+        self.lane = lane  # weights-only changes go out at once (``FibService.table_changed``)
         self.fib = ModelFib()
         self.table = PathTable()
         self.now = 0.0

@@ -186,7 +186,7 @@ def test_armed_restart_between_glbds_keeps_the_routes(netns_lab: Lab, tmp_path: 
                 return False
             if len(kernel_group_for(fab, "leaf2", P1)) != 2:
                 return False
-            # a spine programs its FIB 1 s after its first session came up (node.FIB_HOLD_S)
+            # a spine programs its FIB 1 s after its first session came up (fibservice.FIB_HOLD_S)
             return all(kernel_group_for(fab, s, p) for s in SPINES for p in (P1, P2))
 
         wait_until(settled_all, 90, what="the glbd fabric settled")

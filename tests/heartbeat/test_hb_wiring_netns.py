@@ -63,7 +63,7 @@ async def test_nodes_exchange_ipv6_heartbeats_over_link_local_sessions(
     spine = Node(Daemon("spine.toml", spine_cfg))
     leaf = Node(Daemon("leaf.toml", leaf_cfg))
     for n in (spine, leaf):
-        n.fib_hold_s = 3600.0  # no FIB here: the first sync must not come during the test
+        n.fib_service.hold_s = 3600.0  # no FIB here: no sync may come during the test
         n.endpoint = n.build_endpoint()
     assert spine.endpoint is not None and spine.endpoint.sender is not None
     assert leaf.endpoint is not None and leaf.endpoint.receiver is not None

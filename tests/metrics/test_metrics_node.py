@@ -71,8 +71,8 @@ async def test_heartbeat_that_moves_a_weight_is_timed_until_the_fib_sync_program
     node.table = t = node.build_table()
     fib = FakeFib()
     node.fib = fib  # type: ignore[assignment]
-    node.fib_hold_s = 0.0
-    node.fibsync.bgp_up(node.loop.time())  # the first BGP session: syncs may run
+    node.fib_service.hold_s = 0.0
+    node.fib_service.sync.bgp_up(node.loop.time())  # the first BGP session: syncs may run
     for nh in NH:
         t.set_local(nh.ifname or "", LocalLink(7, False, G))
     all_remote(t)

@@ -23,7 +23,7 @@ async def test_path_quality_reload_applies_weight_memory_and_combine(tmp_path: P
     node.table = t = node.build_table()
     assert t.params.memory and t.params.combine == "bottleneck"
     synced: list[int] = []
-    node.schedule_fib_sync = lambda: synced.append(1)  # type: ignore[method-assign]
+    node.fib_service.schedule_sync = lambda: synced.append(1)  # type: ignore[method-assign]
 
     all_remote(t)
     t.set_prefix("p2", to_leaf(L2))
@@ -50,7 +50,7 @@ async def test_path_quality_reload_applies_weight_memory_and_combine(tmp_path: P
     assert w(t, "p3") == [255] * 4
     assert synced == [1]
     # only leaf 2's profile moved: the FIB sync gets that one, not leaf 3's
-    assert node.fibsync.pending().updated == {t.profile_of("p2")}
+    assert node.fib_service.sync.pending().updated == {t.profile_of("p2")}
     assert t.to_dict()["weight_memory"] is False
 
     # and back: the memory starts empty (a config change is not a measurement)
@@ -66,5 +66,5 @@ async def test_profiles_last_sync_is_null_before_the_first_fib_sync(tmp_path: Pa
     node = Node(Daemon("glbd.toml", _cfg(tmp_path)))
     node.table = node.build_table()
     assert node.fib_snapshot()["last_sync"] is None
-    node.last_fib_sync = {"at": 1.0, "ms": 2.0, "mode": "full", "result": "ok"}
+    node.fib_service.last_sync = {"at": 1.0, "ms": 2.0, "mode": "full", "result": "ok"}
     assert node.fib_snapshot()["last_sync"]["mode"] == "full"
