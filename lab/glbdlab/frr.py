@@ -339,6 +339,24 @@ class FrrInstance:
         data = self.vtysh_json("show bfd peers json")
         return {str(p.get("peer")): str(p.get("status")) for p in data or []}
 
+    def bfd_bound(self) -> dict[str, str]:
+        """{peer address: BFD status}, "unbound" while bgpd has not yet told bfdd the session's
+        source address. bgpd learns it when BGP first establishes and then installs the
+        session anew: the new session starts Down and signals it, which takes a session that
+        was already up down with it (and the BGP session on top, on either side)."""
+        data = self.vtysh_json("show bfd peers json")
+        return {
+            str(p.get("peer")): str(p.get("status")) if p.get("local") else "unbound"
+            for p in data or []
+        }
+
+    def wait_settled(self, peers: Iterable[str], timeout: float = 60) -> None:
+        """Wait until the sessions to ``peers`` are past FRR's start-up: BGP Established and
+        BFD up on its source address (see :meth:`bfd_bound`), so no reset is still to come."""
+        peers = list(peers)
+        self._wait("BFD", self.bfd_bound, "up", peers, timeout)
+        self._wait("BGP", self.bgp_peers, "Established", peers, timeout)
+
     def _wait(
         self, what: str, get: Any, want: str, peers: Iterable[str] | None, timeout: float
     ) -> None:

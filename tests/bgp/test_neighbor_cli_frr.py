@@ -75,6 +75,11 @@ def rig(netns_lab: Lab, tmp_path: Path) -> Iterator[Rig]:
             return sum(1 for row in rows if row["state"] == "up") == 2
 
         wait_until(both_up, 90, what="leaf1's sessions to both FRR spines")
+        # FRR resets a BFD session once BGP is first up (its source address is known only
+        # then); a session that came up before that goes down once more: wait until it is past
+        for spine in ("spine1", "spine2"):
+            frr[spine].wait_settled([fab.addr("leaf1", spine)])
+        wait_until(both_up, 90, what="leaf1's sessions to both FRR spines, once settled")
         wait_until(
             lambda: r.frr_path_from_leaf1("spine1") is not None, 30, what="leaf1's prefix at spine1"
         )
