@@ -79,10 +79,10 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ] || [ lab
   touch .venv/.installed
 fi
 
-# glbd's flowlet program (tc BPF), compiled from glbd/bpf/flowlet.bpf.c next to its source
-if [ ! -e glbd/bpf/flowlet.bpf.o ] || [ glbd/bpf/flowlet.bpf.c -nt glbd/bpf/flowlet.bpf.o ]; then
-  step "bpf: glbd/bpf/flowlet.bpf.o (clang -target bpf)"
-  glbd/bpf/build.sh
+# glbd's flowlet program (tc BPF), compiled from glbd/flowlet/bpf/flowlet.bpf.c next to its source
+if [ ! -e glbd/flowlet/bpf/flowlet.bpf.o ] || [ glbd/flowlet/bpf/flowlet.bpf.c -nt glbd/flowlet/bpf/flowlet.bpf.o ]; then
+  step "bpf: glbd/flowlet/bpf/flowlet.bpf.o (clang -target bpf)"
+  glbd/flowlet/bpf/build.sh
 fi
 
 step "lab: FRR 10.x chroot (Debian sid, cached)"

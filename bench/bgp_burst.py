@@ -26,10 +26,10 @@ from timing import rate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "bgp"))
 
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
 
 DEBUG = False
 A = ipaddress.ip_address

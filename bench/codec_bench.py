@@ -19,8 +19,8 @@ from typing import Any
 from timing import rate
 
 from bfd import packet as bfd_packet
-from glbd.codec import control as ctlproto
-from glbd.codec import nhc
+from glbd.bgp import nhc
+from glbd.control import protocol as ctlproto
 from heartbeat import wire
 
 FRR_BFD = bytes.fromhex("208003182b4550d71ed7609d000f4240000f42400000c350")

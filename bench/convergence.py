@@ -94,7 +94,7 @@ class FibProbe:
     only; the expanded multipath attribute is skipped unparsed)."""
 
     def __init__(self, netns: str) -> None:
-        from glbd.io.netlink import NetlinkSocket
+        from glbd.netlink.rtsocket import NetlinkSocket
 
         self.loop = asyncio.new_event_loop()
         self.netns = netns
@@ -104,8 +104,8 @@ class FibProbe:
 
         self.sock = self.loop.run_until_complete(opener())
         # route and nexthop notifications, only counted: no change since the last dump, no dump
-        from glbd.codec.netlink import const as c
-        from glbd.io.netlink import open_route_socket
+        from glbd.netlink import const as c
+        from glbd.netlink.rtsocket import open_route_socket
 
         self.events = open_route_socket(
             netns=netns, groups=(c.RTNLGRP_IPV4_ROUTE, c.RTNLGRP_NEXTHOP), strict_check=False,
@@ -132,9 +132,9 @@ class FibProbe:
         self.loop.close()
 
     async def _state(self) -> FibState:
-        from glbd.codec.netlink import const as c
-        from glbd.codec.netlink.codec import NhMsg, RtMsg
-        from glbd.io.rtnl import nexthop_dump, route_dump
+        from glbd.netlink import const as c
+        from glbd.netlink.codec import NhMsg, RtMsg
+        from glbd.netlink.rtnl import nexthop_dump, route_dump
 
         t0 = time.monotonic()
         width: dict[int, int] = {}
@@ -250,7 +250,7 @@ class GlbdSpeaker(Speaker):
         if self.args.rt_priority is not None:  # a top-level key: before every section
             text = f"rt_priority = {self.args.rt_priority}\n" + text
         conf.write_text(text)
-        log = open(self.run_dir / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.run_dir / "glbd.daemon.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = self.leaf.popen(
             [sys.executable, "-m", "glbd", "run", "-c", str(conf)],
             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -263,7 +263,7 @@ class GlbdSpeaker(Speaker):
     def bfd_failures(self) -> dict[str, int]:
         """reason -> count of the BFD sessions glbd saw fail (its log)."""
         out: dict[str, int] = {}
-        with contextlib.suppress(OSError), open(self.run_dir / "glbd.app.log") as f:
+        with contextlib.suppress(OSError), open(self.run_dir / "glbd.daemon.log") as f:
             for line in f:
                 if '"bfd_state"' in line:
                     with contextlib.suppress(ValueError):

@@ -63,9 +63,9 @@ from glbdlab.nodes import GlbdNode, GlbdOptions, start_glbd, stop_all, wait_unti
 from glbdlab.procstat import cpu_ticks, descendants
 from glbdlab.topology import Fabric, leaf_spine
 
-from glbd.app.config_bfd import BfdSection
-from glbd.app.config_peers import BgpSection
-from glbd.app.config_quality import HeartbeatSection, LinkQualitySection
+from glbd.config.config_bfd import BfdSection
+from glbd.config.config_peers import BgpSection
+from glbd.config.config_quality import HeartbeatSection, LinkQualitySection
 
 HZ = os.sysconf("SC_CLK_TCK")
 

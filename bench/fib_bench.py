@@ -35,16 +35,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from glbdlab.netns import Lab, Netns
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
-from glbd.codec.prefix import Net4
-from glbd.core.fibmodel import Desired, GroupSpec, Member
-from glbd.core.fibplan import GroupSet, RouteSet
-from glbd.core.fibwire import op_message
-from glbd.io.fib import FibProgrammer
-from glbd.io.fibkernel import set_compat_mode
-from glbd.io.netlink import NetlinkSocket
-from glbd.io.rtnl import LINK_WANT, link_dump, link_state
+from glbd.base.prefix import Net4
+from glbd.fib.fibkernel import set_compat_mode
+from glbd.fib.fibmodel import Desired, GroupSpec, Member
+from glbd.fib.fibplan import GroupSet, RouteSet
+from glbd.fib.fibwire import op_message
+from glbd.fib.programmer import FibProgrammer
+from glbd.netlink import const as c
+from glbd.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
+from glbd.netlink.rtnl import LINK_WANT, link_dump, link_state
+from glbd.netlink.rtsocket import NetlinkSocket
 
 PROTO = 200
 GW = ["198.18.10.2", "198.18.10.6", "198.18.10.10"]
@@ -53,7 +53,7 @@ BASE = int(ipaddress.IPv4Address("198.18.16.0"))
 
 
 def prefixes(n: int) -> list[Net4]:
-    """The routes' prefixes as glbd's path table hands them to the FIB (glbd.codec.prefix)."""
+    """The routes' prefixes as glbd's path table hands them to the FIB (glbd.base.prefix)."""
     return [Net4((BASE + i, 32)) for i in range(n)]
 
 

@@ -70,7 +70,7 @@ from glbdlab.nodes import PERMIT_ALL, GlbdNode, GlbdOptions, kernel_group_for, s
 from glbdlab.procstat import cpu_ticks, descendants
 from glbdlab.topology import Fabric, leaf_spine
 
-from glbd.app.config_quality import LinkQualitySection
+from glbd.config.config_quality import LinkQualitySection
 
 Entries = tuple[tuple[int, int], ...]
 

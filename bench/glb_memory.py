@@ -12,7 +12,7 @@ What is real and what is not:
   ExaBGP child (and ExaBGP's bridge process) and its BFD engine child, 64 BGP neighbors on 64
   veth interfaces, the kernel FIB it programs (10k routes on weighted nexthop groups), and
   every byte it receives: BGP sessions (OPEN/KEEPALIVE/UPDATE with the NHC attribute, type 39,
-  carrying an NNHN encoded with :mod:`glbd.codec.nhc`), BFD control packets from :mod:`bfd.engine`
+  carrying an NNHN encoded with :mod:`glbd.bgp.nhc`), BFD control packets from :mod:`bfd.engine`
   sessions (RFC 5881), heartbeat v1 datagrams (:mod:`heartbeat.wire`) sent to
   224.0.0.149:6149 with TTL 255 out of each interface (:func:`heartbeat.transport.open_socket`).
 * **emulated**: the 64 spines. They all live in ONE second namespace (64 veth peers, one per
@@ -120,7 +120,7 @@ CEASE_ADMIN_RESET = bgp_msg(3, bytes([6, 4]))
 
 
 def path_attrs(spine: int, remote: int, nh: str) -> bytes:
-    from glbd.codec import nhc
+    from glbd.bgp import nhc
 
     origin = bytes([0x40, 1, 1, 0])
     asp = bytes([2, 2]) + struct.pack("!II", SPINE_AS, REMOTE_AS_BASE + remote)
@@ -510,7 +510,7 @@ def proc_name(pid: int) -> str:
     except OSError:
         return "?"
     text = " ".join(a.decode(errors="replace") for a in argv if a)
-    if "exabgp.bridge" in text or "glbd.io.exabgp_bridge" in text:
+    if "exabgp.bridge" in text or "glbd.bgp.exabgp_bridge" in text:
         return "exabgp bridge"
     if "exabgp" in text:
         return "exabgp"
@@ -673,7 +673,7 @@ def run(args: argparse.Namespace) -> int:
                 raise LabError("feeder not ready in 60 s")
             conf = run_dir / "glbd.toml"
             conf.write_text(leaf_config(args, run_dir))
-            log = open(run_dir / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
+            log = open(run_dir / "glbd.daemon.log", "ab")  # noqa: SIM115 - handed to the child
             t_start = time.monotonic()
             glbd_proc = leaf.popen(
                 [sys.executable, "-m", "glbd", "run", "-c", str(conf)],

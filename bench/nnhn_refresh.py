@@ -58,7 +58,7 @@ from glbdlab.nodes import GlbdNode, GlbdOptions
 from glbdlab.provision import provisioned
 from glbdlab.topology import Fabric, leaf_spine
 
-from glbd.codec import nhc as nhcmod
+from glbd.bgp import nhc as nhcmod
 
 ANYCAST = "198.19.200.0/24"
 OBSERVER = "leaf1"

@@ -37,11 +37,10 @@ from typing import NamedTuple
 
 from timing import module_at
 
-from glbd.core import linkq
-from glbd.core.linkq import Columns, LinkMonitor, LinkMonParams, LinkSample
-from glbd.core.pathmodel import LocalLink, NextHop
-from glbd.core.pathtable import PathTable
-from glbd.io import linkrunner, linkstats
+from glbd.quality import linkq, linkrunner, linkstats
+from glbd.quality.linkq import Columns, LinkMonitor, LinkMonParams, LinkSample
+from glbd.quality.pathmodel import LocalLink, NextHop
+from glbd.quality.pathtable import PathTable
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
 from heartbeat.wire import Entry, Heartbeat, HmacKey

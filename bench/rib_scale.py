@@ -1,6 +1,6 @@
 """RIB scale: N peers each announcing the same P prefixes (the "64 neighbors x 10k prefixes"
 run of docs/benchmarks-e2e.md, without ExaBGP), fed through ``Rib.on_update`` as parsed
-UpdateEvents the way ``glbd.io.bgp.BgpSpeaker`` does (one event per UPDATE, ``--per-update``
+UpdateEvents the way ``glbd.bgp.speaker.BgpSpeaker`` does (one event per UPDATE, ``--per-update``
 prefixes each, fresh prefix/attribute objects per event as the API parser makes them).
 
 Run: ``.venv/bin/python bench/rib_scale.py [--peers 64] [--prefixes 1000] [--order peer|interleaved]
@@ -34,10 +34,10 @@ import logging  # noqa: E402
 import structlog  # noqa: E402
 from timing import module_at  # noqa: E402
 
-from glbd.codec import exabgp_api as api  # noqa: E402
-from glbd.codec import nhc as nhcmod  # noqa: E402
-from glbd.core import rib as rib_mod  # noqa: E402
-from glbd.core import ribtypes  # noqa: E402
+from glbd.bgp import exabgp_api as api  # noqa: E402
+from glbd.bgp import nhc as nhcmod  # noqa: E402
+from glbd.bgp import rib as rib_mod  # noqa: E402
+from glbd.bgp import ribtypes  # noqa: E402
 
 #: the current RIB in the baseline's one-module shape: ``Rib`` and the types it takes
 rib_now = ModuleType("rib_now")
@@ -278,7 +278,7 @@ def main() -> None:
     ap.add_argument(
         "--baseline-path",
         default="glbd/rib.py",
-        help="the RIB module's path at --baseline-ref (glbd/core/rib.py since the layer split)",
+        help="the RIB module's path at --baseline-ref (glbd/bgp/rib.py since the layer split)",
     )
     ap.add_argument("--coalesce-ms", type=float, default=50.0)
     ap.add_argument(

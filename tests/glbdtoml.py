@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glbd.app import config
+from glbd.config import config
 
 #: a prefix list that permits every route (RFC 8212: an eBGP neighbor without an import or
 #: export list exchanges nothing), as TOML

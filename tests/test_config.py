@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from glbd.app import config
-from glbd.app.config_fib import RTPROT_GLBD
-from glbd.app.config_quality import HEARTBEAT_GROUP_V6
 from glbd.cli.glbd import main as glbd_main
+from glbd.config import config
+from glbd.config.config_fib import RTPROT_GLBD
+from glbd.config.config_quality import HEARTBEAT_GROUP_V6
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "conf").glob("*.toml"))

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from glbd.app import config, params
-from glbd.core import prefixlist
+from glbd.bgp import prefixlist
+from glbd.config import config, params
 
 ROOT = Path(__file__).resolve().parent.parent
 N = ipaddress.ip_network

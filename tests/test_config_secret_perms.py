@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from glbd.app import config
+from glbd.config import config
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = b"0123456789abcdefghij"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from glbd.app import config, params
-from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, render_config
+from glbd.bgp.exabgp import ExabgpNeighbor, ExabgpParams, render_config
+from glbd.config import config, params
 
 LL = ipaddress.IPv6Address
 

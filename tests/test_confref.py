@@ -1,6 +1,6 @@
 """docs/config-reference.md is the configuration model's: every key the file can hold is in it
 with a description, its type, default and reload behaviour are the code's, and the file is what
-``python -m glbd.app.confref`` writes. README.md points to it instead of keeping a copy."""
+``python -m glbd.config.confref`` writes. README.md points to it instead of keeping a copy."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from glbd.app import config as cfgmod
-from glbd.app import confref
-from glbd.app.config_bfd import BfdSection
+from glbd.config import config as cfgmod
+from glbd.config import confref
+from glbd.config.config_bfd import BfdSection
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "config-reference.md"
@@ -42,7 +42,7 @@ def _model_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 def test_the_reference_file_is_the_models() -> None:
     assert REFERENCE.read_text() == confref.markdown(), (
         "docs/config-reference.md is stale: run "
-        ".venv/bin/python -m glbd.app.confref -o docs/config-reference.md"
+        ".venv/bin/python -m glbd.config.confref -o docs/config-reference.md"
     )
 
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from glbd.cli import glbctl as ctl
 from glbd.cli.glbctl_render import render
-from glbd.codec import control as proto
-from glbd.io.control import ControlServer
-from glbd.io.paths import UnsafePathError
+from glbd.control import protocol as proto
+from glbd.control.server import ControlServer
+from glbd.daemon.paths import UnsafePathError
 
 
 def test_request_response_golden() -> None:

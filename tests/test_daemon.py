@@ -18,9 +18,9 @@ import pytest
 from glbdlab.nodes import wait_until
 from glbdlab.waits import until
 
-from glbd.app import config as cfgmod
-from glbd.app.daemon import GC_YOUNG_THRESHOLD, Daemon
 from glbd.cli import glbctl as ctl
+from glbd.config import config as cfgmod
+from glbd.daemon.daemon import GC_YOUNG_THRESHOLD, Daemon
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -209,8 +209,8 @@ async def test_a_reload_changes_the_loops_priority(tmp_path: Path) -> None:
 def test_processes_started_by_a_real_time_loop_start_normal() -> None:
     code = (
         "import os, subprocess, sys\n"
-        "from glbd.core.loopprio import Policy\n"
-        "from glbd.io import sched\n"
+        "from glbd.daemon.loopprio import Policy\n"
+        "from glbd.daemon import sched\n"
         "sched.apply(Policy.REALTIME, 5)\n"
         "assert os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK == os.SCHED_RR\n"
         "child = [sys.executable, '-c', 'import os; print(os.sched_getscheduler(0))']\n"
@@ -226,7 +226,9 @@ def test_processes_started_by_a_real_time_loop_start_normal() -> None:
 def test_glbd_run_sighup_bad_config_keeps_running_and_sigterm_stops(tmp_path: Path) -> None:
     f = _write_cfg(tmp_path)
     # the bare daemon (daemon.main without components): signals, reload and the socket only
-    bare = "import sys; from glbd.app.daemon import main; sys.exit(main(sys.argv[1], None, 'json'))"
+    bare = (
+        "import sys; from glbd.daemon.daemon import main; sys.exit(main(sys.argv[1], None, 'json'))"
+    )
     p = subprocess.Popen(
         [sys.executable, "-c", bare, str(f)],
         stdout=subprocess.PIPE,
@@ -281,8 +283,8 @@ async def test_bfd_failure_reaches_the_fib_before_the_rib_recompute(
     the RIB still follows."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
-    from glbd.app import node as wiring
-    from glbd.app.node import Node
+    from glbd.daemon import node as wiring
+    from glbd.daemon.node import Node
 
     f = _write_cfg(tmp_path)
     d = Daemon(str(f), cfgmod.load(f), components=lambda _: [])
@@ -319,7 +321,7 @@ async def test_bfd_failover_done_by_the_engine_is_mirrored_at_once(tmp_path: Pat
     send its own group replaces; the RIB follows as before."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
-    from glbd.app.node import Node
+    from glbd.daemon.node import Node
 
     f = _write_cfg(tmp_path)
     node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
@@ -354,8 +356,8 @@ async def test_failover_requests_are_armed_per_session_and_follow_the_config(
     """The FIB's failover map becomes one RTM_DELNEXTHOP batch per BFD session in the engine;
     a next hop without a session is not armed, an unchanged one is not re-sent, and with
     ``bfd.kernel_failover = false`` every session is disarmed."""
-    from glbd.app.node import Node
-    from glbd.codec.netlink.fibmsg import failover_wire
+    from glbd.daemon.node import Node
+    from glbd.fib.fibmsg import failover_wire
 
     f = _write_cfg(tmp_path)
     node = Node(Daemon(str(f), cfgmod.load(f), components=lambda _: []))
@@ -397,7 +399,7 @@ async def test_bfd_flap_read_in_one_go_reaches_the_rib_in_order(tmp_path: Path) 
     (the e2e fabric lost a spine for a prefix under load)."""
     from bfd.engine import BfdEvent
     from bfd.packet import Diag, State
-    from glbd.app.node import Node
+    from glbd.daemon.node import Node
     from tests.bgp.rib_helpers import LEAVES, spine_rib, update_from
 
     f = _write_cfg(tmp_path)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import confref
 from glbd.cli import glbctl, glbd
+from glbd.config import config as cfgmod
+from glbd.config import confref
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", ROOT / "packaging" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

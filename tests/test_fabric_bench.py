@@ -12,7 +12,7 @@ from glbdlab.topology import leaf_spine
 
 from bench.fabric import model
 from bench.fabric.run import FOREIGN_CLASSES, Params, leaf_extra, parse
-from glbd.app import config as cfgmod
+from glbd.config import config as cfgmod
 
 
 def test_bound_and_optimum_weights() -> None:

@@ -18,8 +18,8 @@ import pytest
 
 from glbd import __version__
 from glbd.cli import glbctl as ctl
-from glbd.codec import control as proto
-from glbd.io.control import ControlServer
+from glbd.control import protocol as proto
+from glbd.control.server import ControlServer
 
 PEERS = 64
 PREFIXES = 10_000

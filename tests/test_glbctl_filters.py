@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import views
-from glbd.app.daemon import Daemon
 from glbd.cli import glbctl as ctl
+from glbd.config import config as cfgmod
+from glbd.control import views
+from glbd.daemon.daemon import Daemon
 from tests.glbdtoml import daemon_conf
 
 NEIGHBORS = [

@@ -9,11 +9,11 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from glbd.app import config as cfgmod
-from glbd.app.daemon import Daemon
-from glbd.app.node import Node
+from glbd.base.reasons import StopKind
 from glbd.cli import glbctl as ctl
-from glbd.core.reasons import StopKind
+from glbd.config import config as cfgmod
+from glbd.daemon.daemon import Daemon
+from glbd.daemon.node import Node
 
 S1, S2 = ipaddress.ip_address("198.18.1.0"), ipaddress.ip_address("198.18.2.0")
 

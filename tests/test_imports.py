@@ -1,12 +1,13 @@
 """The layer matrix, checked on every import statement in the source (function-local and relative
-ones included):
+ones included). ``glbd/`` is grouped by feature (``fib/``, ``bgp/``, ``quality/``...), as ``bfd/``
+and ``heartbeat/`` are; inside a feature each module keeps to one layer, named in :data:`LAYERS`:
 
 * ``bfd/`` and ``heartbeat/`` import only the stdlib and themselves;
-* ``glbd.codec`` (wire formats) imports only the stdlib and other codecs;
-* ``glbd.core`` (pure state machines and tables) imports codecs, cores and the pure parts of
+* a codec (wire format) imports only the stdlib and other codecs;
+* a core (pure state machine or table) imports codecs, cores and the pure parts of
   ``bfd``/``heartbeat``, never asyncio, sockets, threads, processes or the clock;
-* ``glbd.io`` (adapters) never imports the app or the faces;
-* ``glbd.app`` never imports the faces;
+* an io module (adapter) never imports an app module or the faces (``glbd/cli``);
+* an app module never imports the faces;
 * nothing in the daemon imports the lab, the tests or the benchmarks;
 * and no import cycle exists between glbd's modules.
 """
@@ -29,6 +30,59 @@ PURE_PROTOCOL = {"bfd.packet", "bfd.session", "heartbeat.wire", "heartbeat.recei
                  "heartbeat.sender"}  # fmt: skip
 DAEMON_PACKAGES = ("glbd", "bfd", "heartbeat")
 NOT_THE_DAEMON = {"glbdlab", "tests", "bench"}
+ORDER = ("codec", "core", "io", "app")
+#: glbd's features and the layer of each of their modules (a new module is added here)
+LAYERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "base": {"codec": ("ipzone", "prefix"), "core": ("reasons",)},
+    "netlink": {"codec": ("codec", "columns", "const", "headers", "rtnl"),
+                "io": ("ifwatch", "rtsocket")},
+    "fib": {"codec": ("fibmsg",),
+            "core": ("fibcache", "fibmodel", "fibplan", "fibsnap", "fibstep", "fibsync",
+                     "fibwire"),
+            "io": ("fibkernel", "fibread", "programmer"),
+            "app": ("failover", "fibservice")},
+    "bgp": {"codec": ("bgpmsg", "exabgp_api", "nhc"),
+            "core": ("gracestop", "origin", "prefixlist", "rib", "ribadjin", "ribcheck",
+                     "ribdelay", "ribmaxpfx", "ribselect", "ribstale", "ribtypes", "ribviews"),
+            "io": ("exabgp", "exabgp_bridge", "exabgp_launch", "speaker"),
+            "app": ("neighbors", "origination")},
+    "quality": {"core": ("linkq", "pathchanges", "pathmodel", "pathprofile", "pathtable",
+                         "pathview", "pathweight"),
+                "io": ("linkrunner", "linkstats")},
+    "flowlet": {"core": ("movegate", "skew"), "io": ("loader",)},
+    "colours": {"codec": ("colour",), "core": ("colours",)},
+    "unnumbered": {"codec": ("ndp",), "core": ("ndpeers",), "io": ("ndpsock",), "app": ("part",)},
+    "control": {"codec": ("protocol",), "io": ("metrics", "server"),
+                "app": ("metrics_daemon", "metrics_parts", "metrics_table", "views")},
+    "config": {"app": ("config", "config_base", "config_bfd", "config_colours", "config_control",
+                       "config_fib", "config_peers", "config_quality", "confref", "params",
+                       "secrets")},
+    "daemon": {"core": ("loopprio",), "io": ("caps", "netns", "paths", "sched", "systemd"),
+               "app": ("component", "daemon", "log", "node", "parts", "privileges")},
+}  # fmt: skip
+#: dotted module -> layer ("cli" for the faces)
+LAYER_OF = {
+    f"glbd.{feature}.{name}": layer
+    for feature, layers in LAYERS.items()
+    for layer, names in layers.items()
+    for name in names
+}
+
+
+def _layer(mod: str) -> str | None:
+    """The layer of a glbd module, or of the module a ``from glbd.x.m import name`` names."""
+    if mod == "glbd.cli" or mod.startswith("glbd.cli."):
+        return "cli"
+    while mod:
+        if mod in LAYER_OF:
+            return LAYER_OF[mod]
+        mod = mod.rpartition(".")[0]
+    return None
+
+
+def _in_layer(layer: str) -> list[Path]:
+    return [ROOT / Path(*m.split(".")).with_suffix(".py") for m, la in LAYER_OF.items()
+            if la == layer]  # fmt: skip
 
 
 def _module_name(path: Path) -> str:
@@ -72,9 +126,10 @@ def _is(mod: str, prefix: str) -> bool:
 
 def _violations(files: list[Path], allowed: Callable[[str], bool]) -> list[str]:
     bad = []
+    packages = {"glbd", *(f"glbd.{feature}" for feature in LAYERS)}  # not a layer: its modules are
     for f in files:
         for lineno, mod in _imports(f, _module_name(f) if f.is_relative_to(ROOT) else "x.y"):
-            if not allowed(mod):
+            if mod not in packages and not allowed(mod):
                 bad.append(f"{f}:{lineno}: imports {mod}")
     return bad
 
@@ -94,9 +149,9 @@ def test_protocol_packages_import_only_stdlib_and_themselves(package: str) -> No
 
 def test_codecs_import_only_stdlib_and_codecs() -> None:
     def allowed(mod: str) -> bool:
-        return _top(mod) in STDLIB | {"__future__"} or _is(mod, "glbd.codec")
+        return _top(mod) in STDLIB | {"__future__"} or _layer(mod) == "codec"
 
-    bad = _violations(_sources("glbd/codec"), allowed)
+    bad = _violations(_in_layer("codec"), allowed)
     assert not bad, "\n".join(bad)
 
 
@@ -108,26 +163,22 @@ def test_cores_are_pure() -> None:
         if top in ("bfd", "heartbeat"):
             return any(_is(mod, p) for p in PURE_PROTOCOL) or mod in ("bfd", "heartbeat")
         if top == "glbd":
-            return _is(mod, "glbd.codec") or _is(mod, "glbd.core")
+            return _layer(mod) in ("codec", "core")
         return top in STDLIB | {"__future__", "structlog"}
 
-    bad = _violations(_sources("glbd/core"), allowed)
+    bad = _violations(_in_layer("core"), allowed)
     assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize(
     ("layer", "forbidden"),
-    [
-        ("glbd/io", ("glbd.app", "glbd.cli")),
-        ("glbd/app", ("glbd.cli",)),
-        ("glbd/codec", ("glbd.core", "glbd.io", "glbd.app", "glbd.cli")),
-    ],
+    [("io", ("app", "cli")), ("app", ("cli",)), ("codec", ("core", "io", "app", "cli"))],
 )
 def test_no_layer_imports_upward(layer: str, forbidden: tuple[str, ...]) -> None:
     def allowed(mod: str) -> bool:
-        return not any(_is(mod, f) for f in forbidden)
+        return _layer(mod) not in forbidden
 
-    bad = _violations(_sources(layer), allowed)
+    bad = _violations(_in_layer(layer), allowed)
     assert not bad, "\n".join(bad)
 
 
@@ -140,16 +191,22 @@ def test_the_daemon_never_imports_the_lab_tests_or_benches(package: str) -> None
     assert not bad, "\n".join(bad)
 
 
-def test_every_glbd_module_is_in_a_layer() -> None:
-    layers = ("codec", "core", "io", "app", "cli")
-    stray = [
-        str(f.relative_to(ROOT))
-        for f in _sources("glbd")
-        if f.parent != ROOT / "glbd" and f.relative_to(ROOT / "glbd").parts[0] not in layers
-    ]
+def test_every_glbd_module_is_in_a_feature_and_a_layer() -> None:
+    """Every module sits in a feature folder (or the faces, ``glbd/cli``) and is named in
+    :data:`LAYERS`; every name there is a module."""
+    modules = {_module_name(f) for f in _sources("glbd") if f.name != "__init__.py"}
+    faces = {m for m in modules if _layer(m) == "cli"}
+    stray = sorted(modules - faces - set(LAYER_OF) - {"glbd.__main__"})
+    assert not stray, f"not in LAYERS: {stray}"
+    missing = sorted(set(LAYER_OF) - modules)
+    assert not missing, f"in LAYERS, not a module: {missing}"
     top = sorted(f.name for f in (ROOT / "glbd").glob("*.py"))
-    assert not stray, stray
     assert top == ["__init__.py", "__main__.py"], top
+
+
+def test_features_are_folders_of_their_own() -> None:
+    folders = {p.name for p in (ROOT / "glbd").iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(LAYERS) | {"cli"}, folders
 
 
 def _graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
@@ -220,18 +277,27 @@ def test_package_inits_are_empty_so_imports_are_explicit() -> None:
 def test_checker_catches_a_forbidden_import(tmp_path: Path) -> None:
     f = tmp_path / "probe.py"
     f.write_text(
-        "import os\nfrom glbd.app.config import Config\nfrom . import sib\n"
+        "import os\nfrom glbd.config.config import Config\nfrom . import sib\n"
         "def f():\n    import time\n"
     )
-    mods = [m for _, m in _imports(f, "glbd.core.probe")]
+    mods = [m for _, m in _imports(f, "glbd.fib.probe")]
     assert mods == [
-        "os", "glbd.app.config", "glbd.app.config.Config", "glbd.core", "glbd.core.sib", "time"
+        "os", "glbd.config.config", "glbd.config.config.Config", "glbd.fib", "glbd.fib.sib",
+        "time",
     ]  # fmt: skip
 
-    def allowed(mod: str) -> bool:
-        return _top(mod) not in IMPURE and not _is(mod, "glbd.app")
+    def allowed(mod: str) -> bool:  # the rule of a core
+        return _top(mod) not in IMPURE and _layer(mod) in ("codec", "core", None)
 
+    # glbd.config.config, its Config, and time; the package glbd.fib is no layer
     assert len(_violations([f], allowed)) == 3
+
+
+def test_layer_of_a_name_is_its_module_s() -> None:
+    assert _layer("glbd.fib.fibplan.plan") == "core"
+    assert _layer("glbd.fib.programmer") == "io"
+    assert _layer("glbd.cli.glbctl") == "cli"
+    assert _layer("glbd.fib") is None
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

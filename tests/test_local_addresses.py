@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from glbd.app import config, params
-from glbd.app.config_peers import NeighborSection
-from glbd.app.neighbors import LocalAddresses
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
+from glbd.bgp.neighbors import LocalAddresses
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
+from glbd.config import config, params
+from glbd.config.config_peers import NeighborSection
 
 ROOT = Path(__file__).resolve().parents[1]
 MISSING_IF = "glbdtest-nope0"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from glbd.app import log as logmod
+from glbd.daemon import log as logmod
 
 
 @pytest.fixture(autouse=True)

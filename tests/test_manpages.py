@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import confref
 from glbd.cli import glbctl, glbd, manpages
-from glbd.codec import control
+from glbd.config import confref
+from glbd.control import protocol as control
 
 ROOT = Path(__file__).resolve().parent.parent
 DEBIAN = ROOT / "packaging" / "debian"

@@ -1,4 +1,5 @@
-"""``glbd.io.metrics``: rows -> prometheus_client exposition, served over the asyncio endpoint."""
+"""``glbd.control.metrics``: rows -> prometheus_client exposition, served by the asyncio
+endpoint."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from glbd.io.metrics import LATENCY_BUCKETS, MetricsServer, Row, Sample, histogram, render
+from glbd.control.metrics import LATENCY_BUCKETS, MetricsServer, Row, Sample, histogram, render
 
 
 def _parse(

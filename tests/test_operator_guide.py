@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import config as cfgmod
+from glbd.config import config as cfgmod
 
 GUIDE = Path(__file__).parent.parent / "docs/operator-guide.md"
 

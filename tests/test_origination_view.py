@@ -1,4 +1,4 @@
-"""The node's origination glue (``glbd.app.origination``) on a clock the test sets: a watch's
+"""The node's origination glue (``glbd.bgp.origination``) on a clock the test sets: a watch's
 change reaches ``on_change`` with the whole set to originate, and ``glbctl routes`` shows each
 originated prefix and each withdrawn candidate with its reason."""
 
@@ -8,10 +8,10 @@ import asyncio
 import ipaddress
 from typing import Any, cast
 
-from glbd.app.origination import Origination
+from glbd.bgp.origin import OriginParams
+from glbd.bgp.origination import Origination
 from glbd.cli import glbctl_render as ctl
-from glbd.core.origin import OriginParams
-from glbd.io.ifwatch import InterfaceWatch
+from glbd.netlink.ifwatch import InterfaceWatch
 
 N = ipaddress.ip_network
 PARAMS = OriginParams(

@@ -1,4 +1,4 @@
-"""glbd.codec.prefix: networks that cache their hash behave as the ipaddress ones."""
+"""glbd.base.prefix: networks that cache their hash behave as the ipaddress ones."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from glbd.codec.prefix import Net4, Net6, network
+from glbd.base.prefix import Net4, Net6, network
 
 
 @pytest.mark.parametrize("text", ["203.0.113.0/24", "0.0.0.0/0", "2001:db8::/32", "::/0"])

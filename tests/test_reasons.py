@@ -11,7 +11,7 @@ from bfd import packet
 from bfd.packet import AuthType, ControlPacket, State
 from bfd.reasons import DECODE_REASONS, SESSION_REASONS, DropReason, StateChangeReason
 from bfd.session import TRANSITIONS, AuthConfig, Session, SessionParams
-from glbd.core.reasons import FibConflict, QualitySource, RemoteStatus
+from glbd.base.reasons import FibConflict, QualitySource, RemoteStatus
 from heartbeat import reasons as hbr
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
@@ -103,6 +103,6 @@ def test_heartbeat_drops_are_members() -> None:
 
 
 def test_fib_conflict_reasons_match_the_fib() -> None:
-    from glbd.core import fibcache as fib
+    from glbd.fib import fibcache as fib
 
     assert tuple(FibConflict) == fib.CONFLICT_REASONS

@@ -16,12 +16,12 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
-from glbd.app import config as cfgmod
-from glbd.app import confref
-from glbd.app import log as logmod
-from glbd.app.daemon import Daemon
-from glbd.app.node import Node
 from glbd.cli import glbctl as ctl
+from glbd.config import config as cfgmod
+from glbd.config import confref
+from glbd.daemon import log as logmod
+from glbd.daemon.daemon import Daemon
+from glbd.daemon.node import Node
 from tests.test_daemon import Dummy, _write_cfg
 
 

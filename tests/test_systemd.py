@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import privileges
 from glbd.cli import manpages
-from glbd.io import caps, systemd
+from glbd.config import config as cfgmod
+from glbd.daemon import caps, privileges, systemd
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,7 +114,7 @@ def test_exec_reload_fails_when_the_file_is_rejected(tmp_path: Path) -> None:
     argv = shlex.split(reload_line.replace("/opt/glbd/bin/", f"{BIN}/"))
     env = dict(os.environ, GLBD_SOCKET=str(sock))
     # the bare daemon: daemon.main without components
-    bare = "import sys; from glbd.app.daemon import main; sys.exit(main(sys.argv[1]))"
+    bare = "import sys; from glbd.daemon.daemon import main; sys.exit(main(sys.argv[1]))"
     p = subprocess.Popen(
         [sys.executable, "-c", bare, str(cfg)],
         env=env,

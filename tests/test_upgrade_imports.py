@@ -20,21 +20,21 @@ PACKAGES = ("glbd", "bfd", "heartbeat")
 ELSEWHERE = {
     "glbd.__main__",
     "bfd.engine.__main__",
-    "glbd.io.exabgp_launch",
-    "glbd.io.exabgp_bridge",
+    "glbd.bgp.exabgp_launch",
+    "glbd.bgp.exabgp_bridge",
     "glbd.cli.glbctl",
     "glbd.cli.glbctl_args",
     "glbd.cli.glbctl_render",
     "glbd.cli.manpages",
-    "glbd.app.confref",
+    "glbd.config.confref",
 }
 
 # what `glbd run` imports before the daemon starts (glbd.cli.glbd's run command)
 PROBE = """
 import json, pkgutil, sys
 import glbd.cli.glbd
-from glbd.app.daemon import main
-from glbd.app.parts import build_components
+from glbd.daemon.daemon import main
+from glbd.daemon.parts import build_components
 names = []
 for top in sys.argv[1:]:
     pkg = __import__(top)

@@ -1,4 +1,4 @@
-"""``glbd.app.views``: what ``glbctl`` shows and the metrics derived from it."""
+"""``glbd.control.views``: what ``glbctl`` shows and the metrics derived from it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any, cast
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from glbd.app import metrics_daemon, metrics_parts, views
-from glbd.core.pathtable import PathTable
-from glbd.io.metrics import render
+from glbd.control import metrics_daemon, metrics_parts, views
+from glbd.control.metrics import render
+from glbd.quality.pathtable import PathTable
 from heartbeat.receiver import Receiver
 
 

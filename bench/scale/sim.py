@@ -2,20 +2,20 @@
 
 What runs per node (all real glbd code, driven with ``now`` arguments):
 
-* every node: a :class:`glbd.core.rib.Rib` (leaves: load balancer, spines of a 3-stage Clos and
+* every node: a :class:`glbd.bgp.rib.Rib` (leaves: load balancer, spines of a 3-stage Clos and
   super-spines: helper, pod spines of a 5-stage Clos: both). The ExaBGP hop is a direct call:
-  an :class:`glbd.core.rib.Advertise` / ``Retract`` a Rib decides towards neighbour N becomes
-  the :class:`glbd.codec.exabgp_api.UpdateEvent` N's Rib receives (peer = the sender's address on
+  an :class:`glbd.bgp.rib.Advertise` / ``Retract`` a Rib decides towards neighbour N becomes
+  the :class:`glbd.bgp.exabgp_api.UpdateEvent` N's Rib receives (peer = the sender's address on
   that link, the NHC attribute *bytes* from the decision, which the receiving Rib decodes with
-  :func:`glbd.codec.nhc.decode_value` and validates).
+  :func:`glbd.bgp.nhc.decode_value` and validates).
 * spines: a :class:`heartbeat.sender.Sender` with one entry per link (3-stage: the downstream
   links to the leaves; 5-stage: the links to the leaves and to the super-spines); each datagram
   is ``wire``-encoded bytes, delivered on every virtual link after a configurable delay (plus an
   optional uniform jitter) to the far end's :class:`heartbeat.receiver.Receiver`
   (``on_datagram(bytes, ifname, src, ttl=255, now)``, which decodes it).
-* leaves: Receiver + :class:`glbd.core.pathtable.PathTable`, wired like ``glbd.app.node.Node``:
-  ``RemoteUpdate`` -> ``set_remote``, ``NextHopsChanged`` -> ``on_next_hops_changed``, the
-  receiver's expiry timer re-armed at ``next_deadline()``.
+* leaves: Receiver + :class:`glbd.quality.pathtable.PathTable`, wired like
+  ``glbd.daemon.node.Node``: ``RemoteUpdate`` -> ``set_remote``, ``NextHopsChanged`` ->
+  ``on_next_hops_changed``, the receiver's expiry timer re-armed at ``next_deadline()``.
 
 What is synthesized (documented in bench/scale/README.md):
 
@@ -27,7 +27,7 @@ What is synthesized (documented in bench/scale/README.md):
   O(spines^2) per prefix): every spine and super-spine Rib is real, every leaf Rib is real as an
   originator, but only ``rib_sample`` leaves receive their UPDATEs into their real Rib. For the
   other leaves the NextHopsChanged events are derived from the *same* Advertise decisions the real
-  spine Ribs produced for them: NHC bytes decoded with ``glbd.codec.nhc.decode_value``, the Rib's
+  spine Ribs produced for them: NHC bytes decoded with ``glbd.bgp.nhc.decode_value``, the Rib's
   checks (header next hop matches, NNHN[0] is the peer's BGP ID), multipath = every path of the
   shortest AS path. The run asserts that, on every sampled leaf, this derivation equals the real
   Rib's forwarding state (next hops, BGP ids, NNH sets).
@@ -48,13 +48,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc as nhcmod
-from glbd.core.pathmodel import LocalLink, PathTableParams
-from glbd.core.pathtable import PathTable
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import Advertise, NeighborParams, NextHopsChanged, Retract, RibParams, Role
-from glbd.core.ribtypes import NextHop as RibNextHop
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc as nhcmod
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import Advertise, NeighborParams, NextHopsChanged, Retract, RibParams, Role
+from glbd.bgp.ribtypes import NextHop as RibNextHop
+from glbd.quality.pathmodel import LocalLink, PathTableParams
+from glbd.quality.pathtable import PathTable
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver, ReceiverParams
 from heartbeat.sender import Sender, SenderParams

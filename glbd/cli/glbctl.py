@@ -40,7 +40,7 @@ from typing import IO, Any, NoReturn
 from glbd import __version__
 from glbd.cli import glbctl_args
 from glbd.cli.glbctl_render import COLUMNS, print_route_detail, print_routes, render
-from glbd.codec import control as proto
+from glbd.control import protocol as proto
 
 DEFAULT_SOCKET = "/run/glbd/glbd.sock"
 EXIT_DAEMON = 1
@@ -196,7 +196,7 @@ def parse_hex(text: str) -> bytes:
 
 #: decode kind -> (module, function); imported on use so each codec stands alone
 DECODERS = {
-    "nhc": ("glbd.codec.nhc", "decode"),  # whole path attribute or bare value
+    "nhc": ("glbd.bgp.nhc", "decode"),  # whole path attribute or bare value
     "bfd": ("bfd.packet", "decode"),  # UDP payload
     "heartbeat": ("heartbeat.wire", "decode"),  # UDP payload
 }

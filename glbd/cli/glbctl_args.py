@@ -13,7 +13,7 @@ import argparse
 import ipaddress
 from typing import Any, TypeAlias
 
-from glbd.codec import control as proto
+from glbd.control import protocol as proto
 
 #: the subcommands' action (their parsers are glbctl's own parser class: JSON usage errors)
 Subcommands: TypeAlias = "argparse._SubParsersAction[Any]"

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-from glbd.codec import control as proto
+from glbd.control import protocol as proto
 
 
 def _cell(v: Any) -> str:

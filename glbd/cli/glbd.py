@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from glbd import __version__
-from glbd.app import config as cfgmod
+from glbd.config import config as cfgmod
 
 EXIT_CONFIG = 1
 EXIT_ENV = 3
@@ -79,8 +79,8 @@ def check_config(path: str, quiet: bool = False) -> int:
 
 def apply_sysctls(path: str, quiet: bool = False) -> int:
     """Write what ``fib.set_compat_mode_off`` asks for; exit non-zero when it cannot."""
-    from glbd.io.fibkernel import COMPAT_MODE_SYSCTL
-    from glbd.io.netns import write_sysctl
+    from glbd.daemon.netns import write_sysctl
+    from glbd.fib.fibkernel import COMPAT_MODE_SYSCTL
 
     try:
         c = cfgmod.load(path)
@@ -106,8 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "sysctl":
         return apply_sysctls(args.config, args.quiet)
     if args.cmd == "run":
-        from glbd.app.daemon import main as run_daemon
-        from glbd.app.parts import build_components
+        from glbd.daemon.daemon import main as run_daemon
+        from glbd.daemon.parts import build_components
 
         return run_daemon(
             args.config,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glbd import __version__
-from glbd.app import confref
 from glbd.cli import glbctl, glbd
+from glbd.config import confref
 
 
 def esc(text: str) -> str:

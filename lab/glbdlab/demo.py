@@ -213,10 +213,10 @@ class NexthopWatcher:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
-        from glbd.codec.netlink import const as c
-        from glbd.core.fibmodel import KGroup
-        from glbd.core.fibwire import parse_nexthop, parse_route
-        from glbd.io.netlink import NetlinkSocket
+        from glbd.fib.fibmodel import KGroup
+        from glbd.fib.fibwire import parse_nexthop, parse_route
+        from glbd.netlink import const as c
+        from glbd.netlink.rtsocket import NetlinkSocket
 
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()

@@ -163,7 +163,7 @@ class GlbdNode:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config = self.dir / "glbd.toml"
         self.socket = self.dir / "glbd.sock"
-        self.log = self.dir / "glbd.app.log"
+        self.log = self.dir / "glbd.daemon.log"
         self.opts = opts
         self.proc: subprocess.Popen[bytes] | None = None
         self.config.write_text(glbd_config(fab.topo, name, run_dir, opts))

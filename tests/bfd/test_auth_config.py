@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from bfd.packet import AuthType
-from glbd.app import config
-from glbd.app.node import Node
+from glbd.config import config
+from glbd.daemon.node import Node
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from bfd.failover import Ack, DecodeError, decode_acks, split_requests
 _HDR = struct.Struct("=IHHII")
 
 # RTM_DELNEXTHOP (105), NLM_F_REQUEST|NLM_F_ACK, seq 901; struct nhmsg (8 zero octets);
-# NHA_ID (1) = 901. What glbd.codec.netlink.fibmsg.failover_wire([901]) encodes (host order).
+# NHA_ID (1) = 901. What glbd.fib.fibmsg.failover_wire([901]) encodes (host order).
 DEL_901 = bytes.fromhex(
     "20000000"
     "6900"

@@ -29,8 +29,8 @@ from glbdlab.netns import Lab, Netns
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import ControlPacket, State
 from bfd.transport import BFD_PORT, Datagram, open_rx_socket, recv_batch
-from glbd.app.node import Node
-from glbd.app.parts import BfdPart
+from glbd.daemon.node import Node
+from glbd.daemon.parts import BfdPart
 
 A4, B4 = "198.18.0.1", "198.18.0.2"
 A6, B6 = "2001:db8:bfd::1", "2001:db8:bfd::2"

@@ -18,9 +18,9 @@ from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns, stop_pids
 from glbdlab.waits import until
 
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
+from glbd.bgp.speaker import BgpEvent, BgpSpeaker, ProcessOptions
 from glbd.cli import glbctl as ctl
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
-from glbd.io.bgp import BgpEvent, BgpSpeaker, ProcessOptions
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

@@ -1,7 +1,7 @@
 """Records tests/vectors/exabgp5_frr10_consolidated.jsonl: ExaBGP 5.0.15 run with
 ``receive { consolidate; ... }`` writes each received OPEN, UPDATE and NOTIFICATION once, as
 its JSON rendering *and* the raw message (top-level ``header``/``body``), so a test can hold
-glbd's raw decoder (glbd.codec.bgpmsg) to ExaBGP's own reading of the same bytes.
+glbd's raw decoder (glbd.bgp.bgpmsg) to ExaBGP's own reading of the same bytes.
 
 The peer is FRR 10.x (the lab chroot), two sessions (IPv4 and IPv6 transport), announcing
 IPv4 and IPv6 prefixes with MED, communities, a prepended AS path, an AS_SET (aggregate),
@@ -28,7 +28,7 @@ from glbdlab.frr import FrrInstance  # noqa: E402
 from glbdlab.netns import Lab  # noqa: E402
 from glbdlab.nodes import wait_until  # noqa: E402
 
-from glbd.io.exabgp import default_exabgp, exabgp_env  # noqa: E402
+from glbd.bgp.exabgp import default_exabgp, exabgp_env  # noqa: E402
 
 OUT = HERE.parent / "vectors" / "exabgp5_frr10_consolidated.jsonl"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from glbd.codec import exabgp_api as api
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

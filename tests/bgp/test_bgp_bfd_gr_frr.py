@@ -29,7 +29,7 @@ from glbdlab.topology import Fabric, leaf_spine
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import State
 from bfd.session import SessionParams
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

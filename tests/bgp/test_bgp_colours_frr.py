@@ -18,10 +18,10 @@ from bgp_helpers import A, N, frr_bgp_conf, frr_paths, link, make_node, stop_all
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab
 
-from glbd.codec.colour import ColourCommunity
-from glbd.core.colours import Origination
-from glbd.core.ribtypes import Advertise, Role
-from glbd.io.bgp import command_for
+from glbd.bgp.ribtypes import Advertise, Role
+from glbd.bgp.speaker import command_for
+from glbd.colours.colour import ColourCommunity
+from glbd.colours.colours import Origination
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

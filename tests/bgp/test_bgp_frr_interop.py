@@ -27,11 +27,11 @@ from bgp_helpers import (
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab
 
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc
-from glbd.core.ribtypes import PeerDown
-from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
-from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc
+from glbd.bgp.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+from glbd.bgp.ribtypes import PeerDown
+from glbd.bgp.speaker import NextHopsChanged, SpeakerLost, SpeakerReady, StaleTimerExpired
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

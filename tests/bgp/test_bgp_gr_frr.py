@@ -38,7 +38,7 @@ from bgp_helpers import (
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
-from glbd.io.bgp import NextHopsChanged, SpeakerReady
+from glbd.bgp.speaker import NextHopsChanged, SpeakerReady
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from glbd.app import config, params
-from glbd.core.rib import Rib
-from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor, render_config
+from glbd.bgp.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor, render_config
+from glbd.bgp.rib import Rib
+from glbd.config import config, params
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # quotes, spaces, ';' and '{' would break ExaBGP's tokenizer if written as they are; it also

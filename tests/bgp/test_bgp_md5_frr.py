@@ -13,8 +13,8 @@ from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 from structlog.testing import capture_logs
 
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
-from glbd.io.bgp import tcp_md5_counters
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
+from glbd.bgp.speaker import tcp_md5_counters
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

@@ -16,8 +16,8 @@ from bgp_helpers import frr_bgp_conf, link, make_node, stop_all, wait_for
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab
 
-from glbd.core import prefixlist
-from glbd.core.ribtypes import Role
+from glbd.bgp import prefixlist
+from glbd.bgp.ribtypes import Role
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

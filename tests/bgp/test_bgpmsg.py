@@ -1,4 +1,4 @@
-"""Raw BGP message bodies (glbd.codec.bgpmsg): held to ExaBGP's own JSON of the same bytes,
+"""Raw BGP message bodies (glbd.bgp.bgpmsg): held to ExaBGP's own JSON of the same bytes,
 recorded from ExaBGP 5.0.15 with ``receive { consolidate; }`` peering with FRR 10.7
 (tests/bgp/record_raw_vectors.py), plus the cases FRR did not send, and fuzzing."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glbd.codec import bgpmsg
-from glbd.codec import exabgp_api as api
+from glbd.bgp import bgpmsg
+from glbd.bgp import exabgp_api as api
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "exabgp5_frr10_consolidated.jsonl"
 LINES = VECTORS.read_text().splitlines()

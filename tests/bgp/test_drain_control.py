@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from glbd.app import config as cfgmod
-from glbd.app.daemon import Daemon
-from glbd.app.metrics_parts import bgp_samples
 from glbd.cli import glbctl as ctl
+from glbd.config import config as cfgmod
+from glbd.control.metrics_parts import bgp_samples
+from glbd.daemon.daemon import Daemon
 
 
 def _cfg(tmp: Path, drain: bool = False) -> Path:

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc, prefix
+from glbd.base import prefix
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "exabgp5_api_events.jsonl"
 LINES = VECTORS.read_text().splitlines()
@@ -228,8 +229,8 @@ FRR_LINES = (VECTORS.parent / "exabgp5_frr10_events.jsonl").read_text().splitlin
 
 
 def test_frr10_lines_through_codec_and_rib() -> None:
-    from glbd.core.rib import Rib
-    from glbd.core.ribtypes import NeighborParams, RibParams, Role
+    from glbd.bgp.rib import Rib
+    from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
 
     evs = [api.decode(line) for line in FRR_LINES]
     (op,) = [e for e in evs if isinstance(e, api.OpenEvent)]

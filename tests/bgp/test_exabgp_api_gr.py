@@ -8,7 +8,7 @@ import ipaddress
 
 import pytest
 
-from glbd.codec import exabgp_api as api
+from glbd.bgp import exabgp_api as api
 
 A = ipaddress.ip_address
 

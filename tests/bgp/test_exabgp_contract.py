@@ -1,4 +1,4 @@
-"""The ExaBGP internals glbd's launcher patches (glbd/io/exabgp_launch.py), held to what they
+"""The ExaBGP internals glbd's launcher patches (glbd/bgp/exabgp_launch.py), held to what they
 were in the versions checked (docs/bgp.md, "ExaBGP versions"): the source of each callable a
 patch replaces or relies on (any change fails here: re-check that patch), their signatures
 (checked again at every launch) and their behaviour on real ExaBGP objects.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from glbd.io import exabgp_launch
+from glbd.bgp import exabgp_launch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_exabgp_source_is_the_one_checked(target: str) -> None:
     assert got[:16] == want, (
         f"ExaBGP's {target} changed (sha256 {got[:16]}, checked {want} on ExaBGP "
         f"{', '.join(exabgp_launch.CHECKED)}): re-check the launcher's {patches} patch "
-        "(glbd/io/exabgp_launch.py) against it, then update this hash and docs/bgp.md"
+        "(glbd/bgp/exabgp_launch.py) against it, then update this hash and docs/bgp.md"
     )
 
 
@@ -106,7 +106,7 @@ from exabgp.logger.option import option
 from exabgp.reactor.interrupt import Signal
 from exabgp.reactor.loop import Reactor
 from exabgp.reactor.peer import ACTION, Peer
-from glbd.io import exabgp_launch
+from glbd.bgp import exabgp_launch
 
 option.logger = logging.getLogger("contract")
 option.formater = lambda line, source, level, timestamp: line
@@ -245,7 +245,7 @@ def test_a_missing_target_refuses_to_start_exabgp() -> None:
         "import sys\n"
         "from exabgp.reactor.loop import Reactor\n"
         "del Reactor._pending_adjribout\n"
-        "from glbd.io import exabgp_launch as l\n"
+        "from glbd.bgp import exabgp_launch as l\n"
         "sys.argv = ['x', 'server', '/nonexistent.conf']\n"
         "sys.exit(l.main())\n"
     )
@@ -262,7 +262,7 @@ def test_a_changed_signature_is_refused() -> None:
         "import json\n"
         "from exabgp.reactor.peer import Peer\n"
         "Peer.teardown = lambda self, code: None\n"
-        "from glbd.io import exabgp_launch as l\n"
+        "from glbd.bgp import exabgp_launch as l\n"
         "print(json.dumps({'problems': l.check()}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,8 +14,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glbd.io import exabgp_launch
-from glbd.io.exabgp import default_exabgp
+from glbd.bgp import exabgp_launch
+from glbd.bgp.exabgp import default_exabgp
 
 
 @given(st.binary(max_size=200))
@@ -28,7 +28,7 @@ def test_hexstring_is_exabgps(data: bytes) -> None:
 def _patched(level: str) -> dict[str, object]:
     code = (
         "import json, sys\n"
-        "from glbd.io import exabgp_launch as l\n"
+        "from glbd.bgp import exabgp_launch as l\n"
         f"done = l.patch({{'exabgp.log.level': {level!r}}})\n"
         "import exabgp.util as u, exabgp.reactor.api.response.json as j\n"
         "from exabgp.logger import log\n"
@@ -57,7 +57,7 @@ def test_at_debug_level_debug_logging_is_left_alone() -> None:
 
 
 def test_glbd_starts_exabgp_through_it() -> None:
-    assert default_exabgp() == (sys.executable, "-m", "glbd.io.exabgp_launch")
+    assert default_exabgp() == (sys.executable, "-m", "glbd.bgp.exabgp_launch")
 
 
 def _peer(pending: bool) -> SimpleNamespace:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor, tail_lines
+from glbd.bgp.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor, tail_lines
 
 # writes to the log file glbd names in its environment and to stderr, then dies like a crash
 CRASHING_EXABGP = """

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from glbd.core.ndpeers import NdpEvent, NdpPeers, PeerChange
-from glbd.core.reasons import NdpIgnored
+from glbd.base.reasons import NdpIgnored
+from glbd.unnumbered.ndpeers import NdpEvent, NdpPeers, PeerChange
 
 A = ipaddress.IPv6Address
 SPINE, FORGED, NEW = A("fe80::1"), A("fe80::bad"), A("fe80::2")

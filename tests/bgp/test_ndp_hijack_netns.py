@@ -18,9 +18,9 @@ from bgp_helpers import link_local, wait_for
 from bgp_helpers import unnumbered_conf as conf
 from glbdlab.netns import Lab, Netns
 
-from glbd.core.ndpeers import NdpEvent, PeerChange
-from glbd.core.reasons import NdpIgnored
-from glbd.io.ndp import STATE_FILE, NdpSpeaker
+from glbd.base.reasons import NdpIgnored
+from glbd.unnumbered.ndpeers import NdpEvent, PeerChange
+from glbd.unnumbered.ndpsock import STATE_FILE, NdpSpeaker
 
 scapy_all = pytest.importorskip("scapy.all")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from glbd.io.ndp import STATE_FILE, NdpSpeaker
+from glbd.unnumbered.ndpsock import STATE_FILE, NdpSpeaker
 
 
 def preferred(path: Path) -> dict[str, object]:

@@ -19,16 +19,16 @@ from typing import Any, cast
 import structlog
 from rib_helpers import LEAVES, V4, N, update_from
 
-from glbd.app import config as cfgmod
-from glbd.app import log as logmod
-from glbd.app.daemon import Daemon
-from glbd.app.parts import BgpPart
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import prefixlist
+from glbd.bgp.exabgp import ExabgpParams
+from glbd.bgp.ribtypes import RibParams, Role
+from glbd.bgp.speaker import BgpSpeaker
 from glbd.cli import glbctl as ctl
-from glbd.codec import exabgp_api as api
-from glbd.core import prefixlist
-from glbd.core.ribtypes import RibParams, Role
-from glbd.io.bgp import BgpSpeaker
-from glbd.io.exabgp import ExabgpParams
+from glbd.config import config as cfgmod
+from glbd.daemon import log as logmod
+from glbd.daemon.daemon import Daemon
+from glbd.daemon.parts import BgpPart
 from tests.glbdtoml import daemon_conf
 
 L1 = replace(LEAVES[1], import_filter=prefixlist.parse(["10.0.0.0/8 le 24"]))

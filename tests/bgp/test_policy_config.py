@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import params
-from glbd.app.metrics_parts import bgp_samples
-from glbd.core.reasons import RouteRejected
-from glbd.io.bgp import BgpSpeaker, ProcessOptions
-from glbd.io.exabgp import render_config
+from glbd.base.reasons import RouteRejected
+from glbd.bgp.exabgp import render_config
+from glbd.bgp.speaker import BgpSpeaker, ProcessOptions
+from glbd.config import config as cfgmod
+from glbd.config import params
+from glbd.control.metrics_parts import bgp_samples
 
 
 def _cfg(tmp: Path, neighbor: str) -> Path:

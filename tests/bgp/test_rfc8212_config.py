@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import params
 from glbd.cli.glbctl_render import COLUMNS
 from glbd.cli.glbd import check_config
+from glbd.config import config as cfgmod
+from glbd.config import params
 
 
 def _cfg(tmp: Path, l1: str = "", l2: str = "", bgp: str = "") -> Path:

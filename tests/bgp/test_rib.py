@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from rib_helpers import LEAVES, V4, A, N, spine_rib, update_from
 
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc
-from glbd.core.reasons import ResetReason
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import (
+from glbd.base.reasons import ResetReason
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import (
     Advertise,
     NeighborParams,
     NextHopsChanged,
@@ -24,7 +24,7 @@ from glbd.core.ribtypes import (
     Role,
     StaleTimerExpired,
 )
-from glbd.io.bgp import command_for
+from glbd.bgp.speaker import command_for
 
 
 def rib(role: Role = Role.HELPER, **kw: object) -> Rib:
@@ -417,7 +417,7 @@ def test_session_failing_after_restart_drops_stale_paths_too() -> None:
 
 
 def test_rib_decides_the_speaker_adapter_writes_exabgp_commands() -> None:
-    """The table returns its own decisions; only glbd.io.bgp knows ExaBGP's commands."""
+    """The table returns its own decisions; only glbd.bgp.speaker knows ExaBGP's commands."""
     r = rib(Role.BOTH)
     eff = r.on_update(upd(3, "10.200.0.0/24"), 1.0)
     eff += r.on_update(upd(3, withdraw=("10.200.0.0/24",)), 2.0)

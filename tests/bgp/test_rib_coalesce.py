@@ -14,10 +14,10 @@ import ipaddress
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from glbd.codec import exabgp_api as api
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import NextHopsChanged, Role
-from glbd.io.bgp import command_for
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import NextHopsChanged, Role
+from glbd.bgp.speaker import command_for
 from tests.bgp.test_rib import LEAVES, V4, N, rib, upd
 
 W = 0.05

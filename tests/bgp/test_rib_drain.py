@@ -9,9 +9,9 @@ from typing import Any
 
 from rib_helpers import LEAVES, A, N, spine_rib, update_from
 
-from glbd.codec import exabgp_api as api
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import (
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import (
     GRACEFUL_SHUTDOWN,
     Advertise,
     NextHopsChanged,

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from rib_helpers import LEAVES, V4, N, spine_rib, update_from
 
-from glbd.codec import exabgp_api as api
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import (
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import (
     NextHopsChanged,
     PeerDown,
     RibParams,

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 from rib_helpers import LEAVES, A, N, spine_rib, update_from
 
-from glbd.core.reasons import RouteRejected
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import Connected, NextHopsChanged
+from glbd.base.reasons import RouteRejected
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import Connected, NextHopsChanged
 
 L1, L2 = LEAVES[1], LEAVES[2]
 P = "10.99.0.0/24"
@@ -144,7 +144,7 @@ def test_mixed_next_hops_in_one_update_checked_each() -> None:
 def test_rejects_exported_by_reason() -> None:
     """``glbctl counters``/``neighbors`` carry ``rejected_nexthop_*``; the metric has a label
     per reason."""
-    from glbd.app.metrics_parts import bgp_samples
+    from glbd.control.metrics_parts import bgp_samples
 
     r = rib()
     r.on_update(update_from(L2, P, next_hop="172.16.12.2"), 1.0)

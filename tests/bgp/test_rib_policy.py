@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from rib_helpers import LEAVES, A, N, spine_rib, update_from
 
-from glbd.codec import exabgp_api as api
-from glbd.core import prefixlist
-from glbd.core.reasons import ResetReason, RouteRejected
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import (
+from glbd.base.reasons import ResetReason, RouteRejected
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import prefixlist
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import (
     Advertise,
     NeighborParams,
     NextHopsChanged,
@@ -21,7 +21,7 @@ from glbd.core.ribtypes import (
     Retract,
     Role,
 )
-from glbd.io.bgp import command_for
+from glbd.bgp.speaker import command_for
 
 L1, L2 = LEAVES[1], LEAVES[2]
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 from rib_helpers import LEAVES, A, N, spine_rib, update_from
 from structlog.testing import capture_logs
 
-from glbd.core import prefixlist
-from glbd.core.reasons import RouteRejected
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import NeighborParams, NextHopsChanged, Role
+from glbd.base.reasons import RouteRejected
+from glbd.bgp import prefixlist
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import NeighborParams, NextHopsChanged, Role
 
 ALL = prefixlist.parse(["0.0.0.0/0 le 32", "::/0 le 128"])
 L1, L2 = LEAVES[1], LEAVES[2]

@@ -13,11 +13,11 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc
-from glbd.core.reasons import UpdateDelayEnd
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import (
+from glbd.base.reasons import UpdateDelayEnd
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import (
     Advertise,
     Effect,
     NextHopsChanged,

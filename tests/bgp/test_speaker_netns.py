@@ -11,8 +11,8 @@ import pytest
 from bgp_helpers import A, Node, make_node, speaker_node, wait_for
 from glbdlab.netns import Lab
 
-from glbd.core.ribtypes import NeighborParams, Role
-from glbd.io.bgp import NextHopsChanged, SpeakerLost, SpeakerReady
+from glbd.bgp.ribtypes import NeighborParams, Role
+from glbd.bgp.speaker import NextHopsChanged, SpeakerLost, SpeakerReady
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -100,8 +100,8 @@ def _prefixes(n: int) -> list[str]:
 
 @pytest.mark.parametrize("raw", [False, True], ids=["parsed", "raw"])
 async def test_burst_1000_prefixes_announce_and_withdraw(netns_lab: Lab, raw: bool) -> None:
-    """Also with leaf1's ExaBGP handing over raw messages (glbd.codec.bgpmsg reads them)."""
-    from glbd.core.ribtypes import PeerDown
+    """Also with leaf1's ExaBGP handing over raw messages (glbd.bgp.bgpmsg reads them)."""
+    from glbd.bgp.ribtypes import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     nodes = (spine, leaf1, leaf2)
@@ -165,7 +165,7 @@ async def test_a_neighbor_added_while_an_unreachable_one_has_routes_queued(
 
 
 async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
-    from glbd.core.ribtypes import PeerDown
+    from glbd.bgp.ribtypes import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     nodes = (spine, leaf1, leaf2)
@@ -204,7 +204,7 @@ async def test_bfd_down_strict_mode_and_teardown(netns_lab: Lab) -> None:
 async def test_reconfigure_adds_neighbor_without_disturbing_others(netns_lab: Lab) -> None:
     import dataclasses
 
-    from glbd.core.ribtypes import PeerDown
+    from glbd.bgp.ribtypes import PeerDown
 
     leaf1, spine, leaf2 = topology(netns_lab)
     full = spine.speaker.params
@@ -273,9 +273,9 @@ async def test_garbage_nhc_is_counted_never_resets(netns_lab: Lab) -> None:
 
     from bgp_helpers import make_node
 
-    from glbd.codec import exabgp_api as api
-    from glbd.core.ribtypes import PeerDown
-    from glbd.io.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+    from glbd.bgp import exabgp_api as api
+    from glbd.bgp.exabgp import ExabgpNeighbor, ExabgpParams, ExabgpSupervisor
+    from glbd.bgp.ribtypes import PeerDown
 
     a, b = netns_lab.pair("leaf", "peer", a_addr="172.16.31.1/24", b_addr="172.16.31.2/24")
     leaf = make_node(

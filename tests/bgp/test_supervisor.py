@@ -18,8 +18,8 @@ import pytest
 from bgp_helpers import wait_for
 from glbdlab.waits import until
 
-from glbd.codec import exabgp_api as api
-from glbd.io.exabgp import (
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.exabgp import (
     ExabgpNeighbor,
     ExabgpParams,
     ExabgpSupervisor,
@@ -27,7 +27,7 @@ from glbd.io.exabgp import (
     exabgp_env,
     render_config,
 )
-from glbd.io.paths import UnsafePathError
+from glbd.daemon.paths import UnsafePathError
 
 PARAMS = ExabgpParams(
     "10.0.0.11",
@@ -42,7 +42,7 @@ PARAMS = ExabgpParams(
 @pytest.mark.parametrize("raw", [False, True], ids=["parsed", "raw"])
 def test_render_config_is_valid_for_exabgp(tmp_path: Path, raw: bool) -> None:
     params = dataclasses.replace(PARAMS, raw_messages=raw)
-    text = render_config(params, [sys.executable, "-m", "glbd.io.exabgp_bridge", "/x/api.sock"])
+    text = render_config(params, [sys.executable, "-m", "glbd.bgp.exabgp_bridge", "/x/api.sock"])
     assert ("packets;" in text, "parsed;" in text) == (raw, not raw)
     assert "neighbor 172.16.12.1 {" in text and "hold-time 30;" in text
     assert "receive {" in text and "open;" in text and "neighbor-changes;" in text

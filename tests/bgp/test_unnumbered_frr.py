@@ -28,11 +28,11 @@ from bgp_helpers import (
 from glbdlab.frr import FrrInstance
 from glbdlab.netns import Lab, Netns
 
-from glbd.app.params import IPAddress, local_address_for
-from glbd.core.ndpeers import NdpEvent, PeerChange
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
-from glbd.io.ndp import NdpSpeaker
-from glbd.io.netns import in_netns
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
+from glbd.config.params import IPAddress, local_address_for
+from glbd.daemon.netns import in_netns
+from glbd.unnumbered.ndpeers import NdpEvent, PeerChange
+from glbd.unnumbered.ndpsock import NdpSpeaker
 
 pytestmark = [pytest.mark.netns, pytest.mark.frr, pytest.mark.slow]
 

@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from glbd.codec import ndp
-from glbd.core.ndpeers import NdpEvent, NdpPeers, PeerChange
+from glbd.unnumbered import ndp
+from glbd.unnumbered.ndpeers import NdpEvent, NdpPeers, PeerChange
 
 A = ipaddress.IPv6Address
 MAC = bytes.fromhex("020000000a0b")

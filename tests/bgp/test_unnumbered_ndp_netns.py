@@ -12,9 +12,9 @@ import pytest
 from bgp_helpers import wait_for
 from glbdlab.netns import Lab, Netns
 
-from glbd.codec import ndp as codec
-from glbd.core.ndpeers import NdpEvent
-from glbd.io.ndp import NdpSpeaker
+from glbd.unnumbered import ndp as codec
+from glbd.unnumbered.ndpeers import NdpEvent
+from glbd.unnumbered.ndpsock import NdpSpeaker
 
 pytestmark = [pytest.mark.netns]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from glbd.codec import exabgp_api as api
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import Advertise, NeighborParams, RibParams, Role
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import Advertise, NeighborParams, RibParams, Role
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

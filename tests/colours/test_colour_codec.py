@@ -11,8 +11,8 @@ from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.codec import colour
-from glbd.codec.colour import ColourCommunity, DecodeError
+from glbd.colours import colour
+from glbd.colours.colour import ColourCommunity, DecodeError
 
 # Golden vectors, written from the RFC 9012 §4.3 layout by hand: octet 0 type 0x03 (transitive
 # opaque), octet 1 sub-type 0x0b (Color), octets 2-3 flags (big-endian), octets 4-7 the colour

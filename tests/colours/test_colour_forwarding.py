@@ -1,4 +1,4 @@
-"""The leaf's per-colour forwarding (glbd.core.colours.ColourForwarding) in virtual time: the
+"""The leaf's per-colour forwarding (glbd.colours.colours.ColourForwarding) in virtual time: the
 clock is the ``now`` each call passes; nothing sleeps.
 
 The fabric of docs/colours.md: 4 spines, one colour each (green 1 prefers spine s1, blue 2 s2,
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.core.colours import (
+from glbd.colours.colours import (
     ColourForwarding,
     ColourReason,
     ColourState,

@@ -10,12 +10,10 @@ import ipaddress
 from dataclasses import replace
 from typing import Any
 
-from glbd.codec import exabgp_api as api
-from glbd.codec.colour import ColourCommunity
-from glbd.core.colours import Origination
-from glbd.core.reasons import HiddenReason
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import (
+from glbd.base.reasons import HiddenReason
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import (
     Advertise,
     NeighborParams,
     NextHopsChanged,
@@ -23,6 +21,8 @@ from glbd.core.ribtypes import (
     RibParams,
     Role,
 )
+from glbd.colours.colour import ColourCommunity
+from glbd.colours.colours import Origination
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

@@ -11,12 +11,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.codec import exabgp_api as api
-from glbd.codec.colour import ColourCommunity
-from glbd.core.colours import hidden, may_send, route_colours
-from glbd.core.reasons import HiddenReason
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import NeighborParams, RibParams, Role
+from glbd.base.reasons import HiddenReason
+from glbd.bgp import exabgp_api as api
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import NeighborParams, RibParams, Role
+from glbd.colours.colour import ColourCommunity
+from glbd.colours.colours import hidden, may_send, route_colours
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

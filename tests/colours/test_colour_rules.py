@@ -1,4 +1,4 @@
-"""The colour send/receive/origination rules (glbd.core.colours, part 1), alone and on a small
+"""The colour send/receive/origination rules (glbd.colours.colours, part 1), alone and on a small
 fabric: 4 spines and 2 leaves, one colour per spine (green 1, blue 2, red 3, yellow 4), every
 leaf-spine session coloured with its spine's colour (docs/colours.md, "Example")."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from glbd.codec.colour import ColourCommunity
-from glbd.core.colours import (
+from glbd.colours.colour import ColourCommunity
+from glbd.colours.colours import (
     Advert,
     HiddenReason,
     Origination,

@@ -1,4 +1,4 @@
-"""A received UPDATE's colours (glbd.codec.bgpmsg, glbd.codec.exabgp_api): a golden vector
+"""A received UPDATE's colours (glbd.bgp.bgpmsg, glbd.bgp.exabgp_api): a golden vector
 derived by hand from RFC 4271 §4.3, RFC 4360 §2 and RFC 9012 §4.3, the same bytes through the
 ``receive { packets; }`` line ExaBGP writes, its JSON form, and the malformed attribute."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from glbd.codec import bgpmsg
-from glbd.codec import exabgp_api as api
-from glbd.codec.colour import ColourCommunity
+from glbd.bgp import bgpmsg
+from glbd.bgp import exabgp_api as api
+from glbd.colours.colour import ColourCommunity
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

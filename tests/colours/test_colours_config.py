@@ -1,4 +1,4 @@
-"""The ``[colours]`` config section sketch (glbd.app.config_colours): names, the session colour
+"""The ``[colours]`` config section sketch (glbd.config.config_colours): names, the session colour
 precedence (neighbour, interface, glob, global default), coloured origination and one-line
 errors."""
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from glbd.app.config_colours import ColoursSection, colour_value
-from glbd.core.colours import Origination
+from glbd.colours.colours import Origination
+from glbd.config.config_colours import ColoursSection, colour_value
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

@@ -9,9 +9,9 @@ import tomllib
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import params
-from glbd.core.colours import Origination
+from glbd.colours.colours import Origination
+from glbd.config import config as cfgmod
+from glbd.config import params
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

@@ -1,14 +1,14 @@
-"""The pure decisions of the FIB programmer's steps (glbd.core.fibstep), without a kernel; the
+"""The pure decisions of the FIB programmer's steps (glbd.fib.fibstep), without a kernel; the
 programmer itself is tested against the kernel in tests/fib."""
 
 from __future__ import annotations
 
 from ipaddress import ip_address, ip_network
 
-from glbd.core.fibcache import FibCache
-from glbd.core.fibmodel import Desired, GroupSpec, KGroup, Member
-from glbd.core.fibplan import GroupSet, IdMap, Plan
-from glbd.core.fibstep import (
+from glbd.fib.fibcache import FibCache
+from glbd.fib.fibmodel import Desired, GroupSpec, KGroup, Member
+from glbd.fib.fibplan import GroupSet, IdMap, Plan
+from glbd.fib.fibstep import (
     lane_groups,
     lane_in_place,
     step_desired,

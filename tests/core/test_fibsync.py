@@ -1,4 +1,4 @@
-"""The FIB sync core (``glbd.core.fibsync.FibSync``), in virtual time.
+"""The FIB sync core (``glbd.fib.fibsync.FibSync``), in virtual time.
 
 Its incremental steps (``set_weights`` / ``update``) must leave the FIB programmer with exactly
 the desired state a full sync (``FibSync.desired``) would give it, whatever the sequence of
@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from glbd.core.fibmodel import Desired, GroupSpec, Member
-from glbd.core.fibsync import FibSync, Step
-from glbd.core.pathchanges import Changes
-from glbd.core.pathmodel import LocalLink, NextHop
-from glbd.core.pathtable import PathTable
+from glbd.fib.fibmodel import Desired, GroupSpec, Member
+from glbd.fib.fibsync import FibSync, Step
+from glbd.quality.pathchanges import Changes
+from glbd.quality.pathmodel import LocalLink, NextHop
+from glbd.quality.pathtable import PathTable
 
 
 class ModelFib:

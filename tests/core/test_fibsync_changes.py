@@ -1,4 +1,4 @@
-"""The FIB sync's change accumulator (``glbd.core.fibsync.ChangeSet``) merges in place exactly
+"""The FIB sync's change accumulator (``glbd.fib.fibsync.ChangeSet``) merges in place exactly
 as ``Changes.__or__`` does."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from glbd.core.fibsync import ChangeSet
-from glbd.core.pathchanges import Changes
+from glbd.fib.fibsync import ChangeSet
+from glbd.quality.pathchanges import Changes
 
 _keys = hs.frozensets(hs.sampled_from(["pf-a", "pf-b", "pf-c", "pf-d"]), max_size=3)
 _changes = hs.builds(Changes, _keys, _keys, hs.frozensets(hs.sampled_from(["p1", "p2", "p3"])))

@@ -1,13 +1,13 @@
-"""The armed stop's decision (glbd.core.gracestop), on the caller's clock: when a stop is a
+"""The armed stop's decision (glbd.bgp.gracestop), on the caller's clock: when a stop is a
 graceful restart, toward which sessions, and why it falls back to a planned stop."""
 
 from __future__ import annotations
 
 import ipaddress
 
-from glbd.core.gracestop import ARM_WINDOW_S, GracefulRestartArm
-from glbd.core.reasons import GracefulStopFallback as F
-from glbd.core.reasons import StopKind
+from glbd.base.reasons import GracefulStopFallback as F
+from glbd.base.reasons import StopKind
+from glbd.bgp.gracestop import ARM_WINDOW_S, GracefulRestartArm
 
 A = ipaddress.ip_address("198.18.1.0")
 B = ipaddress.ip_address("198.18.2.0")

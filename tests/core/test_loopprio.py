@@ -3,7 +3,7 @@ it is busy with bulk work, back once quiet; off at priority 0 or once the kernel
 
 from __future__ import annotations
 
-from glbd.core.loopprio import LoopPriority, Policy
+from glbd.daemon.loopprio import LoopPriority, Policy
 
 
 def test_real_time_from_the_start_then_normal_while_busy_and_back_when_quiet() -> None:

@@ -1,4 +1,4 @@
-"""Conditional origination (``glbd.core.origin.Origins``), in virtual time: the clock is the
+"""Conditional origination (``glbd.bgp.origin.Origins``), in virtual time: the clock is the
 ``now`` each call passes, so a row's ``state_for_s`` is exact.
 
 A static prefix is always advertised; a ``[[bgp.network]]`` prefix while its interface is
@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from glbd.core import prefixlist
-from glbd.core.origin import OriginChange, OriginParams, OriginRow, Origins, Source
-from glbd.core.reasons import OriginReason as R
+from glbd.base.reasons import OriginReason as R
+from glbd.bgp import prefixlist
+from glbd.bgp.origin import OriginChange, OriginParams, OriginRow, Origins, Source
 
 N = ipaddress.ip_network
 Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -26,7 +26,7 @@ from glbdlab.netns import LabError
 from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
 from glbdlab.topology import Fabric, leaf_spine
 
-from glbd.codec.control import QUERIES as QUERY_COMMANDS
+from glbd.control.protocol import QUERIES as QUERY_COMMANDS
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

@@ -138,7 +138,7 @@ def test_idle_metrics_connections_do_not_starve_heartbeats(netns_lab: Lab, tmp_p
     flood = _Flood(lf, IDLE)
 
     def start(ns: Netns, cfg: Path, **kw: Any) -> None:
-        log = open(cfg.parent / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(cfg.parent / "glbd.daemon.log", "ab")  # noqa: SIM115 - handed to the child
         argv = [sys.executable, "-m", "glbd", "run", "-c", str(cfg)]
         procs.append(ns.popen(argv, stdout=log, stderr=subprocess.STDOUT, **kw))
         log.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 from glbdlab.netns import Lab, Netns
 
-from glbd.core.fibmodel import Member
+from glbd.fib.fibmodel import Member
 
 V4_GW = ["198.18.10.2", "198.18.10.6", "198.18.10.10"]
 V6_GW = ["2001:db8:10:1::2", "2001:db8:10:2::2", "2001:db8:10:3::2"]

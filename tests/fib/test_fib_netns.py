@@ -16,9 +16,9 @@ import pytest
 from fibrig import Rig, member
 from glbdlab.waits import until as eventually
 
-from glbd.core.fibmodel import Desired, GroupSpec, Member, Resilient
-from glbd.io.fib import FibProgrammer
-from glbd.io.fibkernel import get_compat_mode
+from glbd.fib.fibkernel import get_compat_mode
+from glbd.fib.fibmodel import Desired, GroupSpec, Member, Resilient
+from glbd.fib.programmer import FibProgrammer
 
 pytestmark = pytest.mark.netns
 
@@ -421,7 +421,7 @@ async def test_failover_done_by_the_bfd_engine_is_mirrored_and_held(
     member from every group and glbd mirrors it. Before the BFD event claims it, a write must
     not re-create the member (held out); after the claim it stays out until restore_nexthop. An
     unclaimed deletion (an operator's ``ip nexthop del``) is repaired after the hold."""
-    from glbd.codec.netlink.fibmsg import failover_wire
+    from glbd.fib.fibmsg import failover_wire
 
     maps: list[dict[Any, tuple[int, ...]]] = []
     fib.on_failover_map = maps.append

@@ -12,8 +12,8 @@ import pytest
 from fibrig import Rig, member
 from glbdlab.waits import until as eventually
 
-from glbd.core.fibmodel import Desired, GroupSpec
-from glbd.io.fib import FibProgrammer
+from glbd.fib.fibmodel import Desired, GroupSpec
+from glbd.fib.programmer import FibProgrammer
 
 pytestmark = pytest.mark.netns
 

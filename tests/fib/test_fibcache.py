@@ -1,4 +1,4 @@
-"""The FIB programmer's pure state (glbd.core.fibcache) in virtual time: events, holds,
+"""The FIB programmer's pure state (glbd.fib.fibcache) in virtual time: events, holds,
 failover, write outcomes, without a kernel."""
 
 from __future__ import annotations
@@ -6,10 +6,8 @@ from __future__ import annotations
 import errno
 import ipaddress
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg
-from glbd.core.fibcache import FibCache
-from glbd.core.fibmodel import (
+from glbd.fib.fibcache import FibCache
+from glbd.fib.fibmodel import (
     Desired,
     GroupSpec,
     KGroup,
@@ -19,8 +17,10 @@ from glbd.core.fibmodel import (
     Member,
     Observed,
 )
-from glbd.core.fibplan import GroupDel, GroupSet, IdMap, NhDel, NhSet, RouteDel, RouteSet
-from glbd.core.fibsnap import snapshot
+from glbd.fib.fibplan import GroupDel, GroupSet, IdMap, NhDel, NhSet, RouteDel, RouteSet
+from glbd.fib.fibsnap import snapshot
+from glbd.netlink import const as c
+from glbd.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg
 
 P = 200
 M1 = Member(ipaddress.ip_address("198.18.10.2"), "eth1")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import NhMsg, RtMsg, decode
-from glbd.codec.netlink.fibmsg import encode_group, parse_group_entries
-from glbd.core.fibmodel import KGroup, KNexthop, Member, Resilient
-from glbd.core.fibplan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
-from glbd.core.fibwire import observe, op_message, op_wire, parse_nexthop
+from glbd.fib.fibmodel import KGroup, KNexthop, Member, Resilient
+from glbd.fib.fibmsg import encode_group, parse_group_entries
+from glbd.fib.fibplan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
+from glbd.fib.fibwire import observe, op_message, op_wire, parse_nexthop
+from glbd.netlink import const as c
+from glbd.netlink.codec import NhMsg, RtMsg, decode
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "netlink_rtnl_kernel618.jsonl"
 N = ipaddress.ip_network
@@ -120,8 +120,8 @@ def test_fast_wire_equals_message_encoding(op: RouteSet | RouteDel | GroupDel, t
 
 
 def test_routes_from_select_rows_match_full_parse() -> None:
-    from glbd.codec.netlink.codec import Selected, iter_frames, pick_attrs
-    from glbd.core.fibwire import ROUTE_WANT, routes_from_rows
+    from glbd.fib.fibwire import ROUTE_WANT, routes_from_rows
+    from glbd.netlink.codec import Selected, iter_frames, pick_attrs
 
     rows = []
     for line in VECTORS.read_text().splitlines():
@@ -156,8 +156,8 @@ def test_a_link_from_the_fast_dump_is_the_link_of_the_full_message(
 ) -> None:
     """The audit reads links with the fast dump (``LINK_KEEP`` only): the same link as the
     full message's, among the attributes a kernel sends that the FIB does not read."""
-    from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, Selected, iter_frames, pick_attrs
-    from glbd.core.fibwire import LINK_KEEP, parse_link
+    from glbd.fib.fibwire import LINK_KEEP, parse_link
+    from glbd.netlink.codec import Attr, IfInfoMsg, Message, Selected, iter_frames, pick_attrs
 
     af_spec = Attr(26, b"\x08\x00\x02\x00" + b"\0" * 4)  # IFLA_AF_SPEC: one the FIB skips
     attrs = [Attr.u32(c.IFLA_MTU, 9000), af_spec]

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from glbd.core.fibmodel import (
+from glbd.fib.fibmodel import (
     Desired,
     GroupSpec,
     KGroup,
@@ -17,7 +17,7 @@ from glbd.core.fibmodel import (
     Observed,
     Resilient,
 )
-from glbd.core.fibplan import (
+from glbd.fib.fibplan import (
     GroupDel,
     GroupSet,
     IdMap,

@@ -1,17 +1,17 @@
 """The profile cap in the real kernel: prefixes with unique NNHN lists, more than the cap, all
 get a route, and glbd's nexthop groups stay at the cap plus the one plain-ECMP group
-(``glbd.core.pathtable``; the pure test is ``tests/quality/test_pathtable_cap.py``)."""
+(``glbd.quality.pathtable``; the pure test is ``tests/quality/test_pathtable_cap.py``)."""
 
 from __future__ import annotations
 
 import pytest
 from fibrig import V4_GW, Rig
 
-from glbd.core.fibsync import FibSync
-from glbd.core.pathmodel import NextHop, PathTableParams
-from glbd.core.pathprofile import profile_key
-from glbd.core.pathtable import PathTable
-from glbd.io.fib import FibProgrammer
+from glbd.fib.fibsync import FibSync
+from glbd.fib.programmer import FibProgrammer
+from glbd.quality.pathmodel import NextHop, PathTableParams
+from glbd.quality.pathprofile import profile_key
+from glbd.quality.pathtable import PathTable
 
 pytestmark = pytest.mark.netns
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from glbd.core.fibmodel import Desired, GroupSpec, KGroup, KLink, KRoute, Member, Observed
-from glbd.core.fibplan import IdMap
-from glbd.io.fib import FibProgrammer
+from glbd.fib.fibmodel import Desired, GroupSpec, KGroup, KLink, KRoute, Member, Observed
+from glbd.fib.fibplan import IdMap
+from glbd.fib.programmer import FibProgrammer
 
 M1 = Member(ipaddress.ip_address("198.18.10.2"), "eth1")
 M2 = Member(ipaddress.ip_address("198.18.10.6"), "eth2")

@@ -9,7 +9,7 @@ import pytest
 from flowletrig import Rig, Start, build
 from glbdlab.netns import Lab
 
-from glbd.io.flowlet import FlowletAttachment, FlowletParams, object_path
+from glbd.flowlet.loader import FlowletAttachment, FlowletParams, object_path
 
 
 @pytest.fixture
@@ -20,7 +20,9 @@ def rig(netns_lab: Lab) -> Rig:
 @pytest.fixture
 async def flowlet(rig: Rig) -> AsyncIterator[Start]:
     if object_path() is None:
-        pytest.skip("flowlet.bpf.o is not built (glbd/bpf/build.sh; bootstrap.sh builds it)")
+        pytest.skip(
+            "flowlet.bpf.o is not built (glbd/flowlet/bpf/build.sh; bootstrap.sh builds it)"
+        )
     made: list[FlowletAttachment] = []
 
     async def start(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from glbdlab.netns import Lab, Netns
 
-from glbd.io.flowlet import FlowletAttachment
+from glbd.flowlet.loader import FlowletAttachment
 
 DST4 = "203.0.113.1"
 DST6 = "2001:db8:ff::1"

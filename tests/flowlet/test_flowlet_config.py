@@ -8,9 +8,10 @@ from typing import Any, cast
 
 import pytest
 
-from glbd.app import config as cfgmod
-from glbd.app import metrics_parts, params
-from glbd.io import flowlet
+from glbd.config import config as cfgmod
+from glbd.config import params
+from glbd.control import metrics_parts
+from glbd.flowlet import loader as flowlet
 
 BASE: dict[str, Any] = {
     "router_id": "10.0.0.1",

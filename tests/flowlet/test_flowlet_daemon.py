@@ -18,7 +18,7 @@ from flowletrig import Rig, bursts
 from glbdlab.nodes import wait_until
 
 from glbd.cli import glbctl as ctl
-from glbd.io.flowlet import object_path
+from glbd.flowlet.loader import object_path
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -89,7 +89,9 @@ def _filters(rig: Rig, ifname: str) -> str:
 
 def test_glbd_attaches_adopts_and_removes(rig: Rig, tmp_path: Path) -> None:
     if object_path() is None:
-        pytest.skip("flowlet.bpf.o is not built (glbd/bpf/build.sh; bootstrap.sh builds it)")
+        pytest.skip(
+            "flowlet.bpf.o is not built (glbd/flowlet/bpf/build.sh; bootstrap.sh builds it)"
+        )
     rig.group((1, 1))
     g = Glbd(rig, tmp_path)
     try:
@@ -141,7 +143,9 @@ def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path)
     window has not yet seen the fabric (the link's queue is empty); once a queue builds there,
     the timeout rises to cover its drain time."""
     if object_path() is None:
-        pytest.skip("flowlet.bpf.o is not built (glbd/bpf/build.sh; bootstrap.sh builds it)")
+        pytest.skip(
+            "flowlet.bpf.o is not built (glbd/flowlet/bpf/build.sh; bootstrap.sh builds it)"
+        )
 
     def edit(text: str) -> str:  # r-m1: a neighbor's port (monitored), shaped to 1 Mbit/s
         return text.replace("timeout_us = 1000\n", "").replace(

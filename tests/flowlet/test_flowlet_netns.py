@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 from flowletrig import DST4, DST6, PORT, Rig, Start, bursts
 
-from glbd.core.movegate import ONE, MoveChance
-from glbd.io.flowlet import FlowletAttachment
+from glbd.flowlet.loader import FlowletAttachment
+from glbd.flowlet.movegate import ONE, MoveChance
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 

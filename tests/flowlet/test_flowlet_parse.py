@@ -7,9 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from glbd.core.movegate import MoveChance
-from glbd.io import flowlet
-from glbd.io.flowlet import (
+from glbd.flowlet import loader as flowlet
+from glbd.flowlet.loader import (
     COUNTERS,
     PREF,
     Filter,
@@ -20,8 +19,9 @@ from glbd.io.flowlet import (
     parse_links,
     parse_stats,
 )
+from glbd.flowlet.movegate import MoveChance
 
-SOURCE = Path(flowlet.__file__).resolve().parent.parent / "bpf" / "flowlet.bpf.c"
+SOURCE = Path(flowlet.__file__).resolve().parent / "bpf" / "flowlet.bpf.c"
 
 TC_SHOW = json.dumps(
     [

@@ -1,11 +1,11 @@
-"""The move gate (glbd/core/movegate.py) in virtual time: which weight changes let flowlet gaps
+"""The move gate (glbd/flowlet/movegate.py) in virtual time: which weight changes let flowlet gaps
 move flows, and how the chance the program computes falls."""
 
 from __future__ import annotations
 
 import pytest
 
-from glbd.core.movegate import (
+from glbd.flowlet.movegate import (
     ALWAYS,
     NEVER,
     ONE,

@@ -1,11 +1,11 @@
-"""The "auto" flowlet timeout (glbd.core.skew) in virtual time, and the heartbeat entries'
+"""The "auto" flowlet timeout (glbd.flowlet.skew) in virtual time, and the heartbeat entries'
 queue bound it reads."""
 
 from __future__ import annotations
 
 import pytest
 
-from glbd.core.skew import SkewEstimator, SkewParams
+from glbd.flowlet.skew import SkewEstimator, SkewParams
 from heartbeat import wire
 
 

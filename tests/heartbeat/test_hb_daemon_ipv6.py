@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from glbdlab.netns import Lab
 
-from glbd.app.config_quality import HEARTBEAT_GROUP_V6
 from glbd.cli import glbctl as ctl
+from glbd.config.config_quality import HEARTBEAT_GROUP_V6
 from tests.glbdtoml import one_neighbour
 
 SP_IF, LF_IF = "sp-lf", "lf-sp"
@@ -55,7 +55,7 @@ def test_two_glbd_exchange_ipv6_heartbeats(netns_lab: Lab, tmp_path: Path) -> No
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for ns, cfg in ((lf, leaf), (sp, spine)):
-            log = open(cfg.parent / "glbd.app.log", "ab")  # noqa: SIM115 - handed to the child
+            log = open(cfg.parent / "glbd.daemon.log", "ab")  # noqa: SIM115 - handed to the child
             procs.append(
                 ns.popen([sys.executable, "-m", "glbd", "run", "-c", str(cfg)], stdout=log,
                          stderr=subprocess.STDOUT)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from glbd.app.config_quality import HEARTBEAT_GROUP_V4, HEARTBEAT_GROUP_V6
+from glbd.config.config_quality import HEARTBEAT_GROUP_V4, HEARTBEAT_GROUP_V6
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver
 from heartbeat.transport import (

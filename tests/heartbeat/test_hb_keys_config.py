@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from glbd.app import config
-from glbd.app.params import heartbeat_keys
 from glbd.cli.glbd import check_config
+from glbd.config import config
+from glbd.config.params import heartbeat_keys
 from heartbeat.wire import HmacKey
 
 OLD_KEY, NEW_KEY = HmacKey(1, b"the old secret key"), HmacKey(2, b"the new secret key")

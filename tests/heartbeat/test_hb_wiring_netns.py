@@ -14,11 +14,11 @@ import pytest
 from glbdlab.netns import Lab, Netns
 from glbdlab.waits import until as _until
 
-from glbd.app import config
-from glbd.app.config_quality import HEARTBEAT_GROUP_V6
-from glbd.app.daemon import Daemon
-from glbd.app.node import Node
-from glbd.core.ribtypes import PeerDown, PeerUp
+from glbd.bgp.ribtypes import PeerDown, PeerUp
+from glbd.config import config
+from glbd.config.config_quality import HEARTBEAT_GROUP_V6
+from glbd.daemon.daemon import Daemon
+from glbd.daemon.node import Node
 from heartbeat import wire
 from heartbeat.wire import Entry
 

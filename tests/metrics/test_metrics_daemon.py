@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from glbd import __version__
-from glbd.app import config as cfgmod
-from glbd.app.daemon import Daemon
-from glbd.io.metrics import Sample
+from glbd.config import config as cfgmod
+from glbd.control.metrics import Sample
+from glbd.daemon.daemon import Daemon
 from tests.test_daemon import _write_cfg
 
 

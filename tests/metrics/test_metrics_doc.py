@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from glbd.io.metrics import render
+from glbd.control.metrics import render
 from tests.test_views import everything
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

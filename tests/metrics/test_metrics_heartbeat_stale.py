@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from glbd.app import metrics_parts, views
+from glbd.control import metrics_parts, views
 from heartbeat import wire
 from heartbeat.receiver import Neighbor, Receiver
 

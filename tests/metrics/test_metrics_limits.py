@@ -9,9 +9,9 @@ import socket
 
 from glbdlab.waits import until
 
-from glbd.app import metrics_daemon
-from glbd.core.reasons import MetricsDrop
-from glbd.io.metrics import MetricsServer, Sample
+from glbd.base.reasons import MetricsDrop
+from glbd.control import metrics_daemon
+from glbd.control.metrics import MetricsServer, Sample
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from glbd.app import metrics_parts
-from glbd.app.daemon import Daemon
-from glbd.app.node import Node
-from glbd.app.parts import BgpPart, FibPart
-from glbd.core.pathmodel import LocalLink, RemoteLink
-from glbd.io.metrics import Sample
+from glbd.control import metrics_parts
+from glbd.control.metrics import Sample
+from glbd.daemon.daemon import Daemon
+from glbd.daemon.node import Node
+from glbd.daemon.parts import BgpPart, FibPart
+from glbd.quality.pathmodel import LocalLink, RemoteLink
 from heartbeat.reasons import UpdateReason
 from heartbeat.receiver import RemoteUpdate
 from tests.quality.test_path_quality_reload import _cfg

@@ -10,11 +10,10 @@ import pytest
 from glbdlab.netns import Lab
 from glbdlab.waits import until
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg, TcMsg
-from glbd.io.netlink import NetlinkError, NetlinkSocket
-from glbd.io.netns import in_netns, read_sysctl
-from glbd.io.rtnl import (
+from glbd.daemon.netns import in_netns, read_sysctl
+from glbd.netlink import const as c
+from glbd.netlink.codec import Attr, IfInfoMsg, Message, NhMsg, RtMsg, TcMsg
+from glbd.netlink.rtnl import (
     LINK_WANT,
     QDISC_WANT,
     link_dump,
@@ -25,6 +24,7 @@ from glbd.io.rtnl import (
     qdisc_queue,
     route_event_filter,
 )
+from glbd.netlink.rtsocket import NetlinkError, NetlinkSocket
 
 pytestmark = pytest.mark.netns
 

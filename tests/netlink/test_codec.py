@@ -14,8 +14,8 @@ from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import (
+from glbd.netlink import const as c
+from glbd.netlink.codec import (
     Attr,
     DecodeError,
     DoneMsg,
@@ -35,7 +35,7 @@ from glbd.codec.netlink.codec import (
     iter_frames,
     pick_attrs,
 )
-from glbd.io.rtnl import LINK_WANT, link_state, qdisc_queue
+from glbd.netlink.rtnl import LINK_WANT, link_state, qdisc_queue
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "netlink_rtnl_kernel618.jsonl"
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from glbd.codec.netlink.fibmsg import encode_group, group_set, group_set_wire, parse_group_entries
+from glbd.fib.fibmsg import encode_group, group_set, group_set_wire, parse_group_entries
 
 _entries = hs.lists(
     hs.tuples(hs.integers(1, 0xFFFFFFFF), hs.integers(1, 65535)), min_size=1, max_size=300

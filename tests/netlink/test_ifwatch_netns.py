@@ -10,7 +10,7 @@ import pytest
 from glbdlab.netns import Lab
 from glbdlab.waits import until
 
-from glbd.io.ifwatch import InterfaceWatch
+from glbd.netlink.ifwatch import InterfaceWatch
 
 pytestmark = pytest.mark.netns
 

@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import Attr, Message, RtMsg
-from glbd.codec.netlink.fibmsg import CREATE_FLAGS, REPLACE_FLAGS, route_wire
-from glbd.codec.prefix import network
+from glbd.base.prefix import network
+from glbd.fib.fibmsg import CREATE_FLAGS, REPLACE_FLAGS, route_wire
+from glbd.netlink import const as c
+from glbd.netlink.codec import Attr, Message, RtMsg
 
 
 def expected(prefix: str, metric: int, nhid: int | None, table: int, replace: bool) -> bytes:

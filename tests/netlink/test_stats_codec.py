@@ -1,5 +1,5 @@
 """RTM_GETSTATS / RTM_NEWSTATS (if_stats_msg) in the netlink codec, and the column reader of
-periodic dumps (glbd.codec.netlink.columns): golden vectors both ways, kernel 6.18 captures
+periodic dumps (glbd.netlink.columns): golden vectors both ways, kernel 6.18 captures
 (stats_kernel618.jsonl: a stats and a qdisc dump of a namespace with lo, a veth with tbf + rate
 estimator + ingress, an mq veth with two pfifo_fast children and a pfifo veth), round trip,
 fuzz, and the column reader's contract: its fast path returns exactly what the walk returns."""
@@ -16,10 +16,16 @@ from fuzzing import fuzz_codec, inputs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.codec.netlink import const as c
-from glbd.codec.netlink.codec import Attr, DecodeError, IfStatsMsg, Message, decode, decode_stream
-from glbd.codec.netlink.columns import Chunk, DumpColumns
-from glbd.io.rtnl import LinkStats, link_stats, qdisc_backlog_fields, stats_dump, stats_tx_fields
+from glbd.netlink import const as c
+from glbd.netlink.codec import Attr, DecodeError, IfStatsMsg, Message, decode, decode_stream
+from glbd.netlink.columns import Chunk, DumpColumns
+from glbd.netlink.rtnl import (
+    LinkStats,
+    link_stats,
+    qdisc_backlog_fields,
+    stats_dump,
+    stats_tx_fields,
+)
 
 VECTORS = Path(__file__).parent / "stats_kernel618.jsonl"
 LINK64 = c.stats_filter_bit(c.IFLA_STATS_LINK_64)

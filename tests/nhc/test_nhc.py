@@ -13,8 +13,8 @@ from fuzzing import fuzz_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.codec import nhc
-from glbd.codec.nhc import BgpId, DecodeError, NextHopMatch, Nhc, NhcAttribute, Nnhn, RawTlv
+from glbd.bgp import nhc
+from glbd.bgp.nhc import BgpId, DecodeError, NextHopMatch, Nhc, NhcAttribute, Nnhn, RawTlv
 
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from glbd.app import metrics_parts
-from glbd.codec import exabgp_api as api
-from glbd.codec import nhc
-from glbd.codec.nhc import BgpId, DecodeError, Nhc, Nnhn
-from glbd.core.reasons import NHC_DISREGARDED, NhcDiscard, NhcStatus, nhc_malformed
-from glbd.core.rib import Rib
-from glbd.core.ribtypes import Advertise, NeighborParams, RibParams, Role
+from glbd.base.reasons import NHC_DISREGARDED, NhcDiscard, NhcStatus, nhc_malformed
+from glbd.bgp import exabgp_api as api
+from glbd.bgp import nhc
+from glbd.bgp.nhc import BgpId, DecodeError, Nhc, Nnhn
+from glbd.bgp.rib import Rib
+from glbd.bgp.ribtypes import Advertise, NeighborParams, RibParams, Role
+from glbd.control import metrics_parts
 
 A = ipaddress.ip_address
 N = ipaddress.ip_network

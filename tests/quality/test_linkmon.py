@@ -11,7 +11,7 @@ from collections.abc import Callable, Generator
 import pytest
 from glbdlab.waits import until
 
-from glbd.core.linkq import (
+from glbd.quality.linkq import (
     Columns,
     LinkMonitor,
     LinkMonParams,
@@ -21,7 +21,7 @@ from glbd.core.linkq import (
     band_of,
     score,
 )
-from glbd.io.linkrunner import MonitorRunner
+from glbd.quality.linkrunner import MonitorRunner
 from heartbeat import wire
 from tests import vtime
 

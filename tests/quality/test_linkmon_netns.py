@@ -13,9 +13,9 @@ from collections.abc import Callable
 import pytest
 from glbdlab.netns import Lab, Netns
 
-from glbd.core.linkq import LinkMonitor, LinkMonParams, LinkSample, QualityChanged
-from glbd.io.linkrunner import MonitorRunner
-from glbd.io.linkstats import StatsReader
+from glbd.quality.linkq import LinkMonitor, LinkMonParams, LinkSample, QualityChanged
+from glbd.quality.linkrunner import MonitorRunner
+from glbd.quality.linkstats import StatsReader
 
 RATE_MBIT = 20
 
@@ -90,10 +90,17 @@ async def test_shaped_loaded_link_drops_in_band(netns_lab: Lab) -> None:
 
 @pytest.mark.netns
 async def test_lean_reader_agrees_with_full_link_and_qdisc_dumps(netns_lab: Lab) -> None:
-    from glbd.codec.netlink import const as c
-    from glbd.codec.netlink.codec import IfInfoMsg, TcMsg
-    from glbd.io.netlink import NetlinkSocket
-    from glbd.io.rtnl import LINK_WANT, QDISC_WANT, link_dump, link_state, qdisc_dump, qdisc_queue
+    from glbd.netlink import const as c
+    from glbd.netlink.codec import IfInfoMsg, TcMsg
+    from glbd.netlink.rtnl import (
+        LINK_WANT,
+        QDISC_WANT,
+        link_dump,
+        link_state,
+        qdisc_dump,
+        qdisc_queue,
+    )
+    from glbd.netlink.rtsocket import NetlinkSocket
 
     async def full_read(nl: NetlinkSocket, want: set[str]) -> list[LinkSample]:
         """The same samples from whole RTM_GETLINK and RTM_GETQDISC dumps, decoded plainly."""

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from glbd.app import config
-from glbd.app.params import linkmon_params
-from glbd.core.linkq import LinkMonitor, LinkMonParams, LinkSample
+from glbd.config import config
+from glbd.config.params import linkmon_params
+from glbd.quality.linkq import LinkMonitor, LinkMonParams, LinkSample
 
 CAP = 1000.0  # Mbit/s
 P = LinkMonParams(default_capacity_mbps=CAP)

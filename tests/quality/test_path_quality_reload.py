@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glbd.app import config as cfgmod
-from glbd.app.daemon import Daemon
-from glbd.app.node import Node
+from glbd.config import config as cfgmod
+from glbd.daemon.daemon import Daemon
+from glbd.daemon.node import Node
 from tests.quality.test_pathtable import L2, L3, all_remote, set_l2, to_leaf, w
 from tests.test_daemon import _write_cfg
 

@@ -8,12 +8,12 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.core import ribtypes as rib
-from glbd.core.pathchanges import Changes
-from glbd.core.pathmodel import LocalLink, NextHop, PathTableParams, RemoteLink
-from glbd.core.pathprofile import profile_key
-from glbd.core.pathtable import PathTable
-from glbd.core.ribtypes import Role
+from glbd.bgp import ribtypes as rib
+from glbd.bgp.ribtypes import Role
+from glbd.quality.pathchanges import Changes
+from glbd.quality.pathmodel import LocalLink, NextHop, PathTableParams, RemoteLink
+from glbd.quality.pathprofile import profile_key
+from glbd.quality.pathtable import PathTable
 from heartbeat import wire
 
 S = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]  # spines (helpers)
@@ -235,8 +235,8 @@ def test_rib_event_and_json() -> None:
 @given(st.lists(st.floats(0, 7), min_size=2, max_size=2))
 @settings(max_examples=100, deadline=None)
 def test_weight_is_monotone_in_quality(qs: list[float]) -> None:
-    from glbd.core.pathmodel import DEFAULT_WEIGHT_TABLE
-    from glbd.core.pathweight import _interp
+    from glbd.quality.pathmodel import DEFAULT_WEIGHT_TABLE
+    from glbd.quality.pathweight import _interp
 
     a, b = sorted(qs)
     assert _interp(DEFAULT_WEIGHT_TABLE, a) <= _interp(DEFAULT_WEIGHT_TABLE, b)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.core.pathmodel import NextHop, PathTableParams, RemoteLink, Weight
-from glbd.core.pathtable import PathTable
+from glbd.quality.pathmodel import NextHop, PathTableParams, RemoteLink, Weight
+from glbd.quality.pathtable import PathTable
 from heartbeat import wire
 
 S = [wire.node_id(f"10.0.0.{i}") for i in range(1, 5)]  # helpers

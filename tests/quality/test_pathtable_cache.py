@@ -1,4 +1,4 @@
-"""The path table's per-next-hop row cache (``Profile.rows``, glbd/core/pathprofile.py): after
+"""The path table's per-next-hop row cache (``Profile.rows``, glbd/quality/pathprofile.py): after
 any sequence of inputs the weights equal a recompute from scratch with the same controller
 memory."""
 
@@ -9,8 +9,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glbd.core.pathmodel import LocalLink, NextHop, PathTableParams, RemoteLink, Weight
-from glbd.core.pathtable import PathTable
+from glbd.quality.pathmodel import LocalLink, NextHop, PathTableParams, RemoteLink, Weight
+from glbd.quality.pathtable import PathTable
 from heartbeat import wire
 
 S = [wire.node_id(f"10.0.0.{i}") for i in range(1, 4)]  # helpers

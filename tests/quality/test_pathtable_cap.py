@@ -6,10 +6,10 @@ a model of the FIB programmer (``tests/core/test_fibsync.py``)."""
 
 from __future__ import annotations
 
-from glbd.core.pathmodel import LocalLink, NextHop, PathTableParams
-from glbd.core.pathprofile import profile_key
-from glbd.core.pathtable import FALLBACK_WARN_INTERVAL_S, PathTable
-from glbd.core.reasons import ProfileFallback
+from glbd.base.reasons import ProfileFallback
+from glbd.quality.pathmodel import LocalLink, NextHop, PathTableParams
+from glbd.quality.pathprofile import profile_key
+from glbd.quality.pathtable import FALLBACK_WARN_INTERVAL_S, PathTable
 from tests.core.test_fibsync import Rig, canon, sync
 
 CAP = 4

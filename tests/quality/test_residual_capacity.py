@@ -14,17 +14,17 @@ from collections.abc import Awaitable, Callable
 import pytest
 from glbdlab.netns import Lab, Netns
 
-from glbd.app import config as cfgmod
-from glbd.app.config_quality import LinkQualitySection
-from glbd.core.linkq import (
+from glbd.config import config as cfgmod
+from glbd.config.config_quality import LinkQualitySection
+from glbd.quality.linkq import (
     LinkMonitor,
     LinkMonParams,
     LinkSample,
     QualityChanged,
     parse_tc_handle,
 )
-from glbd.io.linkrunner import MonitorRunner
-from glbd.io.linkstats import StatsReader, foreign_bytes
+from glbd.quality.linkrunner import MonitorRunner
+from glbd.quality.linkstats import StatsReader, foreign_bytes
 
 CLS = parse_tc_handle("10:2")
 
@@ -116,8 +116,8 @@ def test_floor_counter_reset_and_no_classes() -> None:
 def test_a_load_balancers_own_residual_feeds_its_local_capacity() -> None:
     """Foreign traffic on a leaf's own uplink: the path table's local part uses the residual
     (``LinkQuality.usable``, what the wiring hands to ``set_local``), so DLB weights follow."""
-    from glbd.core.pathmodel import NextHop, PathTableParams
-    from glbd.core.pathtable import PathTable
+    from glbd.quality.pathmodel import NextHop, PathTableParams
+    from glbd.quality.pathtable import PathTable
 
     mons = {}
     t = PathTable(PathTableParams())

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: GPL-2.0-only OR Apache-2.0
+/*
+ * glbd flowlet switching: a tc clsact ingress program (cls_bpf, direct action).
+ *
+ * For every IPv4/IPv6 TCP or UDP packet it keeps one entry per 5-tuple (last seen, salt) and
+ * sets the packet's L4 hash to hash(5-tuple) ^ salt. A gap longer than the flowlet timeout
+ * may draw a new salt, so the kernel's multipath selection (fib_multipath_hash_policy = 1,
+ * which uses an L4 hash already on the packet) may put the next burst on another next hop, in
+ * proportion to the group's weights. Inside a burst the hash is stable: nothing reorders.
+ * A gap draws a new salt with the probability glbd writes (1 while the weights it programs
+ * are changing, falling to 0 as they settle), so settled flows stay where they are and a
+ * failed next hop moves only its own flows.
+ * Every packet passes (TC_ACT_OK); what it does not touch is counted by reason.
+ *
+ * The counter and config layouts are read by glbd/flowlet/loader.py: keep them in step.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#ifndef FLOWLET_TABLE_SIZE
+#define FLOWLET_TABLE_SIZE 65536 /* glbd pre-creates the table with the configured size */
+#endif
+
+/* per-interface counters (one slot each); glbd.flowlet.loader.COUNTERS lists them in this order */
+enum counter {
+	C_PACKETS,       /* TCP/UDP packets whose hash was set */
+	C_FLOWLETS,      /* flowlets started: every new salt (new flows + moved + aged) */
+	C_MOVED,         /* new salt on an existing entry after a gap > timeout (< aging) */
+	C_KEPT,          /* a gap > timeout (< aging) that kept its salt (the move draw said no) */
+	C_NEW_FLOWS,     /* no entry: one inserted */
+	C_AGED,          /* an entry idle longer than the aging time: a new flow on an old entry */
+	C_SKIP_NOT_IP,   /* not IPv4/IPv6: untouched */
+	C_SKIP_PROTO,    /* IP but not TCP/UDP (or IPv6 extension headers): untouched */
+	C_SKIP_FRAGMENT, /* IPv4 fragment: no ports in every fragment, untouched */
+	C_SKIP_SHORT,    /* headers cut short: untouched */
+	C_SKIP_NO_CONFIG,/* loaded but no timeout written yet: untouched */
+	C_SKIP_TABLE_FULL, /* the table refused an insert: untouched (no salt to keep stable) */
+	C_MAX,
+};
+
+struct counters {
+	__u64 c[C_MAX];
+};
+
+struct config {
+	__u64 timeout_ns;    /* gap that starts a new flowlet; 0 = not configured yet */
+	__u64 aging_ns;      /* an entry idle longer than this is a new flow, not a moved one */
+	__u64 move_p0;       /* chance that a gap moves the flow, in 1/2^32, at move_t0_ns */
+	__u64 move_t0_ns;    /* bpf_ktime (CLOCK_MONOTONIC) when move_p0 was set */
+	__u64 move_decay_ns; /* the chance falls linearly to 0 over this; 0: move_p0 for good */
+};
+
+struct flow_key {
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 proto;
+	__u16 pad;
+};
+
+struct flow_state {
+	__u64 last_ns;
+	__u32 salt;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, FLOWLET_TABLE_SIZE);
+	__type(key, struct flow_key);
+	__type(value, struct flow_state);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32); /* ingress ifindex */
+	__type(value, struct counters);
+} stats SEC(".maps");
+
+static __always_inline void count(struct counters *c, int which)
+{
+	if (c)
+		c->c[which]++;
+}
+
+static __always_inline struct counters *counters_of(__u32 ifindex)
+{
+	struct counters *c = bpf_map_lookup_elem(&stats, &ifindex);
+
+	if (!c) {
+		struct counters zero = {};
+
+		bpf_map_update_elem(&stats, &ifindex, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&stats, &ifindex);
+	}
+	return c;
+}
+
+/* murmur3's 32-bit finaliser over the key's words: cheap, and a salt draw makes the final
+ * hash uniform anyway; the base only keeps two flows with equal salts apart */
+static __always_inline __u32 mix(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51;
+	k = (k << 15) | (k >> 17);
+	k *= 0x1b873593;
+	h ^= k;
+	h = (h << 13) | (h >> 19);
+	return h * 5 + 0xe6546b64;
+}
+
+static __always_inline __u32 key_hash(const struct flow_key *k)
+{
+	__u32 h = 0x676c6264; /* "glbd" */
+
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		h = mix(h, k->saddr[i]);
+		h = mix(h, k->daddr[i]);
+	}
+	h = mix(h, ((__u32)k->sport << 16) | k->dport);
+	h = mix(h, ((__u32)k->family << 8) | k->proto);
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
+/* the chance (in 1/2^32) that a gap now draws a new salt */
+static __always_inline __u64 move_chance(const struct config *cfg, __u64 now)
+{
+	__u64 decay = cfg->move_decay_ns, age, left;
+
+	if (!decay)
+		return cfg->move_p0;
+	age = now > cfg->move_t0_ns ? now - cfg->move_t0_ns : 0;
+	if (age >= decay)
+		return 0;
+	/* 16 bits of the remaining fraction: no overflow for decays up to 2^47 ns */
+	left = ((decay - age) << 16) / decay;
+	return (cfg->move_p0 * left) >> 16;
+}
+
+/* the 5-tuple, or a counter index saying why there is none; offsets from the network header,
+ * so devices without a link-layer header (tun, wireguard) work as well */
+static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k)
+{
+	__u32 l4off;
+	__u8 proto;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET) < 0)
+			return C_SKIP_SHORT;
+		if (ip.ihl < 5)
+			return C_SKIP_SHORT;
+		if (ip.frag_off & bpf_htons(0x3fff)) /* MF set or a non-zero offset */
+			return C_SKIP_FRAGMENT;
+		proto = ip.protocol;
+		k->family = 4;
+		k->saddr[0] = ip.saddr;
+		k->daddr[0] = ip.daddr;
+		l4off = ip.ihl * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes_relative(skb, 0, &ip6, sizeof(ip6), BPF_HDR_START_NET) < 0)
+			return C_SKIP_SHORT;
+		proto = ip6.nexthdr;
+		k->family = 6;
+		__builtin_memcpy(k->saddr, &ip6.saddr, 16);
+		__builtin_memcpy(k->daddr, &ip6.daddr, 16);
+		l4off = sizeof(ip6);
+	} else {
+		return C_SKIP_NOT_IP;
+	}
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
+		return C_SKIP_PROTO;
+	k->proto = proto;
+	/* the source and destination ports lead both headers */
+	if (bpf_skb_load_bytes_relative(skb, l4off, &k->sport, 4, BPF_HDR_START_NET) < 0)
+		return C_SKIP_SHORT;
+	return -1;
+}
+
+SEC("tc")
+int glbd_flowlet(struct __sk_buff *skb)
+{
+	struct counters *c = counters_of(skb->ingress_ifindex);
+	struct flow_key k = {};
+	struct flow_state *st;
+	struct config *cfg;
+	__u32 zero = 0, salt;
+	__u64 now, gap;
+	int why;
+
+	why = parse(skb, &k);
+	if (why >= 0) {
+		count(c, why);
+		return TC_ACT_OK;
+	}
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || !cfg->timeout_ns) {
+		count(c, C_SKIP_NO_CONFIG);
+		return TC_ACT_OK;
+	}
+	now = bpf_ktime_get_ns();
+	st = bpf_map_lookup_elem(&flows, &k);
+	if (st) {
+		gap = now - st->last_ns;
+		if (gap > cfg->aging_ns) {
+			/* a new flow on an old entry: placed by the weights, like any new flow */
+			st->salt = bpf_get_prandom_u32();
+			count(c, C_FLOWLETS);
+			count(c, C_AGED);
+		} else if (gap > cfg->timeout_ns) {
+			/* a racing CPU may draw too; a flow arrives on one queue (one CPU) as a rule */
+			if ((__u64)bpf_get_prandom_u32() < move_chance(cfg, now)) {
+				st->salt = bpf_get_prandom_u32();
+				count(c, C_FLOWLETS);
+				count(c, C_MOVED);
+			} else {
+				count(c, C_KEPT);
+			}
+		}
+		st->last_ns = now;
+		salt = st->salt;
+	} else {
+		struct flow_state fresh = { .last_ns = now, .salt = bpf_get_prandom_u32() };
+
+		if (bpf_map_update_elem(&flows, &k, &fresh, BPF_ANY) < 0) {
+			count(c, C_SKIP_TABLE_FULL);
+			return TC_ACT_OK;
+		}
+		salt = fresh.salt;
+		count(c, C_FLOWLETS);
+		count(c, C_NEW_FLOWS);
+	}
+	__u32 h = key_hash(&k) ^ salt;
+
+	bpf_set_hash(skb, h ? h : 1);
+	count(c, C_PACKETS);
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";

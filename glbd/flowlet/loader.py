@@ -1,0 +1,569 @@
+"""Flowlet switching: glbd's tc BPF program (``glbd/flowlet/bpf/flowlet.bpf.c``) loaded, pinned,
+attached, configured, read and removed, through ``bpftool`` and ``tc`` (JSON output).
+
+Why the tools and not a ``bpf()`` syscall layer: loading an ELF object (relocations, BTF, map
+creation) is libbpf's job and ``bpftool`` is libbpf's command line; every call here is made at
+start, on a reload or once per poll, never per packet, so a process per call costs nothing
+that matters (a few ms).
+
+Objects of one instance (one network namespace; the name carries the namespace's inode, so two
+instances on one machine never clash)::
+
+    /sys/fs/bpf/glbd/net-<inode>/prog         the program
+    /sys/fs/bpf/glbd/net-<inode>/table        the flow table (LRU hash, created at table_size)
+    /sys/fs/bpf/glbd/net-<inode>/maps/{flows,config,stats}
+
+The tc filters are the truth: the pins are re-made from the program an existing filter runs
+(a restart under ``ip netns exec`` gets a fresh bpffs, pins and all, while the filters stay), and
+pins that no filter uses are stale and removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import os
+import shutil
+import struct
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
+from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
+
+log = structlog.get_logger(__name__)
+
+__all__ = [
+    "COUNTERS",
+    "PREF",
+    "PROG_NAME",
+    "FlowletAttachment",
+    "FlowletError",
+    "FlowletParams",
+    "FlowletSkip",
+    "object_path",
+    "problems",
+]
+
+#: the program's function name (the kernel keeps its first 15 characters)
+PROG_NAME = "glbd_flowlet"
+#: the tc filter priority glbd's filter sits at on clsact ingress (one filter per interface)
+PREF = 49_152
+BPFFS = Path("/sys/fs/bpf")
+#: per-interface counters in the order of ``enum counter`` in flowlet.bpf.c
+COUNTERS = (
+    "packets",
+    "flowlets",
+    "moved",
+    "kept",
+    "new_flows",
+    "aged",
+    "skip_not_ip",
+    "skip_proto",
+    "skip_fragment",
+    "skip_short",
+    "skip_no_config",
+    "skip_table_full",
+)
+#: the flow table's key and value sizes (struct flow_key, struct flow_state)
+KEY_SIZE = 40
+VALUE_SIZE = 16
+#: struct config's size; a pinned program whose config map differs is an older build: reloaded
+CONFIG_SIZE = 40
+HASH_POLICY_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv6.fib_multipath_hash_policy")
+
+
+class FlowletSkip(enum.StrEnum):
+    """Packets the program leaves as they are (the kernel hashes them as without it), by
+    reason; the program never drops a packet."""
+
+    NOT_IP = "not_ip"
+    PROTO = "proto"  # IP but not TCP/UDP, or IPv6 with extension headers
+    FRAGMENT = "fragment"
+    SHORT = "short"
+    NO_CONFIG = "no_config"
+    TABLE_FULL = "table_full"  # an insert the table refused (the LRU evicts, so rarely)
+
+
+class FlowletError(RuntimeError):
+    """A tool failed; the message names the command and what it said."""
+
+
+def object_path() -> Path | None:
+    """The compiled program: ``$GLBD_FLOWLET_OBJECT``, next to its source in the package (a
+    source checkout: ``glbd/flowlet/bpf/build.sh``), or where the Debian package installs it."""
+    env = os.environ.get("GLBD_FLOWLET_OBJECT")
+    cands = [Path(env)] if env else []
+    cands += [
+        Path(__file__).resolve().parent / "bpf" / "flowlet.bpf.o",
+        Path("/usr/lib/glbd/flowlet.bpf.o"),
+    ]
+    return next((p for p in cands if p.is_file()), None)
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)), None
+    )
+
+
+def problems() -> list[str]:
+    """Why flowlet switching cannot run here (empty: it can), for ``glbd check-config``."""
+    out = []
+    for tool, pkg in (("bpftool", "bpftool"), ("tc", "iproute2"), ("nsenter", "util-linux")):
+        if _tool(tool) is None:
+            out.append(f"'{tool}' is missing: apt-get install {pkg}")
+    if object_path() is None:
+        out.append(
+            "the compiled program flowlet.bpf.o is missing (a source checkout builds it with "
+            "glbd/flowlet/bpf/build.sh; the Debian package ships /usr/lib/glbd/flowlet.bpf.o)"
+        )
+    if not Path("/proc/sys/net/ipv4/fib_multipath_hash_policy").exists():
+        out.append("this kernel has no fib_multipath_hash_policy (CONFIG_IP_ROUTE_MULTIPATH)")
+    return out
+
+
+# ---- pure parsing (unit-tested on the tools' JSON) --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Filter:
+    """glbd's filter on one interface, as ``tc -j filter show`` reports it."""
+
+    ifname: str
+    prog_id: int
+
+
+def parse_filters(ifname: str, tc_json: str) -> list[Filter]:
+    """glbd's filters in ``tc -j filter show dev IF ingress``: at :data:`PREF`, running a
+    program named :data:`PROG_NAME`."""
+    out = []
+    for f in json.loads(tc_json or "[]"):
+        prog = (f.get("options") or {}).get("prog") or {}
+        if f.get("pref") == PREF and f.get("kind") == "bpf" and prog.get("name") == PROG_NAME:
+            out.append(Filter(ifname, int(prog["id"])))
+    return out
+
+
+def _bytes(v: Sequence[str] | str) -> bytes:
+    """bpftool's byte list (``["0x01", "0x00", ...]``) as bytes."""
+    if isinstance(v, str):
+        v = v.split()
+    return bytes(int(b, 16) for b in v)
+
+
+def parse_stats(dump_json: str) -> dict[int, dict[str, int]]:
+    """``bpftool -j map dump`` of the per-CPU stats map: ifindex -> counter -> sum over CPUs."""
+    out: dict[int, dict[str, int]] = {}
+    n = len(COUNTERS)
+    for e in json.loads(dump_json or "[]"):
+        (ifindex,) = struct.unpack("<I", _bytes(e["key"]))
+        sums = [0] * n
+        for cpu in e.get("values", []):
+            vals = struct.unpack(f"<{n}Q", _bytes(cpu["value"])[: 8 * n])
+            sums = [a + b for a, b in zip(sums, vals, strict=True)]
+        out[ifindex] = dict(zip(COUNTERS, sums, strict=True))
+    return out
+
+
+def config_value(timeout_ns: int, aging_ns: int, move: MoveChance = ALWAYS) -> list[str]:
+    """struct config as ``bpftool map update ... value hex`` bytes."""
+    raw = struct.pack("<5Q", timeout_ns, aging_ns, move.p0, move.t0_ns, move.decay_ns)
+    return [f"{b:02x}" for b in raw]
+
+
+def _is_bpffs(mountinfo_line: str) -> bool:
+    """A /proc/self/mountinfo line of a bpffs mounted on :data:`BPFFS`."""
+    f = mountinfo_line.split()
+    return len(f) > 4 and f[4] == str(BPFFS) and " - bpf " in mountinfo_line
+
+
+def parse_links(ip_json: str) -> dict[int, str]:
+    """``ip -j link show``: ifindex -> name."""
+    return {int(link["ifindex"]): str(link["ifname"]) for link in json.loads(ip_json or "[]")}
+
+
+# ---- the attachment ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlowletParams:
+    #: where the filter goes; None: every interface but ``exclude`` and loopback
+    interfaces: tuple[str, ...] | None
+    timeout_ns: int
+    aging_ns: int
+    table_size: int
+    #: write fib_multipath_hash_policy = 1 (IPv4 and IPv6): the kernel then uses the hash the
+    #: program sets; under 0 or 3 it hashes the headers and the program changes nothing
+    set_hash_policy: bool = True
+    #: with ``interfaces`` None: the fabric interfaces (BGP neighbours' ports)
+    exclude: tuple[str, ...] = ()
+    #: a gap moves its flow only with the chance :meth:`FlowletAttachment.set_move` writes
+    #: (starting at 0); False: every gap moves it
+    move_on_change: bool = True
+
+    def targets(self, links: Iterable[str]) -> list[str]:
+        """The interfaces the filter belongs on, of those that exist."""
+        present = set(links)
+        if self.interfaces is not None:
+            return sorted(present & set(self.interfaces))
+        return sorted(present - set(self.exclude) - {"lo"})
+
+
+@dataclass
+class State:
+    """What glbctl and the metrics show (refreshed by :meth:`FlowletAttachment.poll`)."""
+
+    prog_id: int | None = None
+    table_size: int = 0
+    attached: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    hash_policy: dict[str, str] = field(default_factory=dict)
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    events: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            (
+                "loaded",
+                "adopted",
+                "repinned",
+                "attached",
+                "reattached",
+                "detached",
+                "timeout_changed",
+                "move_chance_set",
+                "errors",
+            ),
+            0,
+        )
+    )
+
+
+class FlowletAttachment:
+    """glbd's program in one network namespace (``netns``: a name under /run/netns, or None
+    for the namespace this process is in). Every method runs the tools as subprocesses."""
+
+    def __init__(self, netns: str | None = None, obj: Path | None = None) -> None:
+        self.netns = netns
+        self.obj = obj
+        self.state = State()
+        self.params: FlowletParams | None = None
+        #: the chance that a gap moves a flow (written with the params by _write_config)
+        self.move = ALWAYS
+        self._config_lock = asyncio.Lock()
+        self._links: dict[int, str] = {}
+        ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
+        self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
+
+    # -- paths
+    @property
+    def prog_pin(self) -> Path:
+        return self.dir / "prog"
+
+    @property
+    def table_pin(self) -> Path:
+        return self.dir / "table"
+
+    def map_pin(self, name: str) -> Path:
+        return self.dir / "maps" / name
+
+    # -- tools
+    async def _run(self, argv: Sequence[str], *, check: bool = True) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if check and proc.returncode != 0:
+            msg = (err or out).decode(errors="replace").strip().splitlines()
+            raise FlowletError(f"{' '.join(argv)}: {msg[-1] if msg else proc.returncode}")
+        return out.decode(errors="replace")
+
+    def _in_ns(self, argv: Sequence[str]) -> list[str]:
+        # nsenter switches the network namespace only: the bpffs pins stay visible (``tc -n``
+        # and ``ip netns exec`` also remount /sys, which hides /sys/fs/bpf)
+        if self.netns is None:
+            return list(argv)
+        return ["nsenter", f"--net={os.path.join(NETNS_RUN_DIR, self.netns)}", *argv]
+
+    async def _tc(self, *args: str, check: bool = True) -> str:
+        return await self._run(self._in_ns([_tool("tc") or "tc", *args]), check=check)
+
+    async def _bpftool(self, *args: str, check: bool = True) -> str:
+        return await self._run([_tool("bpftool") or "bpftool", *args], check=check)
+
+    async def _json(self, *args: str) -> Any:
+        return json.loads(await self._bpftool("-j", *args))
+
+    async def links(self) -> dict[int, str]:
+        return parse_links(await self._run(self._in_ns(["ip", "-j", "link", "show"])))
+
+    # -- bpffs
+    async def _ensure_bpffs(self) -> None:
+        """Mount bpffs on /sys/fs/bpf unless it is (systemd mounts it on a host; a process
+        started by ``ip netns exec`` gets a fresh /sys without it)."""
+        with open("/proc/self/mountinfo") as f:
+            mounted = any(_is_bpffs(line) for line in f)
+        if not mounted:
+            BPFFS.mkdir(parents=True, exist_ok=True)
+            await self._run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
+
+    def _remove_pins(self) -> None:
+        for p in (self.map_pin(n) for n in ("flows", "config", "stats")):
+            p.unlink(missing_ok=True)
+        for p in (self.prog_pin, self.table_pin):
+            p.unlink(missing_ok=True)
+        for d in (self.dir / "maps", self.dir, self.dir.parent):
+            with contextlib.suppress(OSError):  # not empty (another instance) or gone
+                d.rmdir()
+
+    # -- filters
+    async def filters(self, links: Iterable[str]) -> list[Filter]:
+        out: list[Filter] = []
+        for ifname in links:
+            js = await self._tc("-j", "filter", "show", "dev", ifname, "ingress", check=False)
+            out += parse_filters(ifname, js)
+        return out
+
+    async def _attach(self, ifname: str) -> None:
+        await self._tc("qdisc", "replace", "dev", ifname, "clsact")
+        await self._tc(
+            "filter", "replace", "dev", ifname, "ingress", "pref", str(PREF), "handle", "1",
+            "bpf", "da", "object-pinned", str(self.prog_pin),
+        )  # fmt: skip
+
+    async def _detach(self, ifname: str) -> None:
+        await self._tc(
+            "filter", "del", "dev", ifname, "ingress", "pref", str(PREF), "handle", "1", "bpf",
+            check=False,
+        )  # fmt: skip
+
+    # -- load / adopt
+    async def _pinned_prog_id(self) -> int | None:
+        if not self.prog_pin.exists():
+            return None
+        try:
+            return int((await self._json("prog", "show", "pinned", str(self.prog_pin)))["id"])
+        except (FlowletError, KeyError, ValueError):
+            return None
+
+    async def _repin(self, prog_id: int) -> None:
+        """Pins for the program a filter runs, and for its maps (found by name)."""
+        self._remove_pins()
+        (self.dir / "maps").mkdir(parents=True, exist_ok=True)
+        info = await self._json("prog", "show", "id", str(prog_id))
+        await self._bpftool("prog", "pin", "id", str(prog_id), str(self.prog_pin))
+        for mid in info.get("map_ids", []):
+            m = await self._json("map", "show", "id", str(mid))
+            name = m.get("name", "")
+            if name in ("flows", "config", "stats"):
+                await self._bpftool("map", "pin", "id", str(mid), str(self.map_pin(name)))
+            if name == "flows":
+                await self._bpftool("map", "pin", "id", str(mid), str(self.table_pin))
+
+    async def _load(self, table_size: int) -> None:
+        obj = self.obj or object_path()
+        if obj is None:
+            raise FlowletError("flowlet.bpf.o not found: " + "; ".join(problems()))
+        self._remove_pins()
+        (self.dir / "maps").mkdir(parents=True, exist_ok=True)
+        # the table at the configured size: libbpf takes an existing map as it is
+        await self._bpftool(
+            "map", "create", str(self.table_pin), "type", "lru_hash", "key", str(KEY_SIZE),
+            "value", str(VALUE_SIZE), "entries", str(table_size), "name", "flows",
+        )  # fmt: skip
+        await self._bpftool(
+            "prog", "load", str(obj), str(self.prog_pin), "type", "classifier",
+            "map", "name", "flows", "pinned", str(self.table_pin),
+            "pinmaps", str(self.dir / "maps"),
+        )  # fmt: skip
+        self.state.events["loaded"] += 1
+
+    async def _table_size(self) -> int:
+        try:
+            return int(
+                (await self._json("map", "show", "pinned", str(self.table_pin)))["max_entries"]
+            )
+        except (FlowletError, KeyError, ValueError):
+            return 0
+
+    async def start(self, p: FlowletParams) -> None:
+        """Adopt what a previous glbd left (its filters and their program) or load afresh,
+        then configure and attach (see :meth:`apply`)."""
+        await self._ensure_bpffs()
+        links = await self.links()
+        found = await self.filters(links.values())
+        pinned = await self._pinned_prog_id()
+        ids = {f.prog_id for f in found}
+        if ids:
+            keep = pinned if pinned in ids else min(ids)
+            if keep != pinned:
+                await self._repin(keep)
+                self.state.events["repinned"] += 1
+            self.state.events["adopted"] += 1
+            log.info("flowlet_adopted", prog_id=keep, interfaces=[f.ifname for f in found])
+        else:
+            if pinned is not None or self.dir.exists():
+                log.info("flowlet_stale_pins_removed", dir=str(self.dir))
+            self._remove_pins()
+        await self.apply(p, links=links, found=found)
+
+    async def apply(
+        self,
+        p: FlowletParams,
+        *,
+        links: Mapping[int, str] | None = None,
+        found: list[Filter] | None = None,
+    ) -> None:
+        """Bring the kernel to ``p``: the program (reloaded when the table size changed), the
+        timeout, the hash policy, a filter on each of ``p.interfaces`` that exists and none
+        elsewhere. Safe to repeat (the periodic check calls it)."""
+        if self.params is None or self.params.move_on_change != p.move_on_change:
+            self.move = NEVER if p.move_on_change else ALWAYS
+        self.params = p
+        links = links if links is not None else await self.links()
+        found = found if found is not None else await self.filters(links.values())
+        pinned = await self._pinned_prog_id()
+        ids = sorted({f.prog_id for f in found})
+        if pinned is None and ids:  # pins gone under running filters: made again, no rehash
+            await self._repin(ids[0])
+            self.state.events["repinned"] += 1
+            pinned = await self._pinned_prog_id()
+        if (
+            pinned is None
+            or await self._table_size() != p.table_size
+            or await self._config_size() != CONFIG_SIZE
+        ):
+            await self._load(p.table_size)  # the filters move to it as they are replaced below
+            pinned = await self._pinned_prog_id()
+        await self._write_config()
+        if p.set_hash_policy:
+            for key in HASH_POLICY_SYSCTLS:
+                if read_sysctl(key, self.netns) != "1":
+                    write_sysctl(key, 1, self.netns)
+        have = {f.ifname: f.prog_id for f in found}
+        targets = p.targets(links.values())
+        for ifname in targets:
+            if have.get(ifname) != pinned:
+                # a filter that was ours and went (someone deleted it) counts as reattached
+                again = ifname in self.state.attached and ifname not in have
+                await self._attach(ifname)
+                self.state.events["reattached" if again else "attached"] += 1
+        for ifname in have.keys() - set(targets):
+            await self._detach(ifname)
+            self.state.events["detached"] += 1
+        self.state.prog_id = pinned
+        self.state.table_size = p.table_size
+        await self.poll(links)
+
+    async def _config_size(self) -> int:
+        try:
+            show = await self._json("map", "show", "pinned", str(self.map_pin("config")))
+            return int(show["bytes_value"])
+        except (FlowletError, KeyError, ValueError):
+            return 0
+
+    async def _write_config(self) -> None:
+        """Write the config this attachment holds now (its params and move chance). Callers
+        set the state first; writes are serialized and each one writes the latest state, so a
+        timeout change racing a move chance never leaves the older of the two in the map."""
+        async with self._config_lock:
+            p = self.params
+            if p is None:
+                raise FlowletError("the program is not loaded")
+            await self._bpftool(
+                "map", "update", "pinned", str(self.map_pin("config")),
+                "key", "hex", "00", "00", "00", "00",
+                "value", "hex", *config_value(p.timeout_ns, p.aging_ns, self.move),
+            )  # fmt: skip
+
+    async def set_move(self, move: MoveChance) -> None:
+        """A new move chance for the running program (one map write; nothing else)."""
+        if self.params is None:
+            raise FlowletError("the program is not loaded")
+        self.move = move
+        await self._write_config()
+        self.state.events["move_chance_set"] += 1
+
+    async def set_timeout(self, timeout_ns: int) -> None:
+        """A new flowlet timeout for the running program (one map write; nothing else)."""
+        if self.params is None:
+            raise FlowletError("the program is not loaded")
+        self.params = replace(self.params, timeout_ns=timeout_ns)
+        await self._write_config()
+        self.state.events["timeout_changed"] += 1
+
+    async def poll(self, links: Mapping[int, str] | None = None, *, full: bool = True) -> State:
+        """Refresh :attr:`state`: the counters and (``full``) where the filter is and the
+        hash policy."""
+        st = self.state
+        if full or links is not None or not self._links:
+            self._links = dict(links if links is not None else await self.links())
+        links = self._links
+        attached: list[str] | None = None
+        if full:
+            found = await self.filters(links.values())
+            attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
+        by_index = parse_stats(
+            await self._bpftool("-j", "map", "dump", "pinned", str(self.map_pin("stats")))
+        )
+        # the state changes at once, after the last await: a status read in between sees the
+        # previous poll whole, never new filters with the old counters
+        if attached is not None:
+            st.attached = attached
+            # configured by name but not there (yet): attached by the next apply once it is
+            want = (self.params.interfaces or ()) if self.params else ()
+            st.missing = sorted(set(want) - set(attached))
+            st.hash_policy = {
+                k.split(".")[1]: read_sysctl(k, self.netns) for k in HASH_POLICY_SYSCTLS
+            }
+        st.counters = {links.get(i, f"ifindex-{i}"): c for i, c in sorted(by_index.items())}
+        return st
+
+    async def stop(self, keep: bool = False) -> None:
+        """Remove the filters and the pins (``keep``: leave both for the next glbd to adopt)."""
+        if keep:
+            return
+        links = await self.links()
+        for f in await self.filters(links.values()):
+            await self._detach(f.ifname)
+            self.state.events["detached"] += 1
+        self._remove_pins()
+        self.state.attached = []
+
+    def snapshot(self) -> dict[str, Any]:
+        st = self.state
+        total = dict.fromkeys(COUNTERS, 0)
+        for c in st.counters.values():
+            for k, v in c.items():
+                total[k] += v
+        # no entry is ever deleted but by the LRU when the table is full, so the flows inserted
+        # give both (to within the LRU's per-CPU free lists, which evict a little early)
+        entries = min(total["new_flows"], st.table_size)
+        return {
+            "prog_id": st.prog_id,
+            "pin_dir": str(self.dir),
+            "table_entries": entries,
+            "evictions": total["new_flows"] - entries,
+            "timeout_us": self.params.timeout_ns / 1e3 if self.params else None,
+            "aging_s": self.params.aging_ns / 1e9 if self.params else None,
+            "move_chance": round(self.move.at(time.monotonic_ns()), 3),
+            "table_size": st.table_size,
+            "attached": st.attached,
+            "missing": st.missing,
+            "hash_policy": st.hash_policy,
+            "interfaces": [
+                {"interface": name, "attached": name in st.attached, **c}
+                for name, c in st.counters.items()
+            ],
+            "counters": total,
+            "events": dict(st.events),
+        }
