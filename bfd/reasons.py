@@ -80,3 +80,6 @@ class StateChangeReason(enum.StrEnum):
     ADMIN_UP = "admin_up"
     #: Down -> Init, or -> Up, on the peer's state
     NEIGHBOR_SIGNAL = "neighbor_signal"
+    #: Up in an engine that died, not Up again in the one that replaced it (said by the
+    #: engine's user, which saw both)
+    ENGINE_RESTART_UNCONFIRMED = "engine_restart_unconfirmed"

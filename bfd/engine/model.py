@@ -10,6 +10,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from ..packet import Diag, State
+from ..reasons import StateChangeReason
 from ..session import SessionParams
 
 __all__ = [
@@ -79,9 +80,7 @@ class BfdEvent:
     new: State
     #: our diag (why *we* changed state)
     diag: Diag
-    #: detection_timeout | neighbor_down | neighbor_admin_down | admin_down | admin_up |
-    #: neighbor_signal
-    reason: str
+    reason: StateChangeReason
     #: an Up session lost (detection timeout or the peer signalling Down); False for a peer's
     #: AdminDown and for our own admin actions (RFC 5882 §3.2)
     failure: bool
@@ -107,7 +106,7 @@ class BfdEvent:
             State(w[2]),
             State(w[3]),
             Diag(w[4]),
-            w[5],
+            StateChangeReason(w[5]),
             w[6],
             w[7],
             w[8],

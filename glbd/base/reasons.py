@@ -14,6 +14,7 @@ __all__ = [
     "FibConflict",
     "GracefulStopFallback",
     "HiddenReason",
+    "LinkChange",
     "MetricsDrop",
     "NdpIgnored",
     "NhcDiscard",
@@ -250,6 +251,30 @@ class NdpIgnored(enum.StrEnum):
     CHANGE_RATE_LIMITED = "change_rate_limited"
     #: the port is not an unnumbered port being watched
     PORT_NOT_WATCHED = "port_not_watched"
+
+
+class LinkChange(enum.StrEnum):
+    """Why a link's reported quality changed (:class:`glbd.quality.linkq.QualityChanged`; the
+    ``reason`` of the ``link_band`` log record)."""
+
+    #: first sample of a link
+    NEW = "new"
+    #: oper-down, or no carrier
+    DOWN = "down"
+    #: up again
+    UP = "up"
+    #: the load moved the band by more than one at once
+    JUMP = "jump"
+    #: the load crossed a band edge by more than the hysteresis margin
+    MARGIN = "margin"
+    #: the load stayed in another band for the persistence time
+    PERSISTED = "persisted"
+    #: the link left the monitored set
+    REMOVED = "removed"
+    #: band and flag unchanged; the residual capacity reported in heartbeats moved
+    RESIDUAL = "residual"
+    #: band and flag unchanged; a reload changed the link's usable capacity
+    CAPACITY = "capacity"
 
 
 class ProfileFallback(enum.StrEnum):

@@ -42,7 +42,8 @@ import structlog
 
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import Diag, State
-from glbd.base.reasons import GracefulStopFallback, StopKind
+from bfd.reasons import StateChangeReason
+from glbd.base.reasons import GracefulStopFallback, LinkChange, StopKind
 from glbd.bgp.gracestop import GracefulRestartArm, StopPlan
 from glbd.bgp.neighbors import LocalAddresses
 from glbd.bgp.origination import Origination
@@ -292,7 +293,7 @@ class Node:
                     old=State.UP,
                     new=State.DOWN,
                     diag=Diag.CONTROL_DETECTION_TIME_EXPIRED,
-                    reason="engine_restart_unconfirmed",
+                    reason=StateChangeReason.ENGINE_RESTART_UNCONFIRMED,
                     failure=True,
                     remote_cpi=False,
                     remote_diag=0,
@@ -708,7 +709,7 @@ class Node:
             self.bgp.peer_bfd_up(peer)
         elif ev.failure:
             self.bgp.peer_bfd_down(peer)
-        elif ev.reason == "neighbor_admin_down":
+        elif ev.reason is StateChangeReason.NEIGHBOR_ADMIN_DOWN:
             self.bgp.peer_bfd_admin_down(peer)
 
     # ---- the path table's changes ------------------------------------------------------
@@ -778,7 +779,7 @@ def _neighbors_changed(ch: dict[str, Any]) -> bool:
 
 def _log_link_change(ch: QualityChanged) -> None:
     q = ch.quality
-    if ch.reason in ("residual", "capacity"):  # same band and flag: not link_band
+    if ch.reason in (LinkChange.RESIDUAL, LinkChange.CAPACITY):  # same band and flag
         log.info(
             "link_capacity",
             ifname=q.ifname,

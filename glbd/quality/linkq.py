@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from glbd.base.reasons import LinkChange
 from heartbeat import wire
 
 __all__ = [
@@ -254,10 +255,9 @@ class QualityChanged:
     quality: LinkQuality
     old_band: int | None
     old_down: bool | None
-    #: "new" | "down" | "up" | "jump" | "margin" | "persisted" | "removed"; or, with the band
-    #: and flag unchanged, "residual" (:meth:`LinkMonitor.on_foreign`) or "capacity" (a reload
-    #: changed the usable capacity: :meth:`LinkMonitor.set_params`)
-    reason: str
+    #: with the band and flag unchanged: RESIDUAL (:meth:`LinkMonitor.on_foreign`) or CAPACITY
+    #: (:meth:`LinkMonitor.set_params`)
+    reason: LinkChange
 
 
 class _Link:
@@ -342,7 +342,9 @@ class LinkMonitor:
                 ln.residual = None
             after = ln.capacity if ln.residual is None else ln.residual
             if after != before:
-                out.append(QualityChanged(self._quality(name, ln), ln.band, ln.down, "capacity"))
+                out.append(
+                    QualityChanged(self._quality(name, ln), ln.band, ln.down, LinkChange.CAPACITY)
+                )
         return out
 
     def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> list[QualityChanged]:
@@ -389,7 +391,7 @@ class LinkMonitor:
                 ln.residual = None if target >= cap else target
                 ln.res_pending = 0
                 changed.append(
-                    QualityChanged(self._quality(name, ln), ln.band, ln.down, "residual")
+                    QualityChanged(self._quality(name, ln), ln.band, ln.down, LinkChange.RESIDUAL)
                 )
         return changed
 
@@ -400,7 +402,9 @@ class LinkMonitor:
         for name in [n for n in self._links if n not in want]:
             ln = self._links.pop(name)
             if ln.band is not None:
-                out.append(QualityChanged(self._quality(name, ln), ln.band, ln.down, "removed"))
+                out.append(
+                    QualityChanged(self._quality(name, ln), ln.band, ln.down, LinkChange.REMOVED)
+                )
         for name in sorted(want - set(self._links)):
             self._links[name] = _Link(self._p.capacity_of(name))
         self._names = frozenset(self._links)
@@ -528,7 +532,7 @@ class LinkMonitor:
     def _link_down(self, name: str, ln: _Link, out: list[QualityChanged]) -> None:
         """A link the sample found down: reported down once, its measurements dropped."""
         if not ln.down:
-            out.append(self._set(name, ln, 0, True, "down"))
+            out.append(self._set(name, ln, 0, True, LinkChange.DOWN))
         ln.last_tx = None
         ln.load = None
         ln.queue = 0.0
@@ -551,7 +555,7 @@ class LinkMonitor:
         ``raw``) is off its band, or that is new or back up: the change to report, if any."""
         cur = ln.band
         if cur is None or ln.down:
-            return self._set(name, ln, raw, False, "new" if cur is None else "up")
+            return self._set(name, ln, raw, False, LinkChange.NEW if cur is None else LinkChange.UP)
         p = self._p
         margin = p.hysteresis_margin
         persist = p.hysteresis_samples
@@ -568,15 +572,15 @@ class LinkMonitor:
                 ln.pending += 1
                 ln.up_min = raw if raw < ln.up_min else ln.up_min
             if ln.pending >= persist:
-                return self._set(name, ln, ln.up_min, False, "persisted")
+                return self._set(name, ln, ln.up_min, False, LinkChange.PERSISTED)
             return None
         if diff >= 2 or diff <= -2:
-            return self._set(name, ln, raw, False, "jump")
+            return self._set(name, ln, raw, False, LinkChange.JUMP)
         if (diff > 0 and sc >= cur + 1 + margin) or (diff < 0 and sc <= cur - margin):
-            return self._set(name, ln, raw, False, "margin")
+            return self._set(name, ln, raw, False, LinkChange.MARGIN)
         ln.pending = ln.pending + diff if ln.pending * diff >= 0 else diff
         if abs(ln.pending) >= persist:
-            return self._set(name, ln, raw, False, "persisted")
+            return self._set(name, ln, raw, False, LinkChange.PERSISTED)
         return None
 
     def _align(self, names: tuple[str, ...], ifindexes: tuple[int, ...]) -> None:
@@ -597,9 +601,11 @@ class LinkMonitor:
                 ln.last_tx = None
                 ln.load = None
                 ln.score = 0.0
-                out.append(self._set(name, ln, 0, True, "down"))
+                out.append(self._set(name, ln, 0, True, LinkChange.DOWN))
 
-    def _set(self, name: str, ln: _Link, band: int, down: bool, reason: str) -> QualityChanged:
+    def _set(
+        self, name: str, ln: _Link, band: int, down: bool, reason: LinkChange
+    ) -> QualityChanged:
         old_band, old_down = ln.band, (ln.down if ln.band is not None else None)
         ln.band = band
         ln.down = down
