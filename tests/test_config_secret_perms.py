@@ -73,6 +73,7 @@ def test_group_readable_key_is_accepted_with_a_warning(tmp_path: Path) -> None:
     assert warn and warn[0]["path"] == str(p) and warn[0]["log_level"] == "warning"
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 def test_key_file_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     p = _key(tmp_path, 0o600)

@@ -216,6 +216,7 @@ def test_socket_in_a_directory_others_can_write_is_refused(tmp_path: Path, mode:
     _refused(d / "glbd.sock", str(d), "writable")
 
 
+@pytest.mark.root
 @needs_root
 def test_socket_in_a_directory_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     d = tmp_path / "theirs"
@@ -224,6 +225,7 @@ def test_socket_in_a_directory_owned_by_another_user_is_refused(tmp_path: Path) 
     _refused(d / "glbd.sock", str(d), "owned by uid 65534")
 
 
+@pytest.mark.root
 @needs_root
 def test_socket_under_an_ancestor_another_user_owns_is_refused(tmp_path: Path) -> None:
     """The owner of /x could rename /x/run away and put their own in its place."""
@@ -232,6 +234,7 @@ def test_socket_under_an_ancestor_another_user_owns_is_refused(tmp_path: Path) -
     _refused(tmp_path / "x" / "run" / "glbd.sock", str(tmp_path / "x"), "owned by uid 65534")
 
 
+@pytest.mark.root
 @needs_root
 def test_socket_dir_through_another_users_symlink_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "real"

@@ -162,6 +162,7 @@ def policy() -> int:
     return os.sched_getscheduler(0) & ~os.SCHED_RESET_ON_FORK
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="real-time scheduling needs root")
 async def test_the_loop_runs_real_time_gives_it_up_while_busy_and_takes_it_back(
     tmp_path: Path,
@@ -188,6 +189,7 @@ async def test_the_loop_runs_real_time_gives_it_up_while_busy_and_takes_it_back(
     assert policy() == os.SCHED_OTHER
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="real-time scheduling needs root")
 async def test_a_reload_changes_the_loops_priority(tmp_path: Path) -> None:
     f = _write_cfg(tmp_path)
@@ -206,6 +208,7 @@ async def test_a_reload_changes_the_loops_priority(tmp_path: Path) -> None:
     assert policy() == os.SCHED_OTHER
 
 
+@pytest.mark.root
 def test_processes_started_by_a_real_time_loop_start_normal() -> None:
     code = (
         "import os, subprocess, sys\n"
@@ -222,6 +225,7 @@ def test_processes_started_by_a_real_time_loop_start_normal() -> None:
     assert int(out.stdout) == os.SCHED_OTHER
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="glbd run needs root")
 def test_glbd_run_sighup_bad_config_keeps_running_and_sigterm_stops(tmp_path: Path) -> None:
     f = _write_cfg(tmp_path)

@@ -104,6 +104,7 @@ def test_security_exposure(tmp_path: Path) -> None:
     assert float(m.group(1)) <= EXPOSURE_MAX, r.stdout
 
 
+@pytest.mark.root
 def test_exec_reload_fails_when_the_file_is_rejected(tmp_path: Path) -> None:
     """The unit's ExecReload= command line, run against a daemon (bare: no network parts)."""
     cfg = tmp_path / "glbd.toml"

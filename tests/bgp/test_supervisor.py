@@ -213,6 +213,7 @@ def _assert_private(d: Path) -> None:
     assert stat.S_IMODE(st.st_mode) == 0o700
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 async def test_runtime_dir_made_by_someone_else_is_not_used(tmp_path: Path) -> None:
     planted = tmp_path / "exabgp-4242"
@@ -232,6 +233,7 @@ async def test_runtime_dir_made_by_someone_else_is_not_used(tmp_path: Path) -> N
     assert not sup.dir.exists()
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 async def test_runtime_dir_symlink_is_not_followed(tmp_path: Path) -> None:
     target = tmp_path / "attacker"

@@ -84,6 +84,7 @@ def test_build_deb_refuses_a_changelog_of_another_version(tmp_path: Path) -> Non
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.root
 @pytest.mark.slow
 def test_deb_version_and_python_follow_its_suite(suite: str, suite_deb: Path) -> None:
     """glbd_<__version__>+debNN: Depends names the Python of its release, the one its venv has."""
@@ -102,6 +103,7 @@ def test_deb_version_and_python_follow_its_suite(suite: str, suite_deb: Path) ->
     assert venv_pythons == {f"python{PYTHON[suite]}"}
 
 
+@pytest.mark.root
 @pytest.mark.slow
 def test_the_other_releases_package_is_refused(
     suite: str,
