@@ -102,34 +102,33 @@ async def bench_e2e(n: int) -> None:
             burst = prefixes(n)
             s_rib, l_rib = spine.speaker.rib, leaf1.speaker.rib
 
-            def s_fwd() -> dict[object, object]:
-                return s_rib._fwd  # type: ignore[return-value]
-
-            def l_fwd() -> dict[object, object]:
-                return l_rib._fwd  # type: ignore[return-value]
-
             t0 = time.perf_counter()
             leaf2.speaker.set_originated(burst)
             t_spine = t_leaf = 0.0
             while True:
                 now = time.perf_counter() - t0
-                if not t_spine and len(s_fwd()) >= n + 1:  # + leaf1's own prefix
+                if not t_spine and s_rib.forwarding_count() >= n + 1:  # + leaf1's own prefix
                     t_spine = now
-                if len(l_fwd()) >= n:
+                if l_rib.forwarding_count() >= n:
                     t_leaf = now
                     break
                 if DEBUG:
-                    print(round(now, 2), len(s_fwd()), len(l_fwd()), leaf2.speaker.supervisor.stats)
+                    print(
+                        round(now, 2),
+                        s_rib.forwarding_count(),
+                        l_rib.forwarding_count(),
+                        leaf2.speaker.supervisor.stats,
+                    )
                 await asyncio.sleep(0.02)
-            assert all(nh[0].nnhn_status == "valid" for nh in l_fwd().values())
+            assert all(nh[0].nnhn_status == "valid" for nh in l_rib.forwarding().values())
             t0 = time.perf_counter()
             leaf2.speaker.set_originated([])
             w_spine = w_leaf = 0.0
             while True:
                 now = time.perf_counter() - t0
-                if not w_spine and len(s_fwd()) <= 1:
+                if not w_spine and s_rib.forwarding_count() <= 1:
                     w_spine = now
-                if not l_fwd():
+                if not l_rib.forwarding_count():
                     w_leaf = now
                     break
                 await asyncio.sleep(0.02)

@@ -31,7 +31,7 @@ DOC_DIR = Path("/usr/share/doc/glbd")
 
 #: every key the reference lists; the tables too (``bfd.auth``, ``neighbors.bfd``)
 KEYS = {r.key for r in confref.rows()}
-TABLES = {n for n, f in cfgmod.Config.model_fields.items() if confref._table(f.annotation)}
+TABLES = {n for n, f in cfgmod.Config.model_fields.items() if confref.table_model(f.annotation)}
 #: dotted names that start like a config table but are glbctl fields and counters or a method;
 #: a config key can never hide behind one (test_no_exemption_is_a_config_key)
 NOT_CONFIG = ("fib.kernel", "fib.conflicts", "fib.stale_held", "fib.weight_bits", "fib.compat_mode",
@@ -148,7 +148,7 @@ def _commands(p: argparse.ArgumentParser) -> dict[str, set[str]]:
     return out
 
 
-FACES = {"glbctl": _commands(glbctl._parser()), "glbd": _commands(glbd._parser())}
+FACES = {"glbctl": _commands(glbctl.build_parser()), "glbd": _commands(glbd.build_parser())}
 #: where a command word starts: a span or line (after a shell prompt), or after a separator
 _START = r"(?:^|&&\s*|[;|(]\s*|=|sudo\s+|[#$]\s+)"
 

@@ -154,6 +154,6 @@ async def test_control_command_and_status_on_a_daemon_without_bgp(tmp_path: Path
 
 
 def test_glbctl_parses_the_command() -> None:
-    args = ctl._parser().parse_args(["graceful-restart", "--cancel", "--json"])
+    args = ctl.build_parser().parse_args(["graceful-restart", "--cancel", "--json"])
     assert args.cmd == "graceful-restart" and ctl.request_args(args) == {"cancel": True}
-    assert ctl.request_args(ctl._parser().parse_args(["graceful-restart"])) == {}
+    assert ctl.request_args(ctl.build_parser().parse_args(["graceful-restart"])) == {}

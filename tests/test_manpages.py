@@ -40,7 +40,7 @@ def _section(page: str, name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("page", "parser"), [("glbctl.8", glbctl._parser()), ("glbd.8", glbd._parser())]
+    ("page", "parser"), [("glbctl.8", glbctl.build_parser()), ("glbd.8", glbd.build_parser())]
 )
 def test_every_command_and_option_is_in_its_page(
     page: str, parser: argparse.ArgumentParser

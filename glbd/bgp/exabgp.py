@@ -424,8 +424,17 @@ class ExabgpSupervisor:
         return None if self._proc is None else self._proc.pid
 
     @property
+    def exited(self) -> bool:
+        """No ExaBGP runs: never started, or its process has ended."""
+        return self._proc is None or self._proc.returncode is not None
+
+    @property
     def connected(self) -> bool:
         return self._conn is not None
+
+    def queued(self) -> list[api.Command]:
+        """The commands not yet written to ExaBGP, in the order they will go."""
+        return list(self._pending.values())
 
     def send(self, cmd: api.Command) -> None:
         """Queue a command; a newer command for the same (neighbor, prefix) replaces it."""

@@ -303,7 +303,7 @@ def watch_profiles(profiles: Any, quality: Any) -> Any:
 # command line
 
 
-def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
+def build_parser(json_errors: bool = False) -> argparse.ArgumentParser:
     """glbctl's command line; ``json_errors``: usage errors as JSON on stderr. The top level is
     here, the subcommands come from :mod:`glbd.cli.glbctl_args` group by group, in the order
     ``--help`` and glbctl(8) list them."""
@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # usage errors are JSON too when --json is anywhere on the line (before "--")
-    p = _parser(json_errors="--json" in words[: words.index("--") if "--" in words else None])
+    p = build_parser(json_errors="--json" in words[: words.index("--") if "--" in words else None])
     args = p.parse_args(words)
     if args.cmd is None:
         p.print_help()

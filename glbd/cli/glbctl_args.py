@@ -2,8 +2,8 @@
 drain and graceful restart, neighbor control, the neighbor views, log level, watch, decode).
 
 Separate from ``glbctl`` (the client and its entry point) so that the command line, from which
-glbctl(8) is generated (``glbd.cli.manpages``), reads in one place. ``glbctl._parser`` makes the
-top level (global options, the exit codes epilog, ``reload``, JSON usage errors) and calls these
+glbctl(8) is generated (``glbd.cli.manpages``), reads in one place. ``glbctl.build_parser`` makes
+the top level (global options, the exit codes epilog, ``reload``, JSON usage errors) and calls these
 builders in the order ``--help`` and the man page list the commands.
 """
 

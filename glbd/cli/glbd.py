@@ -23,7 +23,7 @@ EXIT_CONFIG = 1
 EXIT_ENV = 3
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="glbd",
         description="Global Load Balancing control plane for Linux leaf-spine routers "
@@ -100,7 +100,7 @@ def apply_sysctls(path: str, quiet: bool = False) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.cmd == "check-config":
         return check_config(args.file, args.quiet)
     if args.cmd == "sysctl":
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             components=build_components,
             heap_report=args.heap_report,
         )
-    _parser().print_help()
+    build_parser().print_help()
     return 2
 
 

@@ -199,8 +199,8 @@ def config_page() -> str:
 def pages() -> dict[str, str]:
     """File name -> page."""
     return {
-        "glbd.8": command_page("glbd", glbd._parser()),
-        "glbctl.8": command_page("glbctl", glbctl._parser()),
+        "glbd.8": command_page("glbd", glbd.build_parser()),
+        "glbctl.8": command_page("glbctl", glbctl.build_parser()),
         "glbd.toml.5": config_page(),
     }
 

@@ -146,13 +146,13 @@ def _bounds(metadata: Sequence[Any]) -> str:
     return ""
 
 
-def _table(t: Any) -> type[BaseModel] | None:
+def table_model(t: Any) -> type[BaseModel] | None:
     """The model of a table key (a section, an optional table or an array of tables)."""
     origin, args = typing.get_origin(t), typing.get_args(t)
     if origin is Annotated:
-        return _table(args[0])
+        return table_model(args[0])
     if origin in (typing.Union, types.UnionType, list, tuple):
-        found = [m for a in args if (m := _table(a)) is not None]
+        found = [m for a in args if (m := table_model(a)) is not None]
         return found[0] if found else None
     if isinstance(t, type) and issubclass(t, BaseModel):
         return t
@@ -172,7 +172,7 @@ def type_name(t: Any, metadata: Sequence[Any] = ()) -> str:
         return " | ".join(n for n in names if n)
     if origin in (list, tuple):
         inner = args[0]
-        if _table(inner) is not None:
+        if table_model(inner) is not None:
             return "array of tables"
         return f"list[{type_name(inner)}]"
     if origin is dict:
@@ -232,7 +232,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[Row]:
         out.append(_row(key, f, docs[name]))
         if key == "neighbors.interface":
             out.append(_TEMPLATE)
-        inner = _table(f.annotation)
+        inner = table_model(f.annotation)
         if inner is not None and key not in _NO_CHILDREN:
             out += _rows(inner, key + ".")
     return out
@@ -245,7 +245,7 @@ def sections() -> tuple[Section, ...]:
     out: list[Section] = []
     docs = field_docs(cfgmod.Config)
     for name, f in cfgmod.Config.model_fields.items():
-        inner = _table(f.annotation)
+        inner = table_model(f.annotation)
         row = _row(name, f, docs[name])
         if inner is None or name in _NO_CHILDREN:
             top.append(row)

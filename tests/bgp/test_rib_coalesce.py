@@ -97,7 +97,7 @@ def test_paths_are_interned_and_freed() -> None:
     r.on_update(upd(1, "10.1.0.0/24", "10.2.0.0/24", "10.3.0.0/24", "10.4.0.0/24",
                     as_path=(65001, 65001)), 3.0)  # fmt: skip
     gc.collect()
-    assert len(r._paths) == 1  # the old path went with its last prefix
+    assert r.interned_paths() == 1  # the old path went with its last prefix
 
 
 def test_peer_removal_frees_its_slot_for_the_next_neighbor() -> None:

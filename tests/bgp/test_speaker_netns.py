@@ -91,7 +91,7 @@ async def test_leaf_spine_leaf_nnhn_and_restart(netns_lab: Lab) -> None:
     finally:
         await asyncio.gather(*(n.speaker.stop() for n in nodes), return_exceptions=True)
     for n in nodes:
-        assert n.speaker.supervisor.pid is None or n.speaker.supervisor._proc.returncode is not None  # type: ignore[union-attr]
+        assert n.speaker.supervisor.exited
 
 
 def _prefixes(n: int) -> list[str]:

@@ -91,7 +91,7 @@ def test_send_coalesces_per_neighbor_and_prefix() -> None:
     sup.send(api.Withdraw(nb, p))
     sup.send(api.Teardown(nb, 10))
     assert sup.stats.coalesced == 1
-    assert list(sup._pending.values()) == [api.Withdraw(nb, p), api.Teardown(nb, 10)]
+    assert sup.queued() == [api.Withdraw(nb, p), api.Teardown(nb, 10)]
     sup.dir.rmdir()
 
 
