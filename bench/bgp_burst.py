@@ -107,16 +107,16 @@ async def bench_e2e(n: int) -> None:
             t_spine = t_leaf = 0.0
             while True:
                 now = time.perf_counter() - t0
-                if not t_spine and s_rib.forwarding_count() >= n + 1:  # + leaf1's own prefix
+                if not t_spine and len(s_rib.forwarding()) >= n + 1:  # + leaf1's own prefix
                     t_spine = now
-                if l_rib.forwarding_count() >= n:
+                if len(l_rib.forwarding()) >= n:
                     t_leaf = now
                     break
                 if DEBUG:
                     print(
                         round(now, 2),
-                        s_rib.forwarding_count(),
-                        l_rib.forwarding_count(),
+                        len(s_rib.forwarding()),
+                        len(l_rib.forwarding()),
                         leaf2.speaker.supervisor.stats,
                     )
                 await asyncio.sleep(0.02)
@@ -126,9 +126,9 @@ async def bench_e2e(n: int) -> None:
             w_spine = w_leaf = 0.0
             while True:
                 now = time.perf_counter() - t0
-                if not w_spine and s_rib.forwarding_count() <= 1:
+                if not w_spine and len(s_rib.forwarding()) <= 1:
                     w_spine = now
-                if not l_rib.forwarding_count():
+                if not len(l_rib.forwarding()):
                     w_leaf = now
                     break
                 await asyncio.sleep(0.02)

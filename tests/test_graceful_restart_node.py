@@ -94,7 +94,7 @@ async def _node(tmp: Path, sessions: dict[Any, bool], **kw: str) -> tuple[Node, 
 async def _stop(node: Node) -> None:
     await node.stop_bgp()
     await node.stop_bfd()
-    await node.stop_fib()
+    await node.fib_service.stop()
 
 
 async def test_armed_stop_sends_admin_down_then_kills_quietly_and_keeps_the_fib(

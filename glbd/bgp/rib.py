@@ -563,10 +563,6 @@ class Rib:
     def forwarding(self) -> dict[Prefix, tuple[NextHop, ...]]:
         return dict(self._fwd)
 
-    def forwarding_count(self) -> int:
-        """How many prefixes have next hops (:meth:`forwarding` without the copy)."""
-        return len(self._fwd)
-
     def interned_paths(self) -> int:
         """Distinct path attribute sets held: prefixes with the same attributes share one."""
         return len(self._paths)

@@ -181,12 +181,6 @@ class Node:
 
     # ---- start / stop per part ------------------------------------------------------------
 
-    async def start_fib(self) -> None:
-        await self.fib_service.start()
-
-    async def stop_fib(self) -> None:
-        await self.fib_service.stop()
-
     async def start_quality(self) -> None:
         self.table = self.build_table()
         self.monitor = LinkMonitor(params.linkmon_params(self.cfg))
@@ -768,9 +762,6 @@ class Node:
             self.table,
             self.counters,
         )
-
-    def fib_snapshot(self) -> dict[str, Any]:
-        return self.fib_service.snapshot()
 
 
 def _neighbors_changed(ch: dict[str, Any]) -> bool:

@@ -64,16 +64,16 @@ class FibPart(_Part):
     name = "fib"
 
     async def start(self) -> None:
-        await self.node.start_fib()
+        await self.node.fib_service.start()
 
     async def stop(self) -> None:
-        await self.node.stop_fib()
+        await self.node.fib_service.stop()
 
     async def reconfigure(self, new: cfgmod.Config, changes: dict[str, Any]) -> None:
         await self.node.reconfigure_fib(new, changes)
 
     def snapshot(self) -> dict[str, Any]:
-        return self.node.fib_snapshot()
+        return self.node.fib_service.snapshot()
 
     def section(self, key: str) -> Any:
         if key == "counters":

@@ -65,6 +65,6 @@ async def test_profiles_last_sync_is_null_before_the_first_fib_sync(tmp_path: Pa
     null before (it was an empty object, which the contract test saw as four missing keys)."""
     node = Node(Daemon("glbd.toml", _cfg(tmp_path)))
     node.table = node.build_table()
-    assert node.fib_snapshot()["last_sync"] is None
+    assert node.fib_service.snapshot()["last_sync"] is None
     node.fib_service.last_sync = {"at": 1.0, "ms": 2.0, "mode": "full", "result": "ok"}
-    assert node.fib_snapshot()["last_sync"]["mode"] == "full"
+    assert node.fib_service.snapshot()["last_sync"]["mode"] == "full"
