@@ -54,6 +54,8 @@ from glbd.fib.fibplan import (
     RouteDel,
     RouteSet,
     route_metric,
+    standby_metric,
+    standby_note,
 )
 from glbd.fib.fibwire import parse_link, parse_route
 from glbd.netlink import const as c
@@ -331,7 +333,7 @@ class FibCache:
             self.route_log.append((msg.type, key))
         o = self.obs
         d = self.desired
-        wanted = d is not None and r.prefix in d.routes
+        wanted = d is not None and (r.prefix in d.routes or r.prefix in d.standby)
         if msg.type == c.RTM_NEWROUTE:
             known = key in o.foreign_routes
             o.foreign_routes.add(key)
@@ -341,7 +343,7 @@ class FibCache:
             elif wanted and not known:
                 self.stats.conflict(ROUTE_APPEARED)
             if wanted:
-                self.notes[str(r.prefix)] = "foreign_route"
+                self.notes[self.note_key(r.prefix, r.metric)] = "foreign_route"
         else:
             if key not in o.foreign_routes:
                 return
@@ -510,10 +512,20 @@ class FibCache:
         h.groups.difference_update(self.ids.groups.values())
         h.nexthops.difference_update(self.ids.members.values())
         if prefixes is None:
-            routes = d.routes
-            h.routes.difference_update([rk for rk in h.routes if rk[0] in routes])
+            routes, standby = d.routes, d.standby
+            h.routes.difference_update(
+                [rk for rk in h.routes if rk[0] in routes or rk[0] in standby]
+            )
         else:
-            h.routes.difference_update((pfx, route_metric(pfx, self.metric)) for pfx in prefixes)
+            for pfx in prefixes:  # both of the prefix's routes: primary and standby
+                h.routes.discard((pfx, route_metric(pfx, self.metric)))
+                h.routes.discard((pfx, standby_metric(pfx, self.metric)))
+
+    def note_key(self, prefix: IPNetwork, metric: int) -> str:
+        """The ``notes`` key of glbd's route of ``prefix`` at ``metric`` (primary or standby)."""
+        return (
+            standby_note(prefix) if metric == standby_metric(prefix, self.metric) else str(prefix)
+        )
 
     def count_foreign(self, notes: Mapping[str, str]) -> None:
         """Count a wanted prefix newly found held by someone else's route."""
@@ -600,7 +612,7 @@ class FibCache:
             if err.errno == errno.EEXIST and isinstance(op, RouteSet) and not op.replace:
                 # someone else's route holds the prefix: leave it, wait for it to go
                 self.obs.foreign_routes.add((op.prefix, op.metric))
-                self.notes[str(op.prefix)] = "foreign_route"
+                self.notes[self.note_key(op.prefix, op.metric)] = "foreign_route"
                 self.stats.conflict(EXISTS_ON_CREATE)
                 foreign.append(op.prefix)
                 continue

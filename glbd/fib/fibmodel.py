@@ -8,6 +8,11 @@ Desired state, keyed by stable strings that the path-quality table owns::
         routes={ip_network("203.0.113.0/24"): "prof-a"},
     )
 
+``standby`` adds a second route per prefix at the standby metric (the programmer's metric +
+``STANDBY_METRIC_OFFSET`` in :mod:`glbd.fib.fibplan`) through another group: the kernel uses it
+by itself when the primary route goes (its group emptied by carrier loss). docs/fib.md,
+"Standby routes".
+
 A :class:`Member` is one next hop: gateway + outgoing interface (``onlink`` for a gateway that
 is not on a connected subnet). IPv6 link-local gateways need the interface, which every member
 has. Weights are positive integers; 0 (or absence) means "not in the group".
@@ -107,6 +112,10 @@ class GroupSpec:
 class Desired:
     groups: Mapping[str, GroupSpec] = field(default_factory=dict)
     routes: Mapping[IPNetwork, str] = field(default_factory=dict)  # prefix -> group key
+    #: prefix -> group key of its standby route (the same prefix at the standby metric). A
+    #: prefix is normally in ``routes`` too; one in ``standby`` alone is just a route at the
+    #: standby metric, and the same key in both makes two routes through one group
+    standby: Mapping[IPNetwork, str] = field(default_factory=dict)
 
 
 # --- kernel view (only objects with glbd's protocol number, plus ids/keys to stay away from) --

@@ -16,6 +16,10 @@ Rules it enforces:
   others and silently flushes them on carrier loss) and it is not failed over
   (``excluded``). A group with no usable member cannot exist: it is deleted and its routes go
   with it (the kernel does the same on its own), and it comes back when a member does.
+* A prefix in ``Desired.standby`` gets a second route at the standby metric
+  (:func:`standby_metric`: the metric + ``STANDBY_METRIC_OFFSET``) through its standby group,
+  planned like the primary one (created, re-pointed, deleted; a foreign route at that metric
+  left alone); any other glbd route of a desired prefix is deleted.
 * Ops come out in a safe order: member nexthops, groups, route sets, route deletes, group
   deletes, member deletes.
 
@@ -48,6 +52,7 @@ from glbd.fib.fibmodel import (
 )
 
 __all__ = [
+    "STANDBY_METRIC_OFFSET",
     "GroupDel",
     "GroupSet",
     "IdMap",
@@ -66,10 +71,15 @@ __all__ = [
     "programmed_weights",
     "route_metric",
     "scale_weights",
+    "standby_metric",
+    "standby_note",
 ]
 
 WEIGHT_MAX_8BIT = 255
 WEIGHT_MAX_16BIT = 65535
+#: a standby route's metric is the primary route's + this: the next-preferred route of the
+#: prefix, which the kernel uses as soon as the primary one is gone
+STANDBY_METRIC_OFFSET = 1
 
 
 # --- ops -----------------------------------------------------------------------------------
@@ -166,6 +176,16 @@ def route_metric(prefix: IPNetwork, metric: int) -> int:
     return 1024 if prefix.version == 6 and metric == 0 else metric
 
 
+def standby_metric(prefix: IPNetwork, metric: int) -> int:
+    """The metric the kernel stores for ``prefix``'s standby route (IPv6, metric 0: 1025)."""
+    return route_metric(prefix, metric) + STANDBY_METRIC_OFFSET
+
+
+def standby_note(prefix: IPNetwork) -> str:
+    """The ``notes`` key of ``prefix``'s standby route (the primary route's is the prefix)."""
+    return f"{prefix} standby"
+
+
 def scale_weights(weights: Mapping[Member, int], max_weight: int) -> dict[Member, int]:
     """Drop weights <= 0; if the largest exceeds ``max_weight`` scale all proportionally into
     1..max_weight (as FRR does for 8-bit kernels)."""
@@ -222,10 +242,16 @@ def _probe(
 
 
 def assign_ids(
-    desired: Desired, observed: Observed, prev: IdMap, ranges: IdRanges = IdRanges()
+    desired: Desired,
+    observed: Observed,
+    prev: IdMap,
+    ranges: IdRanges = IdRanges(),
+    *,
+    metric: int = 0,
 ) -> IdMap:
     """Stable key/member -> kernel id mapping (pure). Keeps ``prev`` where still valid, then
-    recovers from kernel state, then allocates deterministically."""
+    recovers from kernel state, then allocates deterministically. ``metric``: the
+    programmer's (standby routes vote from the standby metric only)."""
     taken: set[int] = set(observed.foreign_ids)
     out = IdMap()
     # members
@@ -255,7 +281,9 @@ def assign_ids(
     for m in sorted(wanted_members - set(out.members)):
         out.members[m] = _probe(ranges.member_base, ranges.size, m.label, taken)
         taken.add(out.members[m])
-    _assign_groups(desired, observed, prev.groups, desired.groups, out.groups, taken, ranges)
+    _assign_groups(
+        desired, observed, prev.groups, desired.groups, out.groups, taken, ranges, metric
+    )
     return out
 
 
@@ -265,6 +293,8 @@ def assign_group_ids(
     prev: IdMap,
     keys: Collection[str],
     ranges: IdRanges = IdRanges(),
+    *,
+    metric: int = 0,
 ) -> IdMap:
     """:func:`assign_ids` for an incremental step whose groups ``keys`` have members that all
     have ids in ``prev``: the member ids are kept as they are (the same mapping; a member the
@@ -278,7 +308,7 @@ def assign_group_ids(
     todo = set(keys)
     out = IdMap(members=prev.members)
     out.groups = {k: i for k, i in prev.groups.items() if k in desired.groups and k not in todo}
-    _assign_groups(desired, observed, prev.groups, todo, out.groups, taken, ranges)
+    _assign_groups(desired, observed, prev.groups, todo, out.groups, taken, ranges, metric)
     return out
 
 
@@ -290,6 +320,7 @@ def _assign_groups(
     out: dict[str, int],
     taken: set[int],
     ranges: IdRanges,
+    metric: int,
 ) -> None:
     """Ids for the desired groups ``keys`` into ``out`` (which holds the ids already given):
     keep valid previous ids; only keys without one need the (O(routes)) votes."""
@@ -307,7 +338,7 @@ def _assign_groups(
         missing.append(key)
     pending: list[str] = []
     if missing:
-        votes = _route_votes(desired, observed, set(missing))
+        votes = _route_votes(desired, observed, set(missing), metric)
         for key in missing:
             spec = desired.groups[key]
             for j, _n in votes.get(key, Counter()).most_common():
@@ -333,17 +364,30 @@ def _assign_groups(
         taken.add(gid)
 
 
-def _route_votes(desired: Desired, observed: Observed, keys: set[str]) -> dict[str, Counter[int]]:
-    """key -> Counter(group id its desired prefixes point at in the kernel)."""
-    by_prefix: dict[IPNetwork, list[int]] = {}
-    for (pfx, _metric), kr in observed.routes.items():
+def _route_votes(
+    desired: Desired, observed: Observed, keys: set[str], metric: int
+) -> dict[str, Counter[int]]:
+    """key -> Counter(group id its desired prefixes point at in the kernel). A standby key
+    counts the routes at the standby metric; a primary key the prefix's others (any metric:
+    a changed metric still finds its groups)."""
+    by_prefix: dict[IPNetwork, list[tuple[int, int]]] = {}  # prefix -> [(metric, nhid)]
+    for (pfx, m), kr in observed.routes.items():
         if kr.nhid is not None and kr.nhid in observed.groups:
-            by_prefix.setdefault(pfx, []).append(kr.nhid)
+            by_prefix.setdefault(pfx, []).append((m, kr.nhid))
     votes: dict[str, Counter[int]] = {}
+    standby = desired.standby
     for prefix, key in desired.routes.items():
         if key in keys:
-            for nhid in by_prefix.get(prefix, ()):
-                votes.setdefault(key, Counter())[nhid] += 1
+            skip = standby_metric(prefix, metric) if prefix in standby else None
+            for m, nhid in by_prefix.get(prefix, ()):
+                if m != skip:
+                    votes.setdefault(key, Counter())[nhid] += 1
+    for prefix, key in standby.items():
+        if key in keys:
+            sm = standby_metric(prefix, metric)
+            for m, nhid in by_prefix.get(prefix, ()):
+                if m == sm:
+                    votes.setdefault(key, Counter())[nhid] += 1
     return votes
 
 
@@ -370,7 +414,8 @@ def plan(
     an incremental step. ``realizable`` is then ``known`` (the last plan's) with those groups'
     outcome in it, only the routes in ``only`` are planned (none without it), and only the
     groups in ``dying`` (ids of groups no longer desired) are deleted; a member the step left
-    unused goes at the next full plan."""
+    unused goes at the next full plan. Routes are planned at both metrics: the primary one
+    (``desired.routes``) and the standby one (``desired.standby``)."""
     ops: list[Op] = []
     notes: dict[str, str] = {}
     if groups is not None:
@@ -452,12 +497,15 @@ def _plan_groups(
     return realizable, needed_members
 
 
-def _route_targets(
-    desired: Desired, realizable: dict[str, int], notes: dict[str, str]
-) -> Callable[[IPNetwork, str | None], int | None]:
-    """``wanted(prefix, key)`` for :func:`_plan_routes`: the nhid a desired route of group
-    ``key`` should point at, or None (its note written). Remembers which groups have an IPv4
-    member, a question each IPv6 route asks."""
+#: ``wanted(prefix, key, standby=False)``: see :func:`_route_targets`
+Wanted: TypeAlias = Callable[..., int | None]
+
+
+def _route_targets(desired: Desired, realizable: dict[str, int], notes: dict[str, str]) -> Wanted:
+    """``wanted(prefix, key, standby=False)`` for :func:`_plan_routes`: the nhid a desired
+    route of group ``key`` should point at, or None (its note written, under
+    :func:`standby_note` for a standby route). Remembers which groups have an IPv4 member,
+    a question each IPv6 route asks."""
     v4_keys: dict[str, bool] = {}  # group key -> has an IPv4 member (asked for IPv6 routes)
 
     def has_v4(key: str) -> bool:
@@ -467,19 +515,20 @@ def _route_targets(
             have = v4_keys[key] = any(m.gateway.version == 4 for m in ws)
         return have
 
-    def wanted(prefix: IPNetwork, key: str | None) -> int | None:
+    def wanted(prefix: IPNetwork, key: str | None, standby: bool = False) -> int | None:
         """The nhid a desired route should point at, or None (note written)."""
         if key is None:
             return None
         if key not in desired.groups:
-            notes[str(prefix)] = "unknown_group"
+            notes[standby_note(prefix) if standby else str(prefix)] = "unknown_group"
             return None
         target = realizable.get(key)
         if target is None:
-            notes.setdefault(str(prefix), "group_down")
+            notes.setdefault(standby_note(prefix) if standby else str(prefix), "group_down")
             return None
         if prefix.version == 6 and has_v4(key):
-            notes[str(prefix)] = "ipv6_route_needs_ipv6_members"
+            note = standby_note(prefix) if standby else str(prefix)
+            notes[note] = "ipv6_route_needs_ipv6_members"
             return None
         return target
 
@@ -497,49 +546,91 @@ def _plan_routes(
     *,
     only: Iterable[IPNetwork] | None,
 ) -> None:
-    """Routes to set and delete: all of them, or only the prefixes in ``only``."""
-    # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
+    """Routes to set and delete, at the primary and the standby metric: all of them, or only
+    the prefixes in ``only``."""
     wanted = _route_targets(desired, realizable, notes)
+    m4, m6 = route_metric(_V4_ANY, p.metric), route_metric(_V6_ANY, p.metric)
+    s4, s6 = m4 + STANDBY_METRIC_OFFSET, m6 + STANDBY_METRIC_OFFSET
+    if only is not None:
+        kroutes = observed.routes
+        # each named prefix's two routes: the primary and the standby one
+        kinds = ((desired.routes, m4, m6, False), (desired.standby, s4, s6, True))
+        for prefix in only:
+            for routes, v4_metric, v6_metric, sb in kinds:
+                metric = v4_metric if prefix.version == 4 else v6_metric
+                target = wanted(prefix, routes.get(prefix), sb)
+                rk = (prefix, metric)
+                kr = kroutes.get(rk)
+                if target is not None:
+                    if rk in observed.foreign_routes:
+                        notes[standby_note(prefix) if sb else str(prefix)] = "foreign_route"
+                    elif kr is None or kr.nhid != target:
+                        ops.append(RouteSet(prefix, metric, target, replace=kr is not None))
+                elif kr is not None and kr.nhid not in dying_groups:
+                    ops.append(RouteDel(prefix, metric))
+        return
+    _plan_sets(desired.routes, observed, wanted, ops, notes, (m4, m6), standby=False)
+    if desired.standby:
+        _plan_sets(desired.standby, observed, wanted, ops, notes, (s4, s6), standby=True)
+    _plan_route_deletes(desired, observed, p, wanted, dying_groups, ops, (m4, m6, s4, s6))
+
+
+def _plan_sets(
+    routes: Mapping[IPNetwork, str],
+    observed: Observed,
+    wanted: Wanted,
+    ops: list[Op],
+    notes: dict[str, str],
+    metrics: tuple[int, int],
+    *,
+    standby: bool,
+) -> None:
+    """Route creates and re-points of ``routes`` at ``metrics`` (IPv4, IPv6)."""
+    # (hot loop: 100k routes; few hashes of IPNetwork keys per route)
     foreign = observed.foreign_routes
     kroutes = observed.routes
-    m4, m6 = route_metric(_V4_ANY, p.metric), route_metric(_V6_ANY, p.metric)
-    if only is not None:
-        for prefix in only:
-            dkey = desired.routes.get(prefix)
-            metric = m4 if prefix.version == 4 else m6
-            target = wanted(prefix, dkey)
-            rk = (prefix, metric)
-            kr = kroutes.get(rk)
-            if target is not None:
-                if foreign and rk in foreign:
-                    notes[str(prefix)] = "foreign_route"
-                elif kr is None or kr.nhid != target:
-                    ops.append(RouteSet(prefix, metric, target, replace=kr is not None))
-            elif kr is not None and kr.nhid not in dying_groups:
-                ops.append(RouteDel(prefix, metric))
-        return
-    for prefix, key in desired.routes.items():
-        target = wanted(prefix, key)
+    m4, m6 = metrics
+    for prefix, key in routes.items():
+        target = wanted(prefix, key, standby)
         if target is None:
             continue
         rk = (prefix, m4 if prefix.version == 4 else m6)
         if foreign and rk in foreign:
-            notes[str(prefix)] = "foreign_route"
+            notes[standby_note(prefix) if standby else str(prefix)] = "foreign_route"
             continue
         kr = kroutes.get(rk)
         if kr is None or kr.nhid != target:
             ops.append(RouteSet(prefix, rk[1], target, replace=kr is not None))
-    for rk, kr in kroutes.items():
+
+
+def _plan_route_deletes(
+    desired: Desired,
+    observed: Observed,
+    p: PlanParams,
+    wanted: Wanted,
+    dying_groups: set[int],
+    ops: list[Op],
+    metrics: tuple[int, int, int, int],
+) -> None:
+    """Deletes of glbd's routes that no desired route (primary or standby, at its metric)
+    keeps. A route of a group being deleted goes with it; with deleting not allowed (the
+    stale hold) only routes of desired prefixes at another metric or group go."""
+    m4, m6, s4, s6 = metrics
+    standby = desired.standby
+    for rk, kr in observed.routes.items():
         prefix, metric = rk
         desired_key = desired.routes.get(prefix)
-        if (
-            desired_key is not None
-            and metric == (m4 if prefix.version == 4 else m6)
-            and wanted(prefix, desired_key) is not None
-        ):
-            continue
+        if metric == (m4 if prefix.version == 4 else m6):
+            if desired_key is not None and wanted(prefix, desired_key) is not None:
+                continue
+        elif standby and metric == (s4 if prefix.version == 4 else s6):
+            sb_key = standby.get(prefix)
+            if sb_key is not None and wanted(prefix, sb_key, True) is not None:
+                continue
         if kr.nhid in dying_groups:
             continue  # deleting the group takes the route with it
+        if desired_key is None and standby:
+            desired_key = standby.get(prefix)
         if (p.allow_delete and rk not in p.keep_routes) or (
             desired_key is not None and desired_key in desired.groups
         ):

@@ -40,7 +40,9 @@ async def read_kernel(
     """Dump links (the fast dump: name and carrier) and nexthops; with ``full`` also glbd's
     route table (four attributes per route). ``fc.route_log`` records the route events that
     come during the route dump. Returns the dumps and, after an audit, the row memo for the
-    next one (``memo`` is the previous audit's)."""
+    next one (``memo`` is the previous audit's). Routes are keyed by (prefix, metric): glbd's
+    standby routes (the standby metric) are read back, and adopted, as its own like the
+    primary ones (its protocol number is what makes a route glbd's)."""
     links = await req.dump_select(link_dump(skip_stats=True), IfInfoMsg, LINK_KEEP)
     nhs = await req.dump(nexthop_dump())
     if not full:

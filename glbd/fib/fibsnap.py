@@ -9,7 +9,13 @@ from typing import Any
 
 from glbd.fib.fibcache import CONFLICT_REASONS, FibCache, route_sort_key
 from glbd.fib.fibmodel import Desired, GroupSpec, IPNetwork
-from glbd.fib.fibplan import PlanParams, programmed_weights, route_metric
+from glbd.fib.fibplan import (
+    PlanParams,
+    programmed_weights,
+    route_metric,
+    standby_metric,
+    standby_note,
+)
 
 __all__ = ["RouteLookup", "exclusions", "snapshot"]
 
@@ -47,8 +53,12 @@ def snapshot(
     ``programmed`` (what glbd writes now: usable members only, scaled), ``installed``
     (kernel), ``excluded`` (member -> reason), ``routes`` (count), ``diff``
     (programmed != installed), ``note``. ``routes[prefix]``: ``group``, ``nhid``,
-    ``installed_nhid``, ``desired``/``installed`` weights, ``diff``, ``note``; left out with
-    ``routes=False`` (one row per prefix: costly on a big RIB, and profiles do not need it)."""
+    ``installed_nhid``, ``desired``/``installed`` weights, ``diff``, ``note``, and for a
+    prefix with a standby route ``standby`` (the same keys for that route, plus its
+    ``metric``; ``diff`` of the row covers both routes; a prefix with a standby route alone
+    has ``group`` None); left out with ``routes=False`` (one row per prefix: costly on a big
+    RIB, and profiles do not need it). A foreign route at the standby metric is listed in
+    ``foreign_routes`` with the standby group and that metric."""
     d = fc.desired or Desired()
     o = fc.obs
     held = fc.stale_kept(now)
@@ -58,6 +68,9 @@ def snapshot(
         fkey = d.routes.get(pfx)
         if fkey is not None and metric == route_metric(pfx, fc.metric):
             foreign.append({"prefix": str(pfx), "group": fkey, "metric": metric})
+        skey = d.standby.get(pfx)
+        if skey is not None and metric == standby_metric(pfx, fc.metric):
+            foreign.append({"prefix": str(pfx), "group": skey, "metric": metric})
     st = fc.stats
     snap: dict[str, Any] = {
         "stale_remaining_s": max(0.0, fc.stale_until - now),
@@ -108,8 +121,9 @@ def _groups(fc: FibCache, d: Desired, p: PlanParams) -> dict[str, Any]:
     for nh in o.nexthops.values():
         labels.setdefault(nh.id, f"{nh.gateway}@if{nh.ifindex}")
     counts: dict[str, int] = {}
-    for key in d.routes.values():
-        counts[key] = counts.get(key, 0) + 1
+    for routes in (d.routes, d.standby):  # a standby route counts as a route of its group
+        for key in routes.values():
+            counts[key] = counts.get(key, 0) + 1
     groups: dict[str, Any] = {}
     for key, spec in sorted(d.groups.items()):
         gid = fc.ids.groups.get(key)
@@ -132,9 +146,10 @@ def _groups(fc: FibCache, d: Desired, p: PlanParams) -> dict[str, Any]:
 
 def _routes(fc: FibCache, d: Desired, groups: dict[str, Any]) -> dict[str, Any]:
     look = RouteLookup(fc, groups)
+    prefixes = d.routes.keys() | d.standby.keys() if d.standby else d.routes.keys()
     return {
-        str(prefix): look.row(prefix, key)
-        for prefix, key in sorted(d.routes.items(), key=lambda t: (t[0].version, t[0]))
+        str(prefix): look.row(prefix, d.routes.get(prefix))
+        for prefix in sorted(prefixes, key=lambda p: (p.version, p))
     }
 
 
@@ -160,11 +175,39 @@ class RouteLookup:
         except ValueError:
             return None
         key = d.routes.get(net)
-        return None if key is None else self.row(net, key)
+        if key is None and net not in d.standby:
+            return None
+        return self.row(net, key)
 
-    def row(self, prefix: IPNetwork, key: str) -> dict[str, Any]:
+    def row(self, prefix: IPNetwork, key: str | None) -> dict[str, Any]:
+        """The prefix's row: its primary route (group ``key``; None: a standby route alone)
+        and, if it has one, its standby route under ``standby``."""
         fc = self._fc
-        kr = fc.obs.routes.get((prefix, route_metric(prefix, fc.metric)))
+        if key is None:
+            out: dict[str, Any] = {
+                "group": None,
+                "nhid": None,
+                "installed_nhid": None,
+                "desired": {},
+                "installed": {},
+                "diff": False,
+                "note": "",
+            }
+        else:
+            out = self._route(prefix, key, route_metric(prefix, fc.metric), str(prefix))
+        d = fc.desired
+        skey = d.standby.get(prefix) if d is not None and d.standby else None
+        if skey is not None:
+            metric = standby_metric(prefix, fc.metric)
+            sb = self._route(prefix, skey, metric, standby_note(prefix))
+            out["standby"] = {**sb, "metric": metric}
+            out["diff"] = out["diff"] or sb["diff"]
+        return out
+
+    def _route(self, prefix: IPNetwork, key: str, metric: int, note: str) -> dict[str, Any]:
+        """One route of ``prefix``: at ``metric`` through group ``key``, notes under ``note``."""
+        fc = self._fc
+        kr = fc.obs.routes.get((prefix, metric))
         g = self._groups.get(key, {})
         gid = fc.ids.groups.get(key)
         installed = kr.nhid if kr else None
@@ -175,5 +218,5 @@ class RouteLookup:
             "desired": g.get("programmed", {}),
             "installed": g.get("installed", {}) if installed == gid else {},
             "diff": installed != gid or bool(g.get("diff", True)),
-            "note": fc.notes.get(str(prefix), ""),
+            "note": fc.notes.get(note, ""),
         }

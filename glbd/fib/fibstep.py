@@ -9,21 +9,55 @@ group replaces, and whether a reconcile's dumps leave nothing to plan.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterable, Mapping
+from types import MappingProxyType
 
 from glbd.fib.fibcache import FibCache
 from glbd.fib.fibmodel import Desired, GroupSpec, IPNetwork, KLink, Member, Observed
-from glbd.fib.fibplan import GroupSet, IdMap, IdRanges, Plan, assign_group_ids, assign_ids
+from glbd.fib.fibplan import (
+    GroupSet,
+    IdMap,
+    IdRanges,
+    Plan,
+    assign_group_ids,
+    assign_ids,
+    standby_note,
+)
 
 __all__ = [
+    "RouteMaps",
     "as_expected",
     "lane_groups",
     "lane_in_place",
+    "route_maps",
+    "routes_planned",
     "step_desired",
     "step_ids",
     "step_needs_full",
     "step_notes",
 ]
+
+
+_NONE: Mapping[IPNetwork, str] = MappingProxyType({})
+
+
+#: the route mappings (``routes``, ``standby``) a full route plan last covered
+RouteMaps = tuple[object, object]
+
+
+def route_maps(d: Desired) -> RouteMaps:
+    """What :func:`routes_planned` compares: ``d``'s route mappings (an empty ``standby`` as
+    None: each ``Desired()`` without standby routes has a new empty one)."""
+    return (d.routes, d.standby or None)
+
+
+def routes_planned(d: Desired, planned: RouteMaps | None) -> bool:
+    """``d``'s route mappings are the objects the last full route plan covered (identity,
+    not equality: the same objects need no O(routes) plan). The incremental ``update``
+    never changes ``standby``; a new standby mapping comes with an ``apply``, and its
+    routes, primary and standby, are then planned in full."""
+    return planned is not None and planned[0] is d.routes and planned[1] is (d.standby or None)
 
 
 def step_desired(
@@ -35,7 +69,7 @@ def step_desired(
 ) -> tuple[Desired, list[IPNetwork]]:
     """The desired state after one step, and the prefixes the step names (added, then
     withdrawn). Without routes added or withdrawn the routes mapping stays the same object:
-    a weight change plans no route."""
+    a weight change plans no route. ``standby`` is carried over as it is."""
     gone = [pfx for pfx in remove if pfx not in add]
     new_groups = dict(d.groups)
     new_groups.update(groups)
@@ -46,7 +80,7 @@ def step_desired(
         routes = {**d.routes, **add}
         for pfx in gone:
             routes.pop(pfx, None)
-    return Desired(groups=new_groups, routes=routes), [*add, *gone]
+    return dataclasses.replace(d, groups=new_groups, routes=routes), [*add, *gone]
 
 
 def step_ids(
@@ -56,14 +90,15 @@ def step_ids(
     changed: Mapping[str, GroupSpec],
     dropped: Collection[str],
     ranges: IdRanges,
+    metric: int = 0,
 ) -> IdMap:
     """The ids for a step: a full assignment when a group has a member without an id; for
     BGP churn (new groups of known members, old ones dropped) ids for the step's own groups
     alone, the member mapping as it is; otherwise ``before``."""
     if not all(m in before.members for spec in changed.values() for m in spec.weights):
-        return assign_ids(d, obs, before, ranges)
+        return assign_ids(d, obs, before, ranges, metric=metric)
     if dropped or not all(k in before.groups for k in changed):
-        return assign_group_ids(d, obs, before, changed, ranges)
+        return assign_group_ids(d, obs, before, changed, ranges, metric=metric)
     return before
 
 
@@ -73,10 +108,12 @@ def step_needs_full(
     old_groups: Mapping[str, GroupSpec],
     routes: Mapping[IPNetwork, str],
     named: Iterable[IPNetwork],
+    standby: Mapping[IPNetwork, str] = _NONE,
 ) -> bool:
     """A group went, became (un)realizable or changed id (``was`` -> ``realizable``) while a
-    route the step did not name uses it: only a full plan repoints that route. A group new
-    in this step (not in ``old_groups`` nor ``was``) has only named routes."""
+    route the step did not name uses it (a primary route of ``routes`` or a standby route of
+    ``standby``): only a full plan repoints that route. A group new in this step (not in
+    ``old_groups`` nor ``was``) has only named routes."""
     if realizable == was:
         return False
     moved = {
@@ -84,8 +121,12 @@ def step_needs_full(
         for k in realizable.keys() | was.keys()
         if realizable.get(k) != was.get(k) and (k in old_groups or k in was)
     }
+    if not moved:
+        return False
     named_set = set(named)
-    return bool(moved) and any(k in moved for pfx, k in routes.items() if pfx not in named_set)
+    return any(k in moved for pfx, k in routes.items() if pfx not in named_set) or any(
+        k in moved for pfx, k in standby.items() if pfx not in named_set
+    )
 
 
 def step_notes(
@@ -96,8 +137,11 @@ def step_notes(
     named: Iterable[IPNetwork],
 ) -> dict[str, str]:
     """The notes after a step: the step's own (``planned``) replace those of the groups and
-    prefixes it planned; the others are kept."""
-    named_s = {str(pfx) for pfx in named}
+    prefixes it planned (both routes of a prefix: primary and standby); the others are kept."""
+    named_s: set[str] = set()
+    for pfx in named:
+        named_s.add(str(pfx))
+        named_s.add(standby_note(pfx))
     kept = {
         k: v for k, v in notes.items() if k not in changed and k not in dropped and k not in named_s
     }

@@ -44,7 +44,7 @@ import gc
 import ipaddress
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -75,9 +75,12 @@ from glbd.fib.fibplan import (
 from glbd.fib.fibread import Audit, Read, detect_weight_bits, read_kernel
 from glbd.fib.fibsnap import RouteLookup, snapshot
 from glbd.fib.fibstep import (
+    RouteMaps,
     as_expected,
     lane_groups,
     lane_in_place,
+    route_maps,
+    routes_planned,
     step_desired,
     step_ids,
     step_needs_full,
@@ -176,7 +179,7 @@ class FibProgrammer:
         self._req: NetlinkSocket | None = None
         self._ev: NetlinkSocket | None = None
         self._rev: NetlinkSocket | None = None  # route events (filtered: others' routes only)
-        self._planned_routes: object = None  # the desired.routes mapping last planned in full
+        self._planned_routes: RouteMaps | None = None  # the route mappings last planned in full
         self._realizable: dict[str, int] = {}
         self._lock = asyncio.Lock()
         #: the group keys the write holding the lock names (an ``update``); None: any group
@@ -321,7 +324,7 @@ class FibProgrammer:
         take = lane_groups(fc, d, weights, self._busy if self._lock.locked() else None)
         if not take:
             return frozenset()
-        new = Desired(groups={**d.groups, **take}, routes=d.routes)
+        new = replace(d, groups={**d.groups, **take})  # routes and standby as they are
         pl = plan(
             new,
             fc.obs,
@@ -398,7 +401,10 @@ class FibProgrammer:
         (``remove``). Plans the named groups and routes only (O(the change)); a full plan
         happens only when a group that some other route uses became (un)realizable. Routes
         move before their old group is deleted (the kernel would take a route down with its
-        group). The group keys must exist in the desired state (set by :meth:`apply`)."""
+        group). The group keys must exist in the desired state (set by :meth:`apply`).
+        Standby routes (``Desired.standby``) change only with :meth:`apply`: a step keeps
+        them, re-plans those of the prefixes it names, and falls back to a full plan when a
+        group a standby route uses moves."""
         remove_groups = frozenset(remove_groups)
         async with self._lock:
             self._busy = frozenset(groups or ()) | remove_groups
@@ -422,7 +428,7 @@ class FibProgrammer:
         add = dict(add or {})
         dropped = set(remove_groups)
         changed = dict(groups or {})
-        clean = not fc.routes_dirty and d.routes is self._planned_routes
+        clean = not fc.routes_dirty and routes_planned(d, self._planned_routes)
         new_desired, only = step_desired(d, changed, dropped, add, remove)
         fc.desired = new_desired
         self.stats.applies += 1
@@ -435,7 +441,9 @@ class FibProgrammer:
         # O(the table)); the groups it drops are deleted by their previous ids
         before = fc.ids
         dying = [before.groups[k] for k in dropped if k in before.groups]
-        fc.ids = step_ids(new_desired, fc.obs, before, changed, dropped, self.id_ranges)
+        fc.ids = step_ids(
+            new_desired, fc.obs, before, changed, dropped, self.id_ranges, self.metric
+        )
         fc.relearn(add, now)
         pl = plan(
             new_desired,
@@ -448,9 +456,12 @@ class FibProgrammer:
             dying=dying,
         )
         realizable = dict(pl.realizable)
-        if step_needs_full(realizable, self._realizable, d.groups, new_desired.routes, only):
+        # a group a route uses, primary or standby, moved: a full plan re-points it
+        if step_needs_full(
+            realizable, self._realizable, d.groups, new_desired.routes, only, new_desired.standby
+        ):
             return await self._sync_all()
-        self._planned_routes = new_desired.routes
+        self._planned_routes = route_maps(new_desired)
         self._realizable = realizable
         fc.count_foreign(pl.notes)
         fc.notes = step_notes(fc.notes, pl.notes, changed, dropped, only)
@@ -581,8 +592,8 @@ class FibProgrammer:
             return ApplyResult(0)
         # the routes are planned (O(routes) objects): pause the collector; a weight-only sync
         # of a large table allocates little and runs with it on
-        routes_planned = self.cache.routes_dirty or d.routes is not self._planned_routes
-        with _gc_paused(len(d.routes) if routes_planned else 0):
+        full = self.cache.routes_dirty or not routes_planned(d, self._planned_routes)
+        with _gc_paused(len(d.routes) + len(d.standby) if full else 0):
             return await self._sync_paused(d)
 
     async def _sync_paused(self, d: Desired) -> ApplyResult:
@@ -591,9 +602,10 @@ class FibProgrammer:
         now = self._clock()
         links = dict(fc.obs.links)  # what this plan sees (see fibstep.as_expected)
         fc.expire_held(now)
-        fc.ids = assign_ids(d, fc.obs, fc.ids, self.id_ranges)
-        full = fc.routes_dirty or d.routes is not self._planned_routes
-        fc.relearn(None if d.routes is not self._planned_routes else (), now)
+        fc.ids = assign_ids(d, fc.obs, fc.ids, self.id_ranges, metric=self.metric)
+        same = routes_planned(d, self._planned_routes)
+        full = fc.routes_dirty or not same
+        fc.relearn(() if same else None, now)
         params = self._params(now)
         pl = plan(d, fc.obs, fc.ids, params, routes=full)
         if not full and dict(pl.realizable) != self._realizable:
@@ -603,7 +615,7 @@ class FibProgrammer:
         if full:
             self.stats.full_plans += 1
             fc.notes = dict(pl.notes)
-            self._planned_routes = d.routes
+            self._planned_routes = route_maps(d)
             fc.routes_dirty = False
         else:
             kept = {k: v for k, v in fc.notes.items() if k not in d.groups}
