@@ -16,8 +16,10 @@ JSON carried, with the same meaning (golden-tested against the JSON of the same 
   ORIGIN, AS_PATH (2- or 4-octet by the peer's OPEN; AS4_PATH merged for a 2-octet peer, RFC
   6793 §4.2.3), NEXT_HOP, MED, COMMUNITIES, the Color Extended Communities of
   EXTENDED_COMMUNITIES (16: the route's fabric colours, :mod:`glbd.colours.colour`; other
-  extended communities are skipped) and the NHC (39, raw value and flags). End-of-RIB
-  (RFC 4724 §2): an empty IPv4 UPDATE, or one whose only attribute is an empty MP_UNREACH_NLRI.
+  extended communities are skipped), the metric of AIGP (26, RFC 7311: the first AIGP TLV; a
+  malformed AIGP is discarded, the route kept: :func:`decode_aigp`) and the NHC (39, raw value
+  and flags). End-of-RIB (RFC 4724 §2): an empty IPv4 UPDATE, or one whose only attribute is an
+  empty MP_UNREACH_NLRI.
 * A malformed well-known attribute (ORIGIN, AS_PATH, NEXT_HOP, MED, LOCAL_PREF, COMMUNITIES)
   or an EXTENDED_COMMUNITIES whose length is not a multiple of 8 (RFC 7606 §7.14)
   makes the UPDATE's routes withdrawals (RFC 7606 "treat-as-withdraw", as ExaBGP does); a
@@ -45,6 +47,7 @@ __all__ = [
     "RouteAnnounced",
     "Update",
     "WireError",
+    "decode_aigp",
     "decode_notification",
     "decode_open",
     "decode_update",
@@ -65,6 +68,7 @@ _ATTR_MP_REACH = 14
 _ATTR_MP_UNREACH = 15
 _ATTR_EXTENDED_COMMUNITIES = colour.ATTR_EXTENDED_COMMUNITIES
 _ATTR_AS4_PATH = 17
+_ATTR_AIGP = 26
 _ATTR_NHC = 39
 _FLAG_EXTENDED = 0x10
 
@@ -262,6 +266,47 @@ class Update(NamedTuple):
     treat_as_withdraw: str
     #: the Color Extended Communities, in wire order (empty: an uncoloured route)
     colours: tuple[ColourCommunity, ...] = ()
+    #: the AIGP metric (RFC 7311), None: no AIGP attribute, or a malformed one
+    aigp: int | None = None
+    #: why the AIGP attribute was discarded (:func:`decode_aigp`), or ""
+    aigp_error: str = ""
+
+
+#: the AIGP TLV (RFC 7311): type 1, 11 octets (type, 2-octet length, 8-octet metric)
+AIGP_TLV_TYPE = 1
+AIGP_TLV_LENGTH = 11
+#: AIGP's flags, Optional and not Transitive (the other bits say nothing about the attribute)
+_AIGP_FLAGS, _FLAG_KIND = 0x80, 0xC0
+_U64 = struct.Struct("!Q")
+
+
+def decode_aigp(value: bytes, flags: int = _AIGP_FLAGS) -> tuple[int | None, str]:
+    """The metric of an AIGP attribute value (RFC 7311: TLVs of type, 2-octet length
+    counting the whole TLV, value) and "", or None and why it is malformed: the first AIGP TLV
+    (type 1) gives the metric, a later one and TLVs of other types are skipped. Malformed (RFC
+    7311: the attribute is discarded, the route kept): ``bad_flags`` (not optional
+    non-transitive, which ExaBGP ignores too), ``tlv_truncated`` (less than a TLV header left),
+    ``tlv_too_short`` (a TLV length under 3), ``tlv_overrun`` (a TLV past the attribute's
+    end), ``metric_length`` (an AIGP TLV not 11 octets), ``no_metric`` (no AIGP TLV)."""
+    if flags & _FLAG_KIND != _AIGP_FLAGS:
+        return None, "bad_flags"
+    metric: int | None = None
+    i, n = 0, len(value)
+    while i < n:
+        if n - i < 3:
+            return None, "tlv_truncated"
+        kind, length = value[i], _U16.unpack_from(value, i + 1)[0]
+        if length < 3:
+            return None, "tlv_too_short"
+        if i + length > n:
+            return None, "tlv_overrun"
+        if kind == AIGP_TLV_TYPE:
+            if length != AIGP_TLV_LENGTH:
+                return None, "metric_length"
+            if metric is None:
+                metric = _U64.unpack_from(value, i + 3)[0]
+        i += length
+    return (None, "no_metric") if metric is None else (metric, "")
 
 
 def _as_path(value: bytes, width: int) -> tuple[list[int], int] | None:
@@ -326,6 +371,8 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
     med: int | None = None
     communities: tuple[tuple[int, int], ...] = ()
     colours: tuple[ColourCommunity, ...] = ()
+    aigp: int | None = None
+    aigp_error = ""
     nhc: bytes | None = None
     nhc_flags: int | None = None
     mp_reach: tuple[str, list[IPAddress], list[Prefix]] | None = None
@@ -390,6 +437,8 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
                 colours = colour.colours_of(value)
             except colour.DecodeError:  # not a multiple of 8 octets
                 bad = bad or "extended_communities"
+        elif code == _ATTR_AIGP:
+            aigp, aigp_error = decode_aigp(value, flags)
         elif code == _ATTR_NHC:
             nhc, nhc_flags = bytes(value), flags
         elif code == _ATTR_MP_REACH:
@@ -437,6 +486,8 @@ def decode_update(body: bytes, asn4: bool = True) -> Update:
         None,
         bad,
         colours,
+        aigp,
+        aigp_error,
     )
 
 

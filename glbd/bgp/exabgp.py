@@ -3,7 +3,9 @@
 * ``render_config`` writes ExaBGP's config from glbd's neighbor list (both families, hold
   time, ``listen 179`` so the peer may open the TCP session, ``group-updates false`` so every
   prefix travels in its own UPDATE with its own NHC, ``adj-rib-in false`` (glbd keeps the
-  received paths itself; ExaBGP's copy held 389 MB for 64 x 10k paths), and the API block:
+  received paths itself; ExaBGP's copy held 389 MB for 64 x 10k paths), AIGP enabled
+  (``capability { aigp enable; }``: glbd decides per session colour which sessions carry it,
+  docs/colours.md), and the API block:
   ``receive { packets; update; open; notification; } neighbor-changes;``: each received
   message reaches glbd raw, as hex, and ``glbd.bgp.bgpmsg`` reads it (ExaBGP's JSON of a
   full table, per prefix, cost both processes more than the routes themselves); without
@@ -206,7 +208,7 @@ def render_config(params: ExabgpParams, bridge_cmd: Sequence[str]) -> str:
                 else []
             ),
             *_md5_lines(n.md5),
-            *_graceful_restart_lines(n.restart_time),
+            *_capability_lines(n.restart_time),
             "    group-updates false;",
             # glbd holds the Adj-RIB-In; ExaBGP's own copy would cost ~600 B per path
             "    adj-rib-in false;",
@@ -260,16 +262,24 @@ def _unnumbered_lines(interface: str) -> list[str]:
     ]
 
 
-def _graceful_restart_lines(restart_time: int | None) -> list[str]:
-    """ExaBGP 5.0's graceful restart capability (``configuration/capability.py``): the
-    restart time, the Restart State bit on the first OPEN of each ExaBGP process (a glbd or
-    ExaBGP restart) and the Forwarding State bit on every family it sends (glbd keeps its
-    FIB across both). When glbd is killed, ExaBGP then closes its sessions without a
-    NOTIFICATION, so its peers keep glbd's routes while it comes back."""
+def _capability_lines(restart_time: int | None) -> list[str]:
+    """ExaBGP 5.0's ``capability`` block (``configuration/capability.py``).
+
+    AIGP (RFC 7311) enabled on every session: ExaBGP then packs the AIGP glbd announces and
+    parses a received one (no OPEN capability: a setting of the session). Which sessions carry
+    it is glbd's decision, per session colour (:mod:`glbd.bgp.ribcolour`), so a reload that
+    colours a session does not change its ExaBGP definition (which would reset it).
+
+    Graceful restart: the restart time, the Restart State bit on the first OPEN of each ExaBGP
+    process (a glbd or ExaBGP restart) and the Forwarding State bit on every family it sends
+    (glbd keeps its FIB across both). When glbd is killed, ExaBGP then closes its sessions
+    without a NOTIFICATION, so its peers keep glbd's routes while it comes back."""
+    aigp = ["        aigp enable;"]
     if restart_time is None:
-        return []
+        return ["    capability {", *aigp, "    }"]
     return [
         "    capability {",
+        *aigp,
         f"        graceful-restart {restart_time};",
         "    }",
         # ExaBGP would send End-of-RIB as soon as its queue is empty after the OPEN, which

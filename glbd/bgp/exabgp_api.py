@@ -26,6 +26,9 @@ Facts (ExaBGP 5.0's API with ``encoder json``, observed on 5.0.15 peering in nam
   colour (which ExaBGP has no class for) with ``S`` empty; glbd announces colours as
   ``extended-community [ 0x030b... ]`` (raw hex: there is no ``color`` keyword,
   docs/colours.md);
+* AIGP (RFC 7311) is announced as ``aigp N`` (the static route grammar's ``aigp``; ExaBGP packs
+  it only on a session with ``capability { aigp enable; }``) and printed in its JSON as
+  ``"aigp": "0x"`` + 16 hex digits (``AIGP.__repr__``);
 * every command is acknowledged with a bare ``done`` or ``error`` line (``exabgp.api.ack``);
 * the graceful restart capability (RFC 4724, code 64) of an OPEN is
   ``capabilities["64"] = {"name": "graceful restart", "time": T, "address-family-flags":
@@ -114,6 +117,8 @@ class Announce:
     #: Color Extended Communities, sent in this order (ExaBGP 5.0.15 takes them as raw hex
     #: only: it has no ``color`` keyword, docs/colours.md)
     colours: tuple[ColourCommunity, ...] = ()
+    #: the AIGP metric (RFC 7311), None: no AIGP attribute
+    aigp: int | None = None
 
     def encode(self) -> str:
         nh = "self" if self.next_hop is None else str(self.next_hop)
@@ -129,6 +134,8 @@ class Announce:
             parts.append(
                 "extended-community [ " + " ".join(c.exabgp() for c in self.colours) + " ]"
             )
+        if self.aigp is not None:
+            parts.append(f"aigp {self.aigp}")
         if self.nhc is not None:
             parts.append(f"attribute [ 0x{NHC_CODE:02x} 0x{self.nhc_flags:02x} {_hex(self.nhc)} ]")
         return " ".join(parts)
@@ -270,6 +277,8 @@ class PathAttributes:
     nhc_flags: int | None = None  # flags as ExaBGP reports them (Partial always ORed in)
     #: the route's Color Extended Communities in wire order (empty: uncoloured)
     colours: tuple[ColourCommunity, ...] = ()
+    #: the AIGP metric (RFC 7311), None: no AIGP attribute (or a malformed one, discarded)
+    aigp: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -281,6 +290,7 @@ class PathAttributes:
             "nhc": None if self.nhc is None else self.nhc.hex(),
             "nhc_flags": self.nhc_flags,
             "colours": [c.text() for c in self.colours],
+            "aigp": self.aigp,
         }
 
 
@@ -293,6 +303,8 @@ class UpdateEvent(_Peer):
     eor: str | None = None  # family of an End-of-RIB marker
     #: the malformed well-known attribute that made the routes withdrawals (RFC 7606), or ""
     treat_as_withdraw: str = ""
+    #: why a malformed AIGP attribute was discarded (``bgpmsg.decode_aigp``), or ""
+    aigp_error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -473,6 +485,7 @@ def _attributes(raw: Any) -> PathAttributes:
         if c is not None:
             colours.append(c)
     med = raw.get("med")
+    aigp = raw.get("aigp")
     return PathAttributes(
         origin=str(raw.get("origin", "igp")),
         as_path=as_path,
@@ -482,7 +495,20 @@ def _attributes(raw: Any) -> PathAttributes:
         nhc=nhc,
         nhc_flags=nhc_flags,
         colours=tuple(colours),
+        aigp=None if aigp is None else _aigp_json(aigp),
     )
+
+
+def _aigp_json(value: Any) -> int:
+    """ExaBGP's JSON of the AIGP metric: ``"0x"`` and 16 hex digits (an integer accepted)."""
+    if isinstance(value, str) and value[:2].lower() == "0x":
+        try:
+            return int(value[2:], 16)
+        except ValueError:
+            pass
+    elif type(value) is int and value >= 0:
+        return value
+    raise DecodeError("bad_aigp", repr(value)[:40])
 
 
 def _update(n: Any, peer: dict[str, Any]) -> UpdateEvent:
@@ -607,10 +633,12 @@ def _raw_event(
                 u.nhc,
                 u.nhc_flags,
                 u.colours,
+                u.aigp,
             ),
             announced=tuple(u.announced),
             withdrawn=tuple(u.withdrawn),
             treat_as_withdraw=u.treat_as_withdraw,
+            aigp_error=u.aigp_error,
         )
     if kind == "open":
         o = bgpmsg.decode_open(body)
@@ -711,7 +739,10 @@ class ApiParser:
         self.decoded += 1
         if isinstance(ev, OpenEvent) and ev.direction == "receive":
             self.asn4[ev.peer] = ev.asn4
-        elif isinstance(ev, UpdateEvent) and ev.treat_as_withdraw:
-            # the line is used (its routes withdrawn) but what they carried is lost: counted
-            self.dropped[f"treat_as_withdraw_{ev.treat_as_withdraw}"] += 1
+        elif isinstance(ev, UpdateEvent):
+            if ev.treat_as_withdraw:
+                # the line is used (its routes withdrawn) but what they carried is lost: counted
+                self.dropped[f"treat_as_withdraw_{ev.treat_as_withdraw}"] += 1
+            if ev.aigp_error:  # the routes stay, without their AIGP (RFC 7311: attribute discard)
+                self.dropped[f"aigp_malformed_{ev.aigp_error}"] += 1
         return ev

@@ -1,6 +1,6 @@
 """Starts ExaBGP 5.0.x the way glbd runs it: ``python -m glbd.bgp.exabgp_launch server CONF``.
 
-Two fixes and two speed-ups are applied to the imported ExaBGP before its ``main`` runs; the
+Three fixes and two speed-ups are applied to the imported ExaBGP before its ``main`` runs; the
 speed-ups leave what it writes to peers and to glbd unchanged.
 
 * **Reloads held by a peer that cannot take routes.** On SIGUSR1 ExaBGP 5.0.15 skips the
@@ -19,6 +19,13 @@ speed-ups leave what it writes to peers and to glbd unchanged.
   is out the peer neither connects nor accepts, until a reload drops the neighbour (glbd's
   config for the hold leaves it out) or lists it again (the hold is over: a new peer). A
   reload that drops the neighbour before its NOTIFICATION went out lets it go out first.
+* **A malformed AIGP resets the session.** On a session with AIGP enabled (glbd enables it on
+  every one, :mod:`glbd.bgp.exabgp`) ExaBGP 5.0.15 answers a malformed AIGP attribute (RFC
+  7311: a TLV that overruns it, an AIGP TLV not 11 octets, none at all) with NOTIFICATION
+  (3, 9): its ``AIGP.unpack`` raises ``Notify`` and ``Attributes._parse_one`` turns that into
+  attribute discard only for the codes in ``Attributes.DISCARD``. RFC 7311 asks for attribute
+  discard (the route kept, the attribute quietly ignored): AIGP is added to that tuple. glbd
+  reads the raw UPDATE and discards and counts the attribute itself (:mod:`glbd.bgp.bgpmsg`).
 * ``exabgp.util.hexstring`` (how a raw message reaches glbd) formats each byte through a
   generator and ``str.format``: 13 % of ExaBGP's time converging on 64 x 10k paths.
   Replaced by ``bytes.hex().upper()``, the same text.
@@ -45,11 +52,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "AIGP",
     "CHECKED",
     "CONTRACT",
     "HOLD_SUBCODE",
     "RELOAD",
     "PatchError",
+    "aigp_discard",
     "check",
     "hexstring",
     "hold_teardowns",
@@ -67,6 +76,8 @@ RELOAD = -4
 HOLD_SUBCODE = 1
 #: set on a ``Peer`` torn down with :data:`HOLD_SUBCODE` until a reload drops or lists it
 HELD = "glbd_held"
+#: the AIGP path attribute's type code (RFC 7311)
+AIGP = 26
 
 
 def hexstring(value: bytes) -> str:
@@ -162,6 +173,12 @@ def hold_teardowns(reactor_cls: Any, peer_cls: Any, action: Any) -> None:
     peer_cls.remove = remove_after_cease
 
 
+def aigp_discard(attributes_cls: Any) -> None:
+    """Make a malformed AIGP an attribute discard in ExaBGP's ``Attributes`` (see the module)."""
+    if AIGP not in attributes_cls.DISCARD:
+        attributes_cls.DISCARD = (*attributes_cls.DISCARD, AIGP)
+
+
 def _no_debug(cls: Any, message: Any, source: str = "", level: str = "DEBUG") -> None:
     return None
 
@@ -240,6 +257,11 @@ def check() -> list[str]:
         problems.append(f"reload_owed: Signal.RELOAD is not {RELOAD}")
     if not all(hasattr(ACTION, a) for a in ("CLOSE", "LATER")):
         problems.append("max_prefixes_hold: ACTION.CLOSE / ACTION.LATER missing")
+    from exabgp.bgp.message.update.attribute.aigp import AIGP as AigpAttribute
+    from exabgp.bgp.message.update.attribute.attributes import Attributes
+
+    if AigpAttribute.ID != AIGP or not isinstance(Attributes.DISCARD, tuple):
+        problems.append("aigp_discard: AIGP.ID is not 26 or Attributes.DISCARD not a tuple")
     original = resolve("exabgp.util:hexstring")
     for where in ("exabgp.reactor.api.response.json", "exabgp.reactor.api.response.text"):
         if getattr(importlib.import_module(where), "hexstring", None) is not original:
@@ -266,6 +288,7 @@ def patch(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = Non
     import exabgp.reactor.api.response.json as rjson
     import exabgp.reactor.api.response.text as rtext
     import exabgp.util as util
+    from exabgp.bgp.message.update.attribute.attributes import Attributes
     from exabgp.logger import log
     from exabgp.reactor import peer as exapeer
     from exabgp.reactor.interrupt import Signal
@@ -287,7 +310,8 @@ def patch(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = Non
     hold_teardowns(Reactor, exapeer.Peer, exapeer.ACTION)
     for m in (util, rjson, rtext):  # json and text imported it by name
         m.hexstring = hexstring
-    done = ["pending_adjribout", "reload_owed", "max_prefixes_hold", "hexstring"]
+    aigp_discard(Attributes)
+    done = ["pending_adjribout", "reload_owed", "max_prefixes_hold", "aigp_discard", "hexstring"]
     if silences_debug(env, argv):
         log.debug = classmethod(_no_debug)
         done.append("log.debug")

@@ -37,15 +37,12 @@ filter and nothing taken from one without an import filter (``no_import_policy``
 Drained (``RibParams.drain``), every advertisement also carries GRACEFUL_SHUTDOWN and
 ``drain_prepend`` extra copies of our AS (for peers that ignore the community).
 
-Fabric colours (docs/colours.md, the rules of :mod:`glbd.colours.colours`): a session may have a
-colour (``NeighborParams.colour``), a path has the colours of its Color Extended Communities. A
-coloured path received on a session of none of its colours is kept but hidden: never a
-candidate for selection (so never forwarded over nor re-advertised), shown with its
-:class:`~glbd.base.reasons.HiddenReason` and counted while it is hidden. A learned route goes to
-the sessions of one of its colours and to the uncoloured ones, with its colour communities as
-received; an originated prefix with a colour (``RibParams.origin_colours``) goes to each session
-as the copy :func:`~glbd.colours.colours.originate_to` gives it. A session's new colour (a reload)
-re-evaluates its hidden paths and what every session is sent.
+Fabric colours (docs/colours.md, :mod:`glbd.colours.colours`; AIGP and the primary colour in
+:mod:`glbd.bgp.ribcolour`): a coloured path received on a session of none of its colours is kept
+but hidden (never selected, shown and counted); a learned route goes to the sessions of its
+colours and the uncoloured ones as received; an originated one as ``originate_to``'s copy, the
+primary copy with AIGP 0; a :class:`NextHopsChanged` says the prefix's primary colour too. A
+reload that recolours a session re-evaluates its hidden paths and what every session is sent.
 A helper attaches one NHC per prefix and peer: header AFI/SAFI = the prefix's family, header
 next hop = the next hop sent, NNHN = [our router id; the BGP IDs of the peers of the multipath
 set, ascending], and a 4-octet BGPID (our router id) when that next hop is link-local only
@@ -85,6 +82,7 @@ from glbd.bgp import exabgp_api as api
 from glbd.bgp import ribviews
 from glbd.bgp.ribadjin import AdjRibIn
 from glbd.bgp.ribcheck import Inbound
+from glbd.bgp.ribcolour import origin_as, recoloured, set_colour
 from glbd.bgp.ribdelay import UpdateDelay
 from glbd.bgp.ribmaxpfx import MaxPrefixes
 from glbd.bgp.ribselect import ORIGINATED, Selector
@@ -144,6 +142,8 @@ class Rib:
             self._add_peer(n)
         self.originated: set[Prefix] = set(params.originated)
         self._fwd: dict[Prefix, tuple[NextHop, ...]] = {}
+        #: the primary colour of each prefix that has one (the last NextHopsChanged's)
+        self._colour: dict[Prefix, int] = {}
         #: UPDATE coalescing: prefixes whose Adj-RIB-In changed but are not selected yet
         self._dirty: set[Prefix] = set()
         self._flush_at: float | None = None
@@ -505,7 +505,7 @@ class Rib:
                 peer=str(n.address),
                 colour=n.colour,
                 was=old.colour,
-                hidden=self._adj.recount_hidden(st),
+                hidden=recoloured(self._adj, st, self._intern),
             )
         if (n.import_filter, n.export_filter) != (old.import_filter, old.export_filter):
             redo = True
@@ -746,13 +746,14 @@ class Rib:
             stats.selections += 1
             best, mp_peers, mp_ids = sel.best, sel.mp_peers, sel.mp_ids
             originated = prefix in self.originated
-            fwd = sel.fwd if not originated else ()
-            if fwd != self._fwd.get(prefix, ()):
+            fwd, colour = ((), None) if originated else (sel.fwd, sel.colour)
+            if fwd != self._fwd.get(prefix, ()) or colour != self._colour.get(prefix):
                 if fwd:
                     self._fwd[prefix] = fwd
                 else:
                     self._fwd.pop(prefix, None)
-                events.append(NextHopsChanged(prefix, fwd))
+                set_colour(self._colour, prefix, colour)
+                events.append(NextHopsChanged(prefix, fwd, colour, origin_as(best, colour)))
             # what every Adj-RIB-Out entry of the prefix follows from (with the neighbors'
             # and drain parameters, which clear the cache when they change)
             outcome = ORIGINATED if originated else sel.outcome

@@ -32,6 +32,7 @@ from glbd.base.reasons import NHC_DISREGARDED, NhcDiscard, NhcStatus, RouteRejec
 from glbd.bgp import exabgp_api as api
 from glbd.bgp import nhc as nhcmod
 from glbd.bgp.ribadjin import AdjRibIn
+from glbd.bgp.ribcolour import received_aigp
 from glbd.bgp.ribtypes import (
     Connected,
     IPAddress,
@@ -184,6 +185,7 @@ class Inbound:
         attrs = ev.attributes
         params = self.params
         decoded, decode_error = decode_nhc(params, st, attrs, self._counters)
+        aigp = received_aigp(st, attrs, self._counters, len(announced))
         made: dict[tuple[IPAddress, str], Path] = {}
         checked: dict[tuple[IPAddress, str, int], tuple[Any, NhcStatus, bool]] = {}
         # ExaBGP 5.0 lists an IPv4 prefix FRR 10 sends with an IPv6 next hop (RFC 8950) twice
@@ -242,6 +244,7 @@ class Inbound:
                         nnh,
                         status,
                         colours=attrs.colours,
+                        aigp=aigp,
                     )
                 )
             stored = self._adj.store_path(st, a.prefix, path)

@@ -17,6 +17,7 @@ import structlog
 from glbd.base.reasons import RouteRejected
 from glbd.bgp import exabgp_api as api
 from glbd.bgp.ribadjin import AdjRibIn
+from glbd.bgp.ribcolour import received_aigp
 from glbd.bgp.ribtypes import REFUSED_KEPT, PeerState, Prefix, Refused, count_rejected
 
 __all__ = ["MaxPrefixes"]
@@ -96,4 +97,5 @@ class MaxPrefixes:
             attrs.origin,
             attrs.communities,
             attrs.colours,
+            received_aigp(st, attrs),
         )

@@ -4,8 +4,9 @@
 (the rules in :mod:`glbd.bgp.rib`'s docstring), shares one selection between the prefixes of
 a recompute that have the very same paths, interns forwarding sets and outcomes, and builds
 the :class:`~glbd.bgp.ribtypes.Advertise` a peer should hold (next-hop-self, our NHC, drain,
-export policy, colours). Separate from the RIB so the decision rules read on their own; the
-RIB keeps the per-prefix loop that compares them with what is in forwarding and advertised.
+export policy, colours and AIGP), and the prefix's primary colour. Separate from the RIB so the
+decision rules read on their own; the RIB keeps the per-prefix loop that compares them with what
+is in forwarding and advertised.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from glbd.bgp import nhc as nhcmod
+from glbd.bgp.ribcolour import learned_aigp, originated_aigp, primary_colour
 from glbd.bgp.ribtypes import (
     GRACEFUL_SHUTDOWN,
     Advertise,
@@ -58,6 +60,8 @@ class Selection:
     #: what the Adj-RIB-Outs of a prefix not originated here follow from: the best path's
     #: attributes, the multipath peers and the NNHN (interned: compared by identity first)
     outcome: tuple[Any, ...]
+    #: the prefix's primary colour (:func:`~glbd.bgp.ribcolour.primary_colour`), or None
+    colour: int | None = None
 
 
 NO_SELECTION = Selection((), None, [], frozenset(), (), (), (), (None, (), ()))
@@ -142,8 +146,9 @@ class Selector:
             and st.usable
             and (not p.colours or hidden_on(st.params.colour, p) is None)
         ]
+        colour = primary_colour(self._slots, paths)
         if not cands:
-            return Selection(paths, None, [], frozenset(), (), (), (), NO_SELECTION.outcome)
+            return Selection(paths, None, [], frozenset(), (), (), (), NO_SELECTION.outcome, colour)
         cands.sort(key=self._sort_key)
         best = cands[0][1]
         relax = self.params.multipath_relax
@@ -167,7 +172,8 @@ class Selector:
         if fwd:
             fwd = self._intern_fwd(fwd)
         slots = tuple(sorted(st.slot for st, _p in mp))
-        outcome = (best.as_path, best.origin, best.communities, best.colours), slots, mp_ids
+        attrs = (best.as_path, best.origin, best.communities, best.colours, best.aigp)
+        outcome = attrs, slots, mp_ids
         return Selection(
             paths,
             best,
@@ -177,6 +183,7 @@ class Selector:
             fwd,
             slots,
             self._intern_outcome(outcome),
+            colour,
         )
 
     def _intern_outcome(self, outcome: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -193,10 +200,15 @@ class Selector:
 
     @staticmethod
     def _next_hop_view(st: PeerState, p: Path) -> NextHop:
-        v = p.view
-        if v is not None and v.peer_bgp_id == st.bgp_id and v.interface == st.params.interface:
+        v, n = p.view, st.params
+        if (
+            v is not None
+            and v.peer_bgp_id == st.bgp_id
+            and v.interface == n.interface
+            and v.colour == n.colour
+        ):
             return v
-        v = NextHop(p.peer, st.bgp_id, p.next_hop, st.params.interface, p.nnh, p.nnhn_status)
+        v = NextHop(p.peer, st.bgp_id, p.next_hop, n.interface, p.nnh, p.nnhn_status, n.colour)
         object.__setattr__(p, "view", v)  # a memo, not part of the path's value
         return v
 
@@ -264,6 +276,7 @@ class Selector:
         own = (self.params.local_as,) * (1 + self.params.drain_prepend if drain else 1)
         if originated:
             colours: tuple[ColourCommunity, ...] = ()
+            aigp: int | None = None
             origin = self.origin_colours.get(prefix) if self.origin_colours else None
             if origin is not None:
                 copy = originate_to(origin, n.colour)
@@ -271,6 +284,7 @@ class Selector:
                     return None
                 if copy.colour is not None:
                     colours = (ColourCommunity(copy.colour),)
+                aigp = originated_aigp(copy, n)  # 0 marks the primary copy
             return Advertise(
                 n.address,
                 prefix,
@@ -278,6 +292,7 @@ class Selector:
                 as_path=own,
                 communities=(GRACEFUL_SHUTDOWN,) if drain else (),
                 colours=colours,
+                aigp=aigp,
             )
         assert best is not None
         communities = best.communities
@@ -297,6 +312,7 @@ class Selector:
             communities=communities,
             nhc=value,
             colours=best.colours,
+            aigp=learned_aigp(best, n),
         )
 
 

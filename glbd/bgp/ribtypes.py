@@ -223,7 +223,8 @@ class RibStats:
 
 @dataclass(frozen=True)
 class NextHop:
-    """One forwarding next hop of a prefix, with the validated next-next-hop set (or None)."""
+    """One forwarding next hop of a prefix, with the validated next-next-hop set (or None)
+    and the fabric colour of the session it was learned on."""
 
     peer: IPAddress
     peer_bgp_id: ipaddress.IPv4Address | None
@@ -231,6 +232,8 @@ class NextHop:
     interface: str | None
     nnh: tuple[ipaddress.IPv4Address, ...] | None
     nnhn_status: str
+    #: the colour of the session (peer) this next hop was learned from; None: uncoloured
+    colour: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,15 +243,23 @@ class NextHop:
             "interface": self.interface,
             "nnh": None if self.nnh is None else [str(i) for i in self.nnh],
             "nnhn_status": self.nnhn_status,
+            "colour": self.colour,
         }
 
 
 @dataclass(frozen=True)
 class NextHopsChanged:
-    """The forwarding next-hop set of ``prefix`` changed; empty = no longer reachable."""
+    """The forwarding next-hop set of ``prefix`` or its primary colour changed; empty = no
+    longer reachable."""
 
     prefix: Prefix
     next_hops: tuple[NextHop, ...]
+    #: the prefix's primary colour: the colour of its visible received copy with the lowest
+    #: AIGP (the primary copy, docs/colours.md); None: no copy carries AIGP (plain GLB)
+    colour: int | None = None
+    #: with a colour: the AS that originated the prefix (the last of the best path's AS path;
+    #: None for a local one), which names the destination of a fabric without NNHN
+    origin_as: int | None = None
 
 
 @dataclass(frozen=True)
@@ -289,6 +300,9 @@ class Advertise:
     nhc: bytes | None = None
     #: Color Extended Communities (a learned route's as received, or an originated copy's)
     colours: tuple[ColourCommunity, ...] = ()
+    #: AIGP (RFC 7311): 0 on an originated primary copy, a learned route's as received; only
+    #: on a coloured session (:func:`glbd.bgp.ribcolour.aigp_session`); None: none sent
+    aigp: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,10 +345,12 @@ class Path:
     stale: bool = False
     #: its Color Extended Communities in wire order (empty: uncoloured)
     colours: tuple[ColourCommunity, ...] = ()
-    #: their colour values, for the rules (made once per interned path, not per check)
+    #: its AIGP metric (RFC 7311); None: none, or received on an uncoloured session (ignored)
+    aigp: int | None = None
+    #: the colour values of ``colours``, for the rules (made once per interned path)
     colour_set: frozenset[int] = field(default=frozenset(), compare=False, hash=False, repr=False)
     #: memo of the forwarding view (:class:`NextHop`) of this path, rebuilt when the peer's
-    #: BGP ID or interface differ from the ones it was built with
+    #: BGP ID, interface or session colour differ from the ones it was built with
     view: NextHop | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -353,6 +369,7 @@ class Path:
             self.nnhn_status,
             self.stale,
             self.colours,
+            self.aigp,
         )
 
 
@@ -367,6 +384,7 @@ class Refused:
     origin: str
     communities: tuple[tuple[int, int], ...]
     colours: tuple[ColourCommunity, ...] = ()
+    aigp: int | None = None
 
 
 #: refused routes kept per peer for the pre-policy view; past it they are only counted
@@ -446,6 +464,7 @@ def with_stale(path: Path, stale: bool) -> Path:
         path.nnhn_status,
         stale,
         path.colours,
+        path.aigp,
     )
 
 

@@ -61,6 +61,7 @@ def advertised_rows(st: PeerState) -> list[dict[str, Any]]:
             "origin": adv.origin,
             "communities": [f"{a}:{b}" for a, b in adv.communities],
             "colours": [c.text() for c in adv.colours],
+            "aigp": adv.aigp,
             "nhc": None if adv.nhc is None else adv.nhc.hex(),
         }
         for prefix, adv in sorted(st.adj_out.items(), key=lambda pa: family_order(pa[0]))
@@ -118,6 +119,8 @@ def _attrs_row(prefix: Prefix, p: Path | Refused) -> dict[str, Any]:
         "origin": p.origin,
         "communities": [f"{a}:{b}" for a, b in p.communities],
         "colours": [c.text() for c in p.colours],
+        # AIGP (RFC 7311): None when absent or ignored (an uncoloured session, docs/colours.md)
+        "aigp": p.aigp,
     }
 
 

@@ -142,6 +142,7 @@ def command_for(d: Decision) -> api.Command:
             communities=d.communities,
             nhc=d.nhc,
             colours=d.colours,
+            aigp=d.aigp,
         )
     if isinstance(d, Retract):
         return api.Withdraw(d.peer, d.prefix, d.next_hop)

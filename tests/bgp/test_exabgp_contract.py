@@ -57,6 +57,14 @@ SOURCES: dict[str, tuple[str, str]] = {
     "exabgp.logger:log.logger": ("log.debug", "3a63592d6ee91cb7"),
     "exabgp.logger.option:option.log_enabled": ("log.debug", "8b7950867e214a27"),
     "exabgp.logger.option:option._set_level": ("log.debug", "4198c46eea1fe8ce"),
+    # aigp_discard replaces no callable (it adds AIGP to Attributes.DISCARD): the parser that
+    # reads that tuple when an attribute's unpack raises, and AIGP's unpack that raises
+    # (hashed on 5.0.15)
+    "exabgp.bgp.message.update.attribute.attributes:Attributes._parse_one": (
+        "aigp_discard",
+        "3a23a3ce12cfa67b",
+    ),
+    "exabgp.bgp.message.update.attribute.aigp:AIGP.unpack": ("aigp_discard", "5a698a1d51f41da8"),
 }
 
 
@@ -270,3 +278,37 @@ def test_a_changed_signature_is_refused() -> None:
         "max_prefixes_hold: exabgp.reactor.peer:Peer.teardown(self, code), "
         "checked (self, code, restart=True)"
     ]
+
+
+def test_a_malformed_aigp_resets_the_session_unpatched_and_is_discarded_patched() -> None:
+    """ExaBGP's own parser on an AIGP-enabled session: an AIGP TLV that claims 12 octets in an
+    11-octet attribute is NOTIFICATION (3, 9) as shipped; after the launcher's aigp_discard
+    the UPDATE keeps its other attributes and the AIGP is dropped (RFC 7311). A good AIGP is
+    kept either way."""
+    got = _run(
+        _OBJECTS
+        + """
+from exabgp.bgp.message.notification import Notify
+from exabgp.bgp.message.update.attribute.attributes import Attributes
+neg = SimpleNamespace(aigp=True, asn4=True, local_as=65100, peer_as=65001)
+head = bytes.fromhex("40010100" "40020602010000fde9")  # ORIGIN, AS_PATH 65001
+good = head + bytes.fromhex("801a0b" "01000b" "0000000000000007")
+bad = head + bytes.fromhex("801a0b" "01000c" "0000000000000007")
+def parse(data):
+    try:
+        a = Attributes().parse(data, None, neg)
+    except Notify as e:
+        return [e.code, e.subcode]
+    return sorted(int(k) for k in a if int(k) < 256)
+out = {"good": parse(good), "bad": parse(bad)}
+exabgp_launch.patch({}, [])
+out["good_patched"], out["bad_patched"] = parse(good), parse(bad)
+print(json.dumps(out))
+"""
+    )
+    assert got == {
+        "good": [1, 2, 26],
+        "bad": [3, 9],
+        "good_patched": [1, 2, 26],
+        "bad_patched": [1, 2],
+    }

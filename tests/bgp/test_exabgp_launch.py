@@ -43,7 +43,14 @@ def _patched(level: str) -> dict[str, object]:
 def test_the_launcher_replaces_both_above_debug_level() -> None:
     got = _patched("WARNING")
     assert got == {
-        "done": ["pending_adjribout", "reload_owed", "max_prefixes_hold", "hexstring", "log.debug"],
+        "done": [
+            "pending_adjribout",
+            "reload_owed",
+            "max_prefixes_hold",
+            "aigp_discard",
+            "hexstring",
+            "log.debug",
+        ],
         "hex": "0x01AB",
         "same": True,
         "debug_off": True,
@@ -52,7 +59,13 @@ def test_the_launcher_replaces_both_above_debug_level() -> None:
 
 def test_at_debug_level_debug_logging_is_left_alone() -> None:
     got = _patched("DEBUG")
-    assert got["done"] == ["pending_adjribout", "reload_owed", "max_prefixes_hold", "hexstring"]
+    assert got["done"] == [
+        "pending_adjribout",
+        "reload_owed",
+        "max_prefixes_hold",
+        "aigp_discard",
+        "hexstring",
+    ]
     assert got["debug_off"] is False
 
 

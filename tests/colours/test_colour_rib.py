@@ -262,9 +262,11 @@ def test_a_session_colour_change_reevaluates_hidden_routes_and_the_adj_rib_out()
     assert row(r, L1, "10.2.0.0/24")["hidden"] == "colour_mismatch"
     assert counters(r, L1)[HIDDEN] == 1 and r.counters[HIDDEN] == 1
 
-    # uncoloured: nothing hidden, everything sent
+    # uncoloured: nothing hidden, everything sent; the blue route's next hop through L1 is
+    # announced again, now with the session's colour None
     eff, _ = r.reconfigure(replace(r.params, neighbors=(replace(L1, colour=None), L2, L3)))
-    assert fwd(eff) == {"10.2.0.0/24": {str(L1.address)}}
+    assert fwd(eff) == {"10.1.0.0/24": {str(L1.address)}, "10.2.0.0/24": {str(L1.address)}}
+    assert [h.colour for h in r.next_hops(N("10.1.0.0/24"))] == [None]
     assert counters(r, L1).get(HIDDEN, 0) == 0 and r.counters[HIDDEN] == 0
     assert set(out_to(r, L1)) == {"10.3.0.0/24", "10.4.0.0/24"}
 
