@@ -51,7 +51,7 @@ LAYERS: dict[str, dict[str, tuple[str, ...]]] = {
                          "pathview", "pathweight"),
                 "io": ("linkrunner", "linkstats")},
     "flowlet": {"core": ("movegate", "skew"), "io": ("loader",)},
-    "colours": {"codec": ("colour",), "core": ("colours",)},
+    "colours": {"codec": ("colour",), "core": ("colourpaths", "colours"), "app": ("service",)},
     "unnumbered": {"codec": ("ndp",), "core": ("ndpeers",), "io": ("ndpsock",), "app": ("part",)},
     "control": {"codec": ("protocol",), "io": ("metrics", "server"),
                 "app": ("metrics_daemon", "metrics_parts", "metrics_table", "views")},

@@ -139,6 +139,11 @@ def everything() -> list[Any]:
         ],
         "counters": {"api_dropped": {"bad_json": 1}},
         "exabgp": {"deaths": 1},
+        "colours": {
+            "paths": [
+                {"colour": 1, "dest": "nnh:10.0.0.1", "state": "fallback", "fallbacks": 1},
+            ]
+        },
     }
     lat = metrics_daemon.Latencies()
     lat.synced(0.002, 10.0, 10.5)

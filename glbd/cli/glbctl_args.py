@@ -33,6 +33,8 @@ HELPS = {
     "counters": "all counters, drops by reason",
     "config": "the running config (secrets removed)",
     "flowlet": "flowlet switching: where the program runs, its timeout, counters per interface",
+    "colours": "fabric colour paths: preferred spine, state (primary/fallback), members and "
+    "weights, standby, reasons, hold-down",
 }
 
 

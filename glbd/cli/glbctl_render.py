@@ -157,6 +157,15 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
             f"{n.get('address')}%{n.get('ifname')}: {(n.get('weight') or {}).get('value')} "
             f"({(n.get('weight') or {}).get('source')})" for n in r.get("next_hops") or []) or "-"),
     ),
+    # glbctl colours: a path is a colour and a destination (the remote leaf)
+    "colours.paths": (
+        "colour", "dest", "state", "preferred",
+        ("members: weight", lambda r: "\n".join(f"{h}: {w}" for h, w in r.get("active") or [])
+         or "-"),
+        ("standby", lambda r: "\n".join(f"{h}: {w}" for h, w in r.get("standby") or []) or "-"),
+        "reasons", "hold_until", "fallbacks", "hold_restarts",
+        ("prefixes", lambda r: len(r.get("prefixes") or [])),
+    ),
 }  # fmt: skip
 
 

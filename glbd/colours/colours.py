@@ -370,6 +370,12 @@ class ColourForwarding:
     def hold_down_s(self) -> float:
         return self._hold
 
+    def set_hold_down(self, hold_down_s: float) -> None:
+        """A new hold-down for the waits that start from now on (running ones keep their end)."""
+        if not (math.isfinite(hold_down_s) and hold_down_s >= 0):
+            raise ValueError(f"hold_down_s {hold_down_s!r} must be a finite number >= 0")
+        self._hold = float(hold_down_s)
+
     # -- inputs ---------------------------------------------------------------------------------
 
     def on_event(self, ev: Event, now: float) -> list[Effect]:

@@ -141,8 +141,8 @@ class ColoursSection(_Model):
     #: colour to the sessions of that colour; a prefix not here goes everywhere uncoloured
     originate: list[ColourOrigin] = []
     #: how long a failed preferred path must stay good before its colour returns to it; a new
-    #: failure restarts the wait (0: return at once). Not used yet: the per-colour forwarding
-    #: is not wired (docs/colours.md, "Not built yet")
+    #: failure restarts the wait (0: return at once). A reload applies it to the waits that
+    #: start from then on
     hold_down_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
     @model_validator(mode="before")

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypedDict
 
 from glbd.base.reasons import NHC_DISREGARDED, NhcDiscard, ProfileFallback, RouteRejected
+from glbd.colours.colours import ColourState
 from glbd.control.metrics import Sample
 from glbd.control.metrics_table import (
     Each,
@@ -94,6 +95,7 @@ class BgpView(TypedDict, total=False):
     counters: dict[str, Any]
     exabgp: dict[str, Any]
     drained: bool
+    colours: dict[str, Any] | None
     routes: list[dict[str, Any]]
 
 
@@ -565,9 +567,46 @@ BGP_METRICS: tuple[Entry, ...] = (
 )
 
 
+#: the leaf's colour paths (docs/colours.md); a path is a colour and a destination
+COLOUR_METRICS: tuple[Entry, ...] = (
+    Rows(
+        present("colours"),
+        (
+            Rows(
+                rows("paths"),
+                (
+                    Each(
+                        "glbd_colour_path_state",
+                        "gauge",
+                        "1 for the state a colour path is in, 0 for the others (primary: its "
+                        "preferred spine; fallback: the backups weighted by GLB; no_path: none)",
+                        lambda r: ((str(s), 1 if r.get("state") == s else 0) for s in ColourState),
+                        label="state",
+                    ),
+                    One(
+                        "glbd_colour_path_fallbacks_total",
+                        "counter",
+                        "times the colour path left its preferred spine",
+                        num("fallbacks"),
+                    ),
+                    One(
+                        "glbd_colour_path_hold_restarts_total",
+                        "counter",
+                        "times a preferred spine failed again during its return hold-down",
+                        num("hold_restarts"),
+                    ),
+                ),
+                labels={"colour": text("colour"), "dest": text("dest")},
+            ),
+        ),
+    ),
+)
+
+
 def bgp_samples(snap: BgpView) -> Iterable[Sample]:
-    """The BGP part's metrics (:data:`BGP_METRICS`) from its snapshot."""
-    return walk(BGP_METRICS, snap)
+    """The BGP part's metrics (:data:`BGP_METRICS`, :data:`COLOUR_METRICS`) from its
+    snapshot."""
+    return [*walk(BGP_METRICS, snap), *walk(COLOUR_METRICS, snap)]
 
 
 # ---- flowlets ---------------------------------------------------------------------------------

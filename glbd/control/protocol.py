@@ -51,6 +51,7 @@ QUERIES = (
     "counters",
     "config",
     "flowlet",
+    "colours",
 )
 #: queries about one thing their arguments name (``neighbor PEER``): not answerable bare
 DETAILS = ("neighbor",)

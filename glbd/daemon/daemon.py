@@ -524,6 +524,7 @@ class Daemon:
             "quality": self._rows("quality", self._section("quality", "quality")),
             "profiles": self._profiles,
             "flowlet": self._whole("flowlet"),
+            "colours": self._section("colours", "bgp"),
             "neighbor": self._neighbor,
             "log-level": self._log_level,
         }

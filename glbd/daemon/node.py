@@ -43,12 +43,13 @@ import structlog
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import Diag, State
 from bfd.reasons import StateChangeReason
-from glbd.base.reasons import GracefulStopFallback, LinkChange, StopKind
+from glbd.base.reasons import GracefulStopFallback, StopKind
 from glbd.bgp.gracestop import GracefulRestartArm, StopPlan
 from glbd.bgp.neighbors import LocalAddresses
 from glbd.bgp.origination import Origination
 from glbd.bgp.ribtypes import NextHopsChanged, PeerDown, PeerUp, Prefix, RibParams
 from glbd.bgp.speaker import BgpEvent, BgpSpeaker, ProcessOptions, SpeakerLost, SpeakerReady
+from glbd.colours.service import ColourService
 from glbd.config import config as cfgmod
 from glbd.config import params
 from glbd.config.config_peers import NeighborSection
@@ -59,7 +60,7 @@ from glbd.daemon.component import Host
 from glbd.fib.fibservice import FibService
 from glbd.fib.programmer import FibProgrammer
 from glbd.quality.linkq import LinkMonitor, QualityChanged
-from glbd.quality.linkrunner import MonitorRunner
+from glbd.quality.linkrunner import MonitorRunner, log_link_change
 from glbd.quality.linkstats import StatsReader
 from glbd.quality.pathchanges import Changes
 from glbd.quality.pathtable import PathTable
@@ -139,6 +140,10 @@ class Node:
         self._exabgp_dir: Path | None = None
         #: the FIB part: programmer, sync, fast lane, failover (it counts into ``counters``)
         self.fib_service = FibService(self)
+        #: the leaf's colour paths (docs/colours.md): pinned groups and standby routes
+        self.colours = ColourService(
+            self.loop, self.cfg.colours.hold_down_s, lambda: self.table, self.fib_service
+        )
         # neighbors whose port is down or missing wait here; the others start without them
         self.addrs = LocalAddresses(self.loop, self._neighbors_resolved, self._neighbors_lost)
 
@@ -325,6 +330,7 @@ class Node:
         await self.bgp.start()
 
     async def stop_bgp(self) -> None:
+        self.colours.close()
         if self.origin is not None:
             self.origin.close()  # the stop withdraws everything: no change may race it
         await self.addrs.close()
@@ -492,6 +498,7 @@ class Node:
             if self.origin is not None:
                 await self.origin.reconfigure(params.origin_params(new))
             self.bgp.reconfigure(self._rib_params())
+            self.colours.set_hold_down(new.colours.hold_down_s)
             await self.bgp.refresh_connected()  # the ports' addresses: next-hop checks
         self.apply_drain(new)
 
@@ -557,6 +564,7 @@ class Node:
         if isinstance(ev, NextHopsChanged):
             if self.table is not None:
                 self._table_changed(self.table.on_next_hops_changed(ev))
+                self.colours.next_hops_changed(ev)
                 if self.table.fallback_total:
                     self._note_fallbacks(self.table)
         elif isinstance(ev, PeerUp):
@@ -633,7 +641,7 @@ class Node:
 
     def on_local(self, changes: list[QualityChanged], monitor: LinkMonitor) -> None:
         for ch in changes:
-            _log_link_change(ch)
+            log_link_change(ch)
         # the record marks the band decision, so it is written before the heartbeat leaves.
         # Entries are rebuilt on a change, or when the sender is due before the next sample
         # (the load figures they carry are then at most one sample old), not on every sample
@@ -677,6 +685,7 @@ class Node:
             self._bfd_up.discard((ev.interface, ev.peer))
         peer = ipaddress.ip_address(ev.peer)
         self.fib_service.bfd_state(ev, peer)
+        self.colours.bfd_state(ev)
         # one deferred step per event keeps a Down and the Up right after it (a flap read from
         # the engine in one go) in order at the RIB; out of order, the peer stays BFD-down
         self.loop.call_soon(self._bfd_to_rib, ev, peer)
@@ -726,6 +735,7 @@ class Node:
         if self.on_weights is not None:
             self.on_weights(changes)
         self.fib_service.table_changed(changes)
+        self.colours.table_changed(changes)
 
     # ---- flowlets --------------------------------------------------------------------------
 
@@ -766,27 +776,3 @@ class Node:
 
 def _neighbors_changed(ch: dict[str, Any]) -> bool:
     return bool(ch["neighbors_added"] or ch["neighbors_removed"] or ch["neighbors_changed"])
-
-
-def _log_link_change(ch: QualityChanged) -> None:
-    q = ch.quality
-    if ch.reason in (LinkChange.RESIDUAL, LinkChange.CAPACITY):  # same band and flag
-        log.info(
-            "link_capacity",
-            ifname=q.ifname,
-            residual_mbps=q.residual_mbps,
-            capacity_mbps=q.capacity_mbps,
-            band=q.band,
-            reason=ch.reason,
-        )
-        return
-    log.info(
-        "link_band",
-        ifname=q.ifname,
-        band=q.band,
-        old_band=ch.old_band,
-        down=q.down,
-        load_pct=round(q.load_pct, 1),
-        queue_bytes=int(q.queue_bytes),
-        reason=ch.reason,
-    )

@@ -185,6 +185,9 @@ class BgpPart(_Part):
         """``neighbors``, ``routes`` and ``counters`` are built alone (the routes of a big
         RIB are costly)."""
         bgp = self.node.bgp
+        if key == "colours":
+            hidden = bgp.rib.counters.get("hidden_colour_mismatch", 0) if bgp else 0
+            return {**self.node.colours.snapshot(), "hidden_routes": hidden}
         if bgp is not None:
             if key == "neighbors":  # and those waiting for their port (not in the samples)
                 return bgp.neighbors_snapshot() + self.node.addrs.bgp_rows()
@@ -311,6 +314,7 @@ class BgpPart(_Part):
             "counters": self.section("counters"),
             "exabgp": bgp.supervisor.snapshot(),
             "drained": self.node.drained,
+            "colours": self.node.colours.snapshot() if self.node.colours.paths else None,
         }
 
     @property

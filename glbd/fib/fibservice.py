@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ipaddress
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import structlog
@@ -28,7 +29,7 @@ from glbd.config.config_fib import FibSection
 from glbd.control import metrics_daemon, views
 from glbd.daemon.netns import read_sysctl
 from glbd.fib.failover import FailoverArming
-from glbd.fib.fibmodel import Resilient
+from glbd.fib.fibmodel import GroupSpec, IPNetwork, Member, Resilient
 from glbd.fib.fibsync import FibSync, Step
 from glbd.fib.programmer import FibProgrammer
 from glbd.quality.pathchanges import Changes
@@ -43,6 +44,7 @@ FIB_HOLD_S = 1.0
 HASH_POLICY_SYSCTL = "net.ipv4.fib_multipath_hash_policy"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = IPNetwork
 
 
 class FibHost(Protocol):
@@ -220,6 +222,21 @@ class FibService:
                         return
         self.sync.add(changes)
         self.schedule_sync()
+
+    def pin(
+        self,
+        groups: Mapping[str, Mapping[Member, int]],
+        routes: Mapping[Network, str],
+        standby: Mapping[Network, str],
+    ) -> None:
+        """Prefixes whose group is not their profile's (fabric colours), with standby
+        routes: the next step brings them over (``FibSync.pin``)."""
+        res = self._resilient()
+        specs = {k: GroupSpec(dict(w), resilient=res) for k, w in groups.items() if w}
+        routes = {n: k for n, k in routes.items() if k in specs}
+        standby = {n: k for n, k in standby.items() if k in specs}
+        if self.sync.pin(specs, routes, standby, self.loop.time()):
+            self._start_sync()
 
     def bgp_up(self, now: float) -> None:
         """A BGP session came up: the first one starts the hold-down."""

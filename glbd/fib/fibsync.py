@@ -15,12 +15,17 @@ accumulated into one :class:`Step` for the FIB programmer; the app runs it and r
 * Weight-only changes: one group replace per changed profile (``set_weights``).
 * New/removed profiles and prefix moves: one incremental ``update`` (``incremental_profiles``,
   the default), or a full apply with it off; see ``docs/fib.md``.
+* Pinned prefixes (``pin``: fabric colours) take their group from the pins, not from their
+  profile, and may have a standby route. A pinned group's new weights are one group replace; a
+  change of which prefixes are pinned, or of their groups, is a full apply, and so is any prefix
+  move while some prefix is pinned (pins change on failures, not per UPDATE).
 """
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -96,6 +101,38 @@ class FibSync:
         self._changes = ChangeSet()
         #: profile key -> (its next hops, their members): see _group_spec
         self._rows: dict[str, tuple[object, list[Member | None]]] = {}
+        self._pin_groups: dict[str, GroupSpec] = {}
+        self._pin_routes: dict[Network, str] = {}
+        self._pin_standby: dict[Network, str] = {}
+        self._pin_weights: dict[str, GroupSpec] = {}  # pinned groups to replace next
+
+    def pin(
+        self,
+        groups: Mapping[str, GroupSpec],
+        routes: Mapping[Network, str],
+        standby: Mapping[Network, str],
+        now: float,
+    ) -> bool:
+        """The pinned prefixes, their groups and standby routes, as a whole (True: run
+        ``plan``). Only new weights of the same groups make a ``set_weights`` step."""
+        if (
+            routes == self._pin_routes
+            and standby == self._pin_standby
+            and groups.keys() == self._pin_groups.keys()
+        ):
+            changed = {k: g for k, g in groups.items() if self._pin_groups[k] != g}
+            if not changed:
+                return False
+            self._pin_weights.update(changed)
+        else:
+            self.full = True
+        self._pin_groups, self._pin_routes = dict(groups), dict(routes)
+        self._pin_standby = dict(standby)
+        return self.request(now)
+
+    def pinned(self) -> int:
+        """How many prefixes are pinned."""
+        return len(self._pin_routes)
 
     # ---- inputs -----------------------------------------------------------------------------
 
@@ -159,7 +196,16 @@ class FibSync:
         if not self.dirty:
             return None
         self.dirty = False
+        if self._pin_weights and not self.full:
+            specs = {k: g for k, g in self._pin_weights.items() if k in self._keys}
+            self._pin_weights.clear()
+            self.dirty = bool(self._changes.peek())
+            if specs:
+                return Step("incremental", "set_weights", groups=specs)
+        self._pin_weights.clear()
         ch = self._changes.take()
+        if self._pin_routes and (ch.prefixes or ch.removed):
+            self.full = True
         if self.full or (
             not self.incremental_profiles
             and (ch.removed or any(k not in self._keys for k in ch.updated))
@@ -258,7 +304,14 @@ class FibSync:
         prefixes = table.prefixes()
         # each table prefix parsed once (``ip_network`` dominated a full sync of 10k routes)
         routes: dict[Network, str] = {network_of(p): k for p, k in prefixes.items() if k in groups}
-        return Desired(groups=groups, routes=routes)
+        if not self._pin_routes and not self._pin_standby:
+            return Desired(groups=groups, routes=routes)
+        groups.update(self._pin_groups)
+        for net, key in self._pin_routes.items():
+            if net in routes:
+                routes[net] = key
+        standby = {n: k for n, k in self._pin_standby.items() if n in routes}
+        return Desired(groups=groups, routes=routes, standby=standby)
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import structlog
 
+from glbd.base.reasons import LinkChange
 from glbd.quality.linkq import Columns, LinkMonitor, QualityChanged
 from glbd.quality.linkstats import StatsReader, Steps
 
@@ -172,3 +173,28 @@ class MonitorRunner:
             self._offgrid = True
             self.rechecks += 1
         self._handle = loop.call_at(at, self._tick)
+
+
+def log_link_change(ch: QualityChanged) -> None:
+    """The log record of a link's new band, down flag or capacity."""
+    q = ch.quality
+    if ch.reason in (LinkChange.RESIDUAL, LinkChange.CAPACITY):  # same band and flag
+        log.info(
+            "link_capacity",
+            ifname=q.ifname,
+            residual_mbps=q.residual_mbps,
+            capacity_mbps=q.capacity_mbps,
+            band=q.band,
+            reason=ch.reason,
+        )
+        return
+    log.info(
+        "link_band",
+        ifname=q.ifname,
+        band=q.band,
+        old_band=ch.old_band,
+        down=q.down,
+        load_pct=round(q.load_pct, 1),
+        queue_bytes=int(q.queue_bytes),
+        reason=ch.reason,
+    )

@@ -45,7 +45,7 @@ class GlbdOptions:
     sample_interval_ms: int = 10
     hold_time: int = 9
     log_level: str = "info"
-    #: extra TOML appended per role ("spine"/"leaf"): new tables only
+    #: extra TOML appended per role ("spine"/"leaf") and per node ("spine1"): new tables only
     extra: Mapping[str, str] = field(default_factory=dict)
     #: extra keys of the generated [fib] table, e.g. {"resilient_idle_timer_s": "0.2"}
     fib: Mapping[str, str] = field(default_factory=dict)
@@ -109,8 +109,7 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
             lines += [f'"{i}" = {opts.capacity_mbps}' for i in fabric_ifs]
         lines += ["", "[control]", f'socket = "{run_dir / node / "glbd.sock"}"']
         lines += ["", "[logging]", 'format = "json"']
-        extra = opts.extra.get(n.role, "")
-        return "\n".join(lines) + "\n" + (extra + "\n" if extra else "")
+        return "\n".join(lines) + "\n" + _extra(opts, node, n.role)
     lines += [
         "",
         "[bgp]",
@@ -149,8 +148,13 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
         f'level = "{opts.log_level}"',
         'format = "json"',
     ]
-    extra = opts.extra.get(n.role, "")
-    return "\n".join(lines) + "\n" + (extra + "\n" if extra else "")
+    return "\n".join(lines) + "\n" + _extra(opts, node, n.role)
+
+
+def _extra(opts: GlbdOptions, node: str, role: str) -> str:
+    """The role's extra TOML, then the node's."""
+    parts = [x for x in (opts.extra.get(role, ""), opts.extra.get(node, "")) if x]
+    return "".join(x + "\n" for x in parts)
 
 
 class GlbdNode:

@@ -57,7 +57,7 @@ class ModelFib:
             raise KeyError(key)
         groups = dict(d.groups)
         groups[key] = GroupSpec(dict(weights), d.groups[key].resilient)
-        self.desired = Desired(groups=groups, routes=d.routes)
+        self.desired = Desired(groups=groups, routes=d.routes, standby=d.standby)
 
     def update(
         self,
@@ -80,7 +80,7 @@ class ModelFib:
         for pfx in remove:
             if pfx not in add:
                 routes.pop(pfx, None)
-        self.desired = Desired(groups=new_groups, routes=routes)
+        self.desired = Desired(groups=new_groups, routes=routes, standby=d.standby)
 
 
 class Rig:
@@ -127,10 +127,11 @@ NHS = [
 PREFIXES = [f"198.19.{i}.0/24" for i in range(1, 5)]
 
 
-def canon(d: Desired) -> tuple[dict[str, Any], dict[str, str]]:
+def canon(d: Desired) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     return (
         {k: (dict(g.weights), g.resilient) for k, g in d.groups.items()},
         {str(p): k for p, k in d.routes.items()},
+        {str(p): k for p, k in d.standby.items()},
     )
 
 
@@ -144,7 +145,19 @@ _op = hs.one_of(
         hs.sampled_from([(7, False), (3, False), (0, True)]),
     ),
     hs.tuples(hs.just("sync"), hs.just(""), hs.just(None)),
+    # fabric colours: pin a prefix to a group of one member (or unpin it: None)
+    hs.tuples(hs.just("pin"), hs.sampled_from(PREFIXES), hs.sampled_from([None, 0, 1])),
 )
+
+MEMBERS = [Member(ipaddress.ip_address(nh.address), nh.ifname or "") for nh in NHS[:2]]
+
+
+def pin(rig: Rig, pins: dict[str, int]) -> bool:
+    """Pin each prefix to the group of member ``pins[prefix]``, the other one on standby."""
+    groups = {f"pin{i}": GroupSpec({m: 1}) for i, m in enumerate(MEMBERS)}
+    routes = {ipaddress.ip_network(p): f"pin{i}" for p, i in pins.items()}
+    standby = {ipaddress.ip_network(p): f"pin{1 - i}" for p, i in pins.items()}
+    return rig.sync.pin(groups if pins else {}, routes, standby, rig.now)
 
 
 def sync(rig: Rig) -> None:
@@ -160,8 +173,15 @@ def play(ops: list[tuple[str, str, Any]], incremental: bool, lane: bool = False)
         rig.changed(table.set_local(ifname, LocalLink(7)))
     rig.changed(table.set_prefix(PREFIXES[0], {NHS[0]: None, NHS[1]: None}))
     sync(rig)  # the first sync is the full one
+    pins: dict[str, int] = {}
     for kind, what, arg in ops:
-        if kind == "prefix":
+        if kind == "pin":
+            if arg is None:
+                pins.pop(what, None)
+            else:
+                pins[what] = arg
+            pin(rig, pins)
+        elif kind == "prefix":
             rig.changed(table.set_prefix(what, dict.fromkeys(arg)))
         elif kind == "withdraw":
             rig.changed(table.remove_prefix(what))
@@ -403,3 +423,70 @@ def test_a_profile_made_again_maps_its_weights_onto_its_own_next_hops() -> None:
     t.set_prefix(PREFIXES[0], {NHS[1]: None, NHS[0]: None})  # same key, rows the other way
     assert t.profiles() == [key]
     assert rig.desired().groups[key].weights == _expected(t, key) == first
+
+
+# ---- pinned prefixes (fabric colours) -----------------------------------------------------
+
+
+def _pinned_rig() -> Rig:
+    rig = Rig()
+    rig.sync.bgp_up(0.0)
+    for ifname in ("spine1", "spine2"):
+        rig.changed(rig.table.set_local(ifname, LocalLink(7)))
+    for p in PREFIXES[:2]:
+        rig.changed(rig.table.set_prefix(p, {NHS[0]: None, NHS[1]: None}))
+    sync(rig)
+    return rig
+
+
+def test_a_pinned_prefix_takes_its_group_and_a_standby_route() -> None:
+    rig = _pinned_rig()
+    assert pin(rig, {PREFIXES[0]: 0})
+    rig.run()
+    d = rig.fib.desired
+    assert d is not None and rig.steps[-1].kind == "apply"
+    net = ipaddress.ip_network(PREFIXES[0])
+    assert d.routes[net] == "pin0" and d.standby == {net: "pin1"}
+    assert dict(d.groups["pin0"].weights) == {MEMBERS[0]: 1}
+    other = ipaddress.ip_network(PREFIXES[1])
+    assert d.routes[other] == rig.table.profile_of(PREFIXES[1])  # unpinned: its profile
+    assert other not in d.standby
+
+
+def test_new_weights_of_a_pinned_group_are_one_group_write() -> None:
+    rig = _pinned_rig()
+    pin(rig, {PREFIXES[0]: 0})
+    rig.run()
+    n = len(rig.steps)
+    groups = {"pin0": GroupSpec({MEMBERS[1]: 3}), "pin1": GroupSpec({MEMBERS[1]: 1})}
+    net = ipaddress.ip_network(PREFIXES[0])
+    assert rig.sync.pin(groups, {net: "pin0"}, {net: "pin1"}, rig.now)
+    rig.run()
+    (step,) = rig.steps[n:]
+    assert step.kind == "set_weights" and set(step.groups) == {"pin0"}
+    assert rig.fib.desired is not None
+    assert dict(rig.fib.desired.groups["pin0"].weights) == {MEMBERS[1]: 3}
+    assert not rig.sync.pin(groups, {net: "pin0"}, {net: "pin1"}, rig.now)  # nothing new
+
+
+def test_a_prefix_move_while_pinned_is_a_full_apply_that_keeps_the_pins() -> None:
+    rig = _pinned_rig()
+    pin(rig, {PREFIXES[0]: 0})
+    rig.run()
+    n = len(rig.steps)
+    rig.changed(rig.table.set_prefix(PREFIXES[0], {NHS[0]: None}))  # its profile changes
+    rig.run()
+    assert [s.kind for s in rig.steps[n:]] == ["apply"]
+    d = rig.fib.desired
+    assert d is not None and d.routes[ipaddress.ip_network(PREFIXES[0])] == "pin0"
+
+
+def test_unpinning_gives_the_prefix_its_profile_back() -> None:
+    rig = _pinned_rig()
+    pin(rig, {PREFIXES[0]: 0})
+    rig.run()
+    assert pin(rig, {})
+    rig.run()
+    assert rig.fib.desired is not None
+    assert canon(rig.fib.desired) == canon(rig.desired())
+    assert not rig.fib.desired.standby and "pin0" not in rig.fib.desired.groups
