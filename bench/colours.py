@@ -1,6 +1,6 @@
 """Fabric colours against ECMP and GLB (docs/colours.md): RoCE-like sub-flows on a 4 x 4 fabric.
 
-    .venv/bin/python -m bench.colours                 # ecmp, glb, colours; 3 runs, ~6 min
+    .venv/bin/python -m bench.colours                 # ecmp, glb, colours; 3 runs, ~12 min
     .venv/bin/python -m bench.colours --runs 1 --out FILE.json
 
 Every host has one address per colour (10.C.J.2 on host J, from leaf J's colour-C prefix
@@ -21,6 +21,10 @@ Measured per run and contender:
   at ``--pps`` for ``--seconds``; each spine records the sub-flows it forwards (nftables).
   *Collisions*: sub-flows of one host pair that share a spine with another of that pair
   (colours: 0). *Reorder*: datagrams that arrive after a later one of their sub-flow.
+* **completion**: the fabric bench's exchange (deep profile: 10 Mbit/s links, 100 ms queues,
+  TCP cubic, 2 MB per ordered host pair) as 4 TCP sub-flows per pair, one per colour address,
+  to port 4791; without and with the fabric bench's hotspot (75 % background on spine1 ->
+  leaf2, from 2 s before). Reported against ECMP and the fluid bound (bench/fabric/model.py).
 * **failover**, a 1000 pps sub-flow host1 -> host2 (green): its spine's link to leaf1 loses
   carrier (*local*), then, restored, its spine's link to leaf2 (*remote*). *Outage*: the
   longest gap between two datagrams received across the failure; *lost*: datagrams never
@@ -58,8 +62,8 @@ from glbdlab.nodes import GlbdNode, GlbdOptions, start_glbd, stop_all, wait_unti
 from glbdlab.topology import Fabric, leaf_spine
 
 from bench.fabric import isolate
-from bench.fabric.run import commit, install_static
-from bench.fabric.traffic import loadavg
+from bench.fabric.run import BG_PORT, DATA_TOS, Params, commit, install_static, prepare
+from bench.fabric.traffic import UdpBlaster, all_to_all, loadavg
 
 TOPO = leaf_spine(4, 4)
 SPINES = TOPO.names("spine")
@@ -69,6 +73,9 @@ COLOURS = (1, 2, 3, 4)
 NAMES = "{ green = 1, blue = 2, red = 3, yellow = 4 }"
 ROCE_PORT = 4791
 CONTENDERS = ("ecmp", "glb", "colours")
+#: the fabric bench's deep profile: 10 Mbit/s links, 100 ms queues, cubic; 75 % background on
+#: spine1 -> leaf2 for the completion case
+P = Params().for_profile("deep")
 #: glbd's default BFD: 50 ms x 3
 BFD_DETECT_S = 0.150
 _HDR = struct.Struct("!Q")
@@ -97,7 +104,9 @@ def colour_prefix(c: int, j: int) -> str:
 
 
 def add_colour_addresses(fab: Fabric) -> None:
-    """Leaf J and host J share one /24 per colour on their link; every leaf hashes on ports."""
+    """Leaf J and host J share one /24 per colour on their link; the spines record the
+    sub-flows they forward. (The fabric bench's ``prepare`` shapes the links, hashes on the
+    5-tuple and skips next hops without carrier.)"""
     for j, (leaf, host) in enumerate(zip(LEAVES, HOSTS, strict=True), 1):
         fab.ns(leaf).ip_batch(
             [f"addr add 10.{c}.{j}.1/24 dev {fab.ifname(leaf, host)}" for c in COLOURS]
@@ -180,11 +189,16 @@ class Contender:
         self.fab = stack.enter_context(Fabric(TOPO))
         self.nodes: dict[str, GlbdNode] = {}
         stack.callback(self.stop)
+        prepare(self.fab, P)
         add_colour_addresses(self.fab)
         if key == "ecmp":
             static_colour_routes(self.fab)
         else:
-            opts = GlbdOptions(defaults_only=True, extra=glbd_extra(self.fab, key == "colours"))
+            opts = GlbdOptions(
+                defaults_only=True,
+                capacity_mbps=P.rate,
+                extra=glbd_extra(self.fab, key == "colours"),
+            )
             self.nodes = start_glbd(self.fab, run_dir / key, opts)
         isolate.pin_namespaces([self.fab.ns(n).name for n in LEAVES + SPINES], cpus.routers)
 
@@ -390,6 +404,54 @@ def outage(f: SubFlow, t_fail: float, t_up: float) -> float:
     return max(b - a for a, b in itertools.pairwise(times))
 
 
+def completion(c: Contender, sport_base: int, hotspot: bool) -> dict[str, Any]:
+    """All-to-all, 4 TCP sub-flows per ordered host pair (one per colour: colour address to
+    colour address, port 4791, the fabric bench's exchange class), ``P.pair_bytes`` per pair;
+    with ``hotspot``, the fabric bench's background (``P.hot`` of spine1 -> leaf2) runs from
+    ``P.settle`` s before. Completion: when the last sub-flow is done."""
+    bg = None
+    if hotspot:
+        dst = c.fab.addr(P.hot_leaf, P.hot_spine)
+        bg = UdpBlaster(c.fab.ns(P.hot_spine), c.fab.ns(P.hot_leaf), dst, BG_PORT, P.hot_mbps)
+        bg.start()
+        time.sleep(P.settle)
+    results: dict[int, Any] = {}
+
+    def one(colour: int) -> None:
+        ns = {h: c.fab.ns(h) for h in HOSTS}
+        addrs = {h: host_addr(colour, j) for j, h in enumerate(HOSTS, 1)}
+        results[colour] = all_to_all(
+            ns,
+            addrs,
+            nbytes=P.pair_bytes // len(COLOURS),
+            flows=1,
+            port=ROCE_PORT,
+            sport_base=sport_base + 100 * colour,
+            cc=P.cc,
+            tos=DATA_TOS,
+            timeout=120.0,
+        )
+
+    threads = [threading.Thread(target=one, args=(col,)) for col in COLOURS]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        if bg is not None:
+            bg.close()
+    ok = all(r.ok for r in results.values())
+    t0 = min(r.t0 for r in results.values())
+    end = max(r.t0 + r.completion_s for r in results.values())
+    bound = P.bound()
+    return {
+        "ok": ok,
+        "completion_s": round(end - t0, 3),
+        "bound_s": round(bound.t_opt if hotspot else bound.t_nohot, 3),
+    }
+
+
 def _lost(f: SubFlow, lo: int, hi: int) -> int:
     """Datagrams numbered ``lo`` .. ``hi - 1`` never received."""
     return (hi - lo) - len({q for q, _ in f.rx if lo <= q < hi})
@@ -477,6 +539,31 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             f"{m('local.return_reordered') + m('remote.return_reordered'):g} |"
         )
     out.append("")
+    out.append(
+        "| contender | completion s, no hotspot | x ECMP | completion s, hotspot | x ECMP "
+        "| x fluid bound (hotspot) |"
+    )
+    out.append("|---|---|---|---|---|---|")
+
+    def comp(key: str, case: str) -> float:
+        vals = [
+            r[f"completion_{case}"]["completion_s"]
+            for r in rows
+            if r["contender"] == key and f"completion_{case}" in r
+        ]
+        return med(vals) if vals else float("nan")
+
+    for key in CONTENDERS:
+        if not any(r["contender"] == key for r in rows):
+            continue
+        bounds = [r["completion_hotspot"]["bound_s"] for r in rows if "completion_hotspot" in r]
+        b = bounds[0] if bounds else float("nan")
+        out.append(
+            f"| {key} | {comp(key, 'none'):.2f} | {comp('ecmp', 'none') / comp(key, 'none'):.2f}x "
+            f"| {comp(key, 'hotspot'):.2f} | {comp('ecmp', 'hotspot') / comp(key, 'hotspot'):.2f}x "
+            f"| {comp(key, 'hotspot') / b:.2f} |"
+        )
+    out.append("")
     rs = [r for r in rows if r["contender"] == "colours"]
     if rs:
         med_local = med(r["local"]["outage_ms"] for r in rs)
@@ -548,12 +635,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         contenders = {k: Contender(k, run_dir, cpus, stack) for k in only}
         for c in contenders.values():
             wait_until(c.ready, 120, what=f"{c.key}: every colour prefix routed")
+        # the same source ports for every contender within a run: the same hash luck
+        sports = [random.randrange(20000, 40000, 1000) for _ in range(a.runs)]
         for run in range(a.runs):
             order = only[run % len(only) :] + only[: run % len(only)]
             for key in order:
                 c = contenders[key]
                 log(f"run {run + 1}/{a.runs}: {key}")
                 row = {"run": run, "contender": key, "exchange": exchange(c, a.pps, a.seconds)}
+                for case in ("none", "hotspot"):
+                    row[f"completion_{case}"] = completion(c, sports[run], case == "hotspot")
                 for where in ("local", "remote"):
                     row[where] = failover(c, where, a.hold if key == "colours" else 0.0)
                 log(json.dumps(row))
