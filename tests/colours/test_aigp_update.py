@@ -9,6 +9,7 @@ import ipaddress
 import json
 
 import pytest
+from colour_helpers import packets_line
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -177,30 +178,9 @@ def test_a_second_aigp_attribute_is_ignored() -> None:
     assert bgpmsg.decode_update(update(twice)).aigp == 1
 
 
-def _packets_line(body: bytes) -> str:
-    """The line ExaBGP 5.0.15 writes for a received UPDATE with ``receive { packets; }``."""
-    header = b"\xff" * 16 + (19 + len(body)).to_bytes(2, "big") + b"\x02"
-    return json.dumps(
-        {
-            "exabgp": "5.0.0",
-            "type": "update",
-            "neighbor": {
-                "address": {"local": "172.16.11.2", "peer": "172.16.11.1"},
-                "asn": {"local": 65100, "peer": 65001},
-                "direction": "receive",
-                "message": {
-                    "category": 2,
-                    "header": "0x" + header.hex().upper(),
-                    "body": "0x" + body.hex().upper(),
-                },
-            },
-        }
-    )
-
-
 def test_the_raw_line_carries_the_aigp_and_a_malformed_one_is_a_counted_drop() -> None:
     parser = api.ApiParser()
-    ev = parser.feed(_packets_line(update(AIGP_0)))
+    ev = parser.feed(packets_line(update(AIGP_0)))
     assert isinstance(ev, api.UpdateEvent)
     assert ev.attributes.aigp == 0 and ev.attributes.to_dict()["aigp"] == 0
     assert ev.aigp_error == "" and not parser.dropped
@@ -210,7 +190,7 @@ def test_the_raw_line_carries_the_aigp_and_a_malformed_one_is_a_counted_drop() -
         (tlv(1, metric(1) + b"\x00"), "metric_length"),
         (tlv(1, metric(1), length=12), "tlv_overrun"),
     ):
-        ev = parser.feed(_packets_line(update(attribute(value))))
+        ev = parser.feed(packets_line(update(attribute(value))))
         assert isinstance(ev, api.UpdateEvent)
         assert ev.attributes.aigp is None and ev.aigp_error == reason
         assert len(ev.announced) == 1  # the route stays, without its AIGP
@@ -219,7 +199,7 @@ def test_the_raw_line_carries_the_aigp_and_a_malformed_one_is_a_counted_drop() -
 
 def test_exabgps_json_form_gives_the_same_metric() -> None:
     """ExaBGP 5.0.15 prints AIGP in its JSON as ``"aigp": "0x"`` + 16 hex digits."""
-    doc = json.loads(_packets_line(update(AIGP_0)))
+    doc = json.loads(packets_line(update(AIGP_0)))
     doc["neighbor"]["message"] = {
         "update": {
             "attribute": {"origin": "igp", "aigp": "0x0000000000000007"},

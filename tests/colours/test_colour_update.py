@@ -7,6 +7,8 @@ from __future__ import annotations
 import ipaddress
 import json
 
+from colour_helpers import packets_line
+
 from glbd.bgp import bgpmsg
 from glbd.bgp import exabgp_api as api
 from glbd.colours.colour import ColourCommunity
@@ -92,34 +94,13 @@ def test_a_length_not_a_multiple_of_8_withdraws_the_routes() -> None:
     assert u.treat_as_withdraw == "extended_communities"
     assert u.announced == [] and u.withdrawn == [("ipv4 unicast", N("10.200.0.0/24"))]
     parser = api.ApiParser()
-    ev = parser.feed(_packets_line(bytes(body)))
+    ev = parser.feed(packets_line(bytes(body)))
     assert isinstance(ev, api.UpdateEvent) and ev.announced == ()
     assert parser.dropped["treat_as_withdraw_extended_communities"] == 1
 
 
-def _packets_line(body: bytes) -> str:
-    """The line ExaBGP 5.0.15 writes for a received UPDATE with ``receive { packets; }``."""
-    header = b"\xff" * 16 + (19 + len(body)).to_bytes(2, "big") + b"\x02"
-    return json.dumps(
-        {
-            "exabgp": "5.0.0",
-            "type": "update",
-            "neighbor": {
-                "address": {"local": "172.16.11.2", "peer": "172.16.11.1"},
-                "asn": {"local": 65100, "peer": 65001},
-                "direction": "receive",
-                "message": {
-                    "category": 2,
-                    "header": "0x" + header.hex().upper(),
-                    "body": "0x" + body.hex().upper(),
-                },
-            },
-        }
-    )
-
-
 def test_the_raw_line_and_the_json_form_give_the_same_attributes() -> None:
-    raw = api.decode(_packets_line(GOLDEN))
+    raw = api.decode(packets_line(GOLDEN))
     assert isinstance(raw, api.UpdateEvent)
     assert raw.attributes.colours == COLOURS
     assert raw.attributes.to_dict()["colours"] == ["color:0:1", "color:5:100"]
@@ -179,7 +160,7 @@ def test_exabgp_packs_the_same_attribute() -> None:
 
 
 def test_a_json_extended_community_that_is_not_64_bits_is_a_counted_drop() -> None:
-    doc = json.loads(_packets_line(GOLDEN))
+    doc = json.loads(packets_line(GOLDEN))
     n = doc["neighbor"]
     n["message"] = {
         "update": {

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from fakekernel import P, kernel_apply, links
 
 from glbd.fib.fibmodel import (
     Desired,
     GroupSpec,
     KGroup,
-    KLink,
     KNexthop,
     KRoute,
     Member,
@@ -34,7 +34,6 @@ from glbd.fib.fibplan import (
     scale_weights,
 )
 
-P = 200
 N = ipaddress.ip_network
 A = ipaddress.ip_address
 M1 = Member(A("198.18.10.2"), "eth1")
@@ -43,35 +42,6 @@ M3 = Member(A("198.18.10.10"), "eth3")
 V6 = Member(A("fe80::1"), "eth1")
 PFX = N("203.0.113.0/24")
 PFX2 = N("198.51.100.0/24")
-
-
-def links(down: tuple[str, ...] = ()) -> dict[str, KLink]:
-    return {f"eth{i}": KLink(i + 1, f"eth{i}", True, f"eth{i}" not in down) for i in (1, 2, 3)}
-
-
-def kernel_apply(obs: Observed, ops: tuple[Op, ...] | list[Op]) -> Observed:
-    """A tiny fake kernel: what each op does to the glbd-owned state."""
-    o = obs.copy()
-    for op in ops:
-        if isinstance(op, NhSet):
-            o.nexthops[op.id] = KNexthop(op.id, P, op.member.gateway, op.ifindex, op.member.onlink)
-        elif isinstance(op, GroupSet):
-            assert all(i in o.nexthops for i, _w in op.entries), "member before group"
-            if op.create:
-                assert op.id not in o.groups
-            o.groups[op.id] = KGroup(op.id, P, op.entries, op.resilient)
-        elif isinstance(op, RouteSet):
-            assert op.nhid in o.groups, "group before route"
-            o.routes[(op.prefix, op.metric)] = KRoute(op.prefix, 254, P, op.metric, op.nhid)
-        elif isinstance(op, RouteDel):
-            del o.routes[(op.prefix, op.metric)]
-        elif isinstance(op, GroupDel):
-            del o.groups[op.id]
-            o.routes = {k: r for k, r in o.routes.items() if r.nhid != op.id}
-        elif isinstance(op, NhDel):
-            assert not any(op.id in dict(g.entries) for g in o.groups.values())
-            del o.nexthops[op.id]
-    return o
 
 
 def run(

@@ -8,14 +8,13 @@ import ipaddress
 import json
 
 import pytest
+from fakekernel import P, carrier_lost, kernel_apply, links
 
 from glbd.fib.fibcache import FibCache, StaleKeep
 from glbd.fib.fibmodel import (
     Desired,
     GroupSpec,
     KGroup,
-    KLink,
-    KNexthop,
     KRoute,
     Member,
     Observed,
@@ -25,7 +24,6 @@ from glbd.fib.fibplan import (
     GroupDel,
     GroupSet,
     IdMap,
-    NhDel,
     NhSet,
     Op,
     PlanParams,
@@ -47,7 +45,6 @@ from glbd.fib.programmer import FibProgrammer
 from glbd.netlink import const as c
 from glbd.netlink.codec import Attr, Message, RtMsg
 
-P = 200
 N = ipaddress.ip_network
 A = ipaddress.ip_address
 M1 = Member(A("198.18.10.2"), "eth1")
@@ -60,60 +57,12 @@ PFX = N("203.0.113.0/24")
 PFX6 = N("2001:db8:99::/48")
 
 
-def links(down: tuple[str, ...] = ()) -> dict[str, KLink]:
-    return {f"eth{i}": KLink(i + 1, f"eth{i}", True, f"eth{i}" not in down) for i in (1, 2, 3)}
-
-
-def kernel(obs: Observed, ops: tuple[Op, ...] | list[Op]) -> Observed:
-    """A tiny fake kernel: what each op does to the glbd-owned state (a route at a taken key
-    is refused unless replaced, as NLM_F_EXCL makes the kernel do)."""
-    o = obs.copy()
-    o.routes = dict(obs.routes)
-    for op in ops:
-        if isinstance(op, NhSet):
-            o.nexthops[op.id] = KNexthop(op.id, P, op.member.gateway, op.ifindex)
-        elif isinstance(op, GroupSet):
-            assert all(i in o.nexthops for i, _w in op.entries), "member before group"
-            o.groups[op.id] = KGroup(op.id, P, op.entries, op.resilient)
-        elif isinstance(op, RouteSet):
-            rk = (op.prefix, op.metric)
-            assert op.nhid in o.groups, "group before route"
-            assert rk not in o.foreign_routes, "a foreign route is never replaced"
-            assert op.replace == (rk in o.routes), "create-only unless glbd's route is there"
-            o.routes[rk] = KRoute(op.prefix, 254, P, op.metric, op.nhid)
-        elif isinstance(op, RouteDel):
-            del o.routes[(op.prefix, op.metric)]
-        elif isinstance(op, GroupDel):
-            del o.groups[op.id]
-            o.routes = {k: r for k, r in o.routes.items() if r.nhid != op.id}
-        elif isinstance(op, NhDel):
-            assert not any(op.id in dict(g.entries) for g in o.groups.values())
-            del o.nexthops[op.id]
-    return o
-
-
-def carrier_lost(obs: Observed, ifname: str) -> Observed:
-    """The kernel's silent flush: the link's nexthops go, an emptied group with its routes."""
-    o = obs.copy()
-    o.links = {**o.links, ifname: KLink(o.links[ifname].index, ifname, True, False)}
-    gone = {i for i, nh in o.nexthops.items() if nh.ifindex == o.links[ifname].index}
-    o.nexthops = {i: nh for i, nh in o.nexthops.items() if i not in gone}
-    for gid, g in list(o.groups.items()):
-        rest = tuple(e for e in g.entries if e[0] not in gone)
-        if rest:
-            o.groups[gid] = KGroup(gid, P, rest, g.resilient)
-        else:
-            del o.groups[gid]
-            o.routes = {k: r for k, r in o.routes.items() if r.nhid != gid}
-    return o
-
-
 def run(
     d: Desired, obs: Observed, ids: IdMap | None = None, metric: int = 0
 ) -> tuple[list[Op], Observed, IdMap]:
     ids = assign_ids(d, obs, ids or IdMap(), metric=metric)
     pl = plan(d, obs, ids, PlanParams(protocol=P, metric=metric))
-    return list(pl.ops), kernel(obs, pl.ops), ids
+    return list(pl.ops), kernel_apply(obs, pl.ops), ids
 
 
 def coloured(standby: bool = True, sb_key: str = "sb") -> Desired:
@@ -184,7 +133,7 @@ def test_a_foreign_route_at_the_standby_metric_is_left_alone() -> None:
     assert all(not (isinstance(o, RouteSet | RouteDel) and o.metric == 1) for o in pl.ops)
     assert pl.notes[standby_note(PFX)] == "foreign_route"
     assert str(PFX) not in pl.notes  # the primary route is planned as usual
-    obs = kernel(obs0, pl.ops)
+    obs = kernel_apply(obs0, pl.ops)
     assert (PFX, 0) in obs.routes and (PFX6, 1025) in obs.routes
     # and a foreign route there is never deleted either, standby wanted or not
     again = plan(coloured(standby=False), obs, ids, PlanParams(protocol=P))
