@@ -4,7 +4,8 @@ route-map (``set extcommunity color``): its green route is used, its blue one is
 hidden (shown and counted, never forwarded nor re-advertised), its uncoloured one goes
 everywhere; a reload that recolours leaf2's session flips which one is hidden without touching
 the session. Sending: glbd's coloured origination (primary copy green, backup copy blue) and a
-coloured route it passes on reach FRR with their Color Extended Community."""
+coloured route it passes on reach FRR with their Color Extended Community, which an FRR route-map
+matches (``match extcommunity``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,33 @@ def leaf2_conf(peer: str) -> str:
             " match ip address prefix-list BLUE",
             f" set extcommunity color 00:{BLUE}",
             "route-map COLOUR permit 30",
+            "",
+        ]
+    )
+
+
+#: the local preference FRR leaf3 sets on a route whose colour its route-map matches
+BLUE_PREF = 222
+
+
+def leaf3_conf(peer: str) -> str:
+    """FRR leaf3, whose inbound route-map matches the blue colour community (``match
+    extcommunity`` on an expanded list over FRR's text form, ``Color:00:2``) and marks what it
+    matched with a local preference."""
+    conf = frr_bgp_conf(
+        65003,
+        "10.0.0.3",
+        [(peer, 65100)],
+        neighbor_extra={peer: ["route-map BLUE-IN in"]},
+        multipath=False,
+    )
+    return conf + "\n".join(
+        [
+            f"bgp extcommunity-list expanded BLUE seq 5 permit Color:[0-9]+:{BLUE}$",
+            "route-map BLUE-IN permit 10",
+            " match extcommunity BLUE",
+            f" set local-preference {BLUE_PREF}",
+            "route-map BLUE-IN permit 20",
             "",
         ]
     )
@@ -174,14 +202,14 @@ async def test_coloured_origination_and_pass_through_reach_frr_with_the_communit
     )
     try:
         frr2 = FrrInstance(l2, hostname="leaf2").start(leaf2_conf(spine2))
-        frr3 = FrrInstance(l3, hostname="leaf3").start(
-            frr_bgp_conf(65003, "10.0.0.3", [(spine3, 65100)], multipath=False)
-        )
+        frr3 = FrrInstance(l3, hostname="leaf3").start(leaf3_conf(spine3))
         await node.speaker.start()
         # the primary copy to green leaf2, the backup copy, blue, to blue leaf3
         await wait_for(lambda: frr_colours(frr2, OWN) == [[GREEN]], 60, "green copy at leaf2")
         await wait_for(lambda: frr_colours(frr3, OWN) == [[BLUE]], 30, "blue copy at leaf3")
         print(f"\nFRR leaf3's path for {OWN}: {json.dumps(frr_paths(frr3, OWN))}")
+        # leaf3's inbound route-map matched glbd's colour (match extcommunity)
+        assert [p.get("locPrf") for p in frr_paths(frr3, OWN)] == [BLUE_PREF]
 
         # leaf2's session uncoloured: its blue route is used and passed on to leaf3 as it came
         p = node.speaker.params
