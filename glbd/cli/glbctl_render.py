@@ -163,7 +163,7 @@ COLUMNS: dict[str, tuple[Column, ...]] = {
         ("members: weight", lambda r: "\n".join(f"{h}: {w}" for h, w in r.get("active") or [])
          or "-"),
         ("standby", lambda r: "\n".join(f"{h}: {w}" for h, w in r.get("standby") or []) or "-"),
-        "reasons", "hold_until", "fallbacks", "hold_restarts",
+        "reasons", "state_for_s", "hold_left_s", "fallbacks", "hold_restarts",
         ("prefixes", lambda r: len(r.get("prefixes") or [])),
     ),
 }  # fmt: skip

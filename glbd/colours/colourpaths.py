@@ -34,6 +34,7 @@ import ipaddress
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from glbd.colours.colours import (
     ColourForwarding,
@@ -116,7 +117,7 @@ class ColourPaths:
         self._programs: dict[tuple[int, str], Program] = {}
         #: path -> its last change of state: when, from, to, and why (the reasons of the
         #: state it left for a return, of the state it entered otherwise)
-        self.last_switch: dict[tuple[int, str], dict[str, object]] = {}
+        self.last_switch: dict[tuple[int, str], dict[str, Any]] = {}
         self.counters = {"fallbacks": 0, "returns": 0, "program_writes": 0}
 
     # -- inputs -------------------------------------------------------------------------------

@@ -105,12 +105,22 @@ class ColourService:
     # -- views -------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """``glbctl colours``."""
+        """``glbctl colours``; times as seconds from now (the loop's clock means nothing
+        outside the daemon): ``state_for_s``, ``hold_left_s`` (None: no wait), and the last
+        switch's ``ago_s``."""
+        now = self.loop.time()
         rows = []
         for r in self.paths.rows():
             d = r.to_dict()
+            d["state_for_s"] = round(now - d.pop("state_since"), 3)
+            until = d.pop("hold_until")
+            d["hold_left_s"] = None if until is None else round(max(0.0, until - now), 3)
             d["prefixes"] = self.paths.prefixes(r.colour, r.dest)
-            d["last_switch"] = self.paths.last_switch.get((r.colour, r.dest))
+            last = self.paths.last_switch.get((r.colour, r.dest))
+            if last is not None:
+                last = {k: v for k, v in last.items() if k != "at"}
+                last["ago_s"] = round(now - self.paths.last_switch[(r.colour, r.dest)]["at"], 3)
+            d["last_switch"] = last
             rows.append(d)
         return {
             "hold_down_s": self.paths.fwd.hold_down_s,

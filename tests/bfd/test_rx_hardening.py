@@ -19,7 +19,9 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -29,6 +31,7 @@ from glbdlab.netns import Lab, Netns
 from bfd.engine import BfdEngine, BfdEvent, SessionConfig
 from bfd.packet import ControlPacket, State
 from bfd.transport import BFD_PORT, Datagram, open_rx_socket, recv_batch
+from glbd.config import config
 from glbd.daemon.node import Node
 from glbd.daemon.parts import BfdPart
 
@@ -241,7 +244,8 @@ async def test_drops_before_a_session_are_counted_globally(
     snap = eng.snapshot()
     assert snap["sockets"] == [] and snap["counters"]["unmatched_drops"] == want
     # glbctl counters (the facade's "counters" section) and the metrics read the same numbers
-    node = Node(cast(Any, SimpleNamespace(cfg=SimpleNamespace(neighbors=[]))))
+    leaf = tomllib.loads((Path(__file__).resolve().parents[2] / "conf/leaf.toml").read_text())
+    node = Node(cast(Any, SimpleNamespace(cfg=config.parse(leaf, "leaf.toml"))))
     node.bfd = eng
     bfd = BfdPart(node)
     assert bfd.section("counters")["unmatched_drops"] == want

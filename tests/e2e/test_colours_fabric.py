@@ -131,7 +131,7 @@ def test_a_colour_takes_its_spine_falls_back_and_returns_after_the_hold_down(
         assert {"link_down", "bfd_down"} & set(path(leaf1)["reasons"])
         fab.ns("spine1").ip("link", "set", fab.ifname("spine1", "leaf1"), "up")
         # healthy again: the hold-down runs before the colour returns
-        wait_until(lambda: path(leaf1)["hold_until"] is not None, 60, what="hold-down")
+        wait_until(lambda: path(leaf1)["hold_left_s"] is not None, 60, what="hold-down")
         assert path(leaf1)["state"] == "fallback"
         assert routes_by_metric(fab, "leaf1", P2).get(0) == backups
         wait_until(
