@@ -79,11 +79,15 @@ if [ ! -x .venv/bin/python ] || [ pyproject.toml -nt .venv/.installed ] || [ lab
   touch .venv/.installed
 fi
 
-# glbd's flowlet program (tc BPF), compiled from glbd/flowlet/bpf/flowlet.bpf.c next to its source
-if [ ! -e glbd/flowlet/bpf/flowlet.bpf.o ] || [ glbd/flowlet/bpf/flowlet.bpf.c -nt glbd/flowlet/bpf/flowlet.bpf.o ]; then
-  step "bpf: glbd/flowlet/bpf/flowlet.bpf.o (clang -target bpf)"
-  glbd/flowlet/bpf/build.sh
-fi
+# glbd's tc BPF programs (flowlet switching, foreign-load counting), each compiled from its
+# .bpf.c next to its source by the one build script
+for src in glbd/flowlet/bpf/flowlet.bpf.c glbd/quality/bpf/foreign.bpf.c; do
+  obj=${src%.c}.o
+  if [ ! -e "$obj" ] || [ "$src" -nt "$obj" ]; then
+    step "bpf: $obj (clang -target bpf)"
+    glbd/flowlet/bpf/build.sh "$src"
+  fi
+done
 
 step "lab: FRR 10.x chroot (Debian sid, cached)"
 .venv/bin/glbd-lab provision

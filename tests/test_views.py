@@ -74,6 +74,19 @@ def test_link_metrics_are_in_base_units() -> None:
     assert got[("glbd_link_reported_capacity_bytes_per_second", (("ifname", "eth2"),))] == 50e6
 
 
+def test_the_foreign_load_metrics() -> None:
+    """The foreign rate per link in bytes/s (0 where none is counted), and the counter's gauge
+    only where the ingress counter is used: 1 counting, 0 not."""
+    link = {"ifname": "eth1", "capacity_mbps": 10.0, "foreign_mbps": 2.5}
+    bare = {"ifname": "eth2", "capacity_mbps": 10.0, "foreign_mbps": None}
+    for foreign, up in ((None, None), ({"counting": True}, 1.0), ({"counting": False}, 0.0)):
+        snap = views.quality_snapshot([link, bare], None, None, {}, foreign)
+        got = _rows(metrics_parts.quality_samples(cast(metrics_parts.QualityView, snap)))
+        assert got[("glbd_link_foreign_bytes_per_second", (("ifname", "eth1"),))] == 312_500
+        assert got[("glbd_link_foreign_bytes_per_second", (("ifname", "eth2"),))] == 0
+        assert got.get(("glbd_foreign_counter_up", ())) == up
+
+
 def test_node_counters_have_explicit_names_and_help() -> None:
     """Each node counter has its own name and help; a key without one is not exported under a
     generated name."""
@@ -149,7 +162,10 @@ def everything() -> list[Any]:
     lat.synced(0.002, 10.0, 10.5)
     return [
         *metrics_parts.quality_samples(
-            cast(metrics_parts.QualityView, views.quality_snapshot([link], hb, None, counters))
+            cast(
+                metrics_parts.QualityView,
+                views.quality_snapshot([link], hb, None, counters, {"counting": True}),
+            )
         ),
         *metrics_parts.bfd_samples(cast(metrics_parts.BfdView, bfd)),
         *metrics_parts.fib_samples(cast(metrics_parts.FibView, fib)),

@@ -66,7 +66,12 @@ def check_config(path: str, quiet: bool = False) -> int:
         print(f"{path}: {n} problem{'s' if n != 1 else ''}; config rejected", file=sys.stderr)
         return EXIT_CONFIG
     fabric = [n.interface for n in c.neighbors]
-    warnings = [*c.heartbeat.warnings(), *c.flowlet.warnings(fabric), *c.policy_warnings()]
+    warnings = [
+        *c.heartbeat.warnings(),
+        *c.link_quality.warnings(),
+        *c.flowlet.warnings(fabric),
+        *c.policy_warnings(),
+    ]
     for w in warnings:  # valid, but worth seeing
         print(f"{path}: warning: {w}", file=sys.stderr)
     if not quiet:

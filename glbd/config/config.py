@@ -452,7 +452,7 @@ RELOAD: dict[str, Reload] = {
         "sample_interval_ms idle_sample_interval_ms ewma_alpha load_min_pct load_max_pct "
         "queue_min_bytes queue_max_bytes rate_weight hysteresis_margin hysteresis_samples "
         "onset_queue_bytes onset_recheck confirm_improvements capacity_mbps "
-        "default_capacity_mbps foreign_classes band_from",
+        "default_capacity_mbps foreign_classes foreign_from band_from",
     ),
     **_each(
         "path_quality",

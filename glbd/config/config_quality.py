@@ -223,9 +223,17 @@ class LinkQualitySection(_Model):
     #: heartbeats then report capacity minus their rate (residual capacity). Each class needs
     #: a leaf qdisc of its own (tc qdisc add ... parent 10:2 ...), whose counters are read
     foreign_classes: list[str] = []
-    #: what lowers a link's band: "all" its traffic and queue, "foreign" only the load of
-    #: foreign_classes (what no load balancer steers); needs foreign_classes
-    band_from: Literal["all", "foreign"] = "all"
+    #: where the foreign load (what no load balancer steers) is counted. "ingress": glbd's tc
+    #: program counts, on each fabric interface's egress, the bytes that did not enter where
+    #: a load balancer steers them (a helper: not from a fabric interface; a load balancer:
+    #: from a fabric interface; either: this router's own); "classes": foreign_classes'
+    #: counters; "none": nothing is foreign. Unset: "classes" with foreign_classes, else
+    #: "ingress". Where the program cannot run, glbd says so and counts nothing
+    foreign_from: Literal["ingress", "classes", "none"] | None = None
+    #: what lowers a link's band: "all" its traffic and queue, "foreign" only the foreign
+    #: load: load the balancers steer themselves does not (it would swing the weights that
+    #: steer it). Unset: "foreign", or "all" with foreign_from = "none"
+    band_from: Literal["all", "foreign"] | None = None
 
     @field_validator("foreign_classes")
     @classmethod
@@ -245,9 +253,39 @@ class LinkQualitySection(_Model):
         for name in self.capacity_mbps:
             if not _IFNAME.match(name):
                 raise ValueError(f"capacity_mbps: {name!r} is not a Linux interface name")
-        if self.band_from == "foreign" and not self.foreign_classes:
-            raise ValueError('band_from = "foreign" needs foreign_classes')
+        if self.foreign_from == "classes" and not self.foreign_classes:
+            raise ValueError('foreign_from = "classes" needs foreign_classes')
+        if self.foreign_from in ("ingress", "none") and self.foreign_classes:
+            raise ValueError('foreign_classes are read only with foreign_from = "classes"')
+        if self.band_from == "foreign" and self.foreign_source == "none":
+            raise ValueError('band_from = "foreign" needs foreign_from "ingress" or "classes"')
         return self
+
+    @property
+    def band_source(self) -> Literal["all", "foreign"]:
+        """What lowers a link's band (``band_from`` resolved)."""
+        if self.band_from is not None:
+            return self.band_from
+        return "all" if self.foreign_source == "none" else "foreign"
+
+    def warnings(self) -> list[str]:
+        """What ``glbd check-config`` warns about: the ingress counter cannot run here."""
+        if self.foreign_source != "ingress":
+            return []
+        from glbd.quality.foreigncount import problems
+
+        return [
+            f"link_quality: foreign load counted at ingress, but {p}: bands would come from "
+            "all traffic (glbd says so when it starts)"
+            for p in problems()
+        ]
+
+    @property
+    def foreign_source(self) -> Literal["ingress", "classes", "none"]:
+        """Where the foreign load is counted (``foreign_from`` resolved)."""
+        if self.foreign_from is not None:
+            return self.foreign_from
+        return "classes" if self.foreign_classes else "ingress"
 
 
 class PathQualitySection(_Model):

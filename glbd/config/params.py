@@ -33,6 +33,8 @@ from glbd.fib.fibmodel import Resilient
 from glbd.flowlet.loader import FlowletParams
 from glbd.flowlet.movegate import MoveGateParams
 from glbd.flowlet.skew import SkewParams
+from glbd.quality.foreigncount import PortClasses
+from glbd.quality.foreignservice import port_classes
 from glbd.quality.linkq import LinkMonParams, parse_tc_handle
 from glbd.quality.pathmodel import PathTableParams
 from heartbeat import wire
@@ -158,6 +160,18 @@ def table_params(cfg: cfgmod.Config) -> PathTableParams:
     )
 
 
+def foreign_counter(cfg: cfgmod.Config) -> tuple[bool, list[str], PortClasses, float]:
+    """The ingress counter's arguments (:meth:`ForeignService.start`): wanted, the fabric
+    interfaces, the class of each ingress port by role, the check interval."""
+    fabric = interfaces(cfg)
+    return (
+        cfg.link_quality.foreign_source == "ingress",
+        fabric,
+        port_classes(fabric, cfg.is_helper, cfg.is_load_balancer),
+        cfg.fib.reconcile_interval_s,
+    )
+
+
 def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
     q = cfg.link_quality
     return LinkMonParams(
@@ -177,7 +191,8 @@ def linkmon_params(cfg: cfgmod.Config) -> LinkMonParams:
         default_capacity_mbps=q.default_capacity_mbps,
         capacity_mbps=dict(q.capacity_mbps),
         foreign_classes=frozenset(parse_tc_handle(h) for h in q.foreign_classes),
-        band_from_foreign=q.band_from == "foreign",
+        foreign_ingress=q.foreign_source == "ingress",
+        band_from_foreign=q.band_source == "foreign",
     )
 
 

@@ -68,6 +68,7 @@ class LinkRow(TypedDict, total=False):
     load_pct: float
     queue_bytes: float
     residual_mbps: float | None
+    foreign_mbps: float | None
     capacity_mbps: float
 
 
@@ -78,6 +79,7 @@ class HeartbeatRow(TypedDict, total=False):
 
 class QualityView(TypedDict, total=False):
     links: list[LinkRow]
+    foreign: dict[str, Any] | None
     heartbeats: list[HeartbeatRow]
     quality: dict[str, Any]
     counters: dict[str, int]
@@ -364,12 +366,30 @@ QUALITY_METRICS: tuple[Entry, ...] = (
             One(
                 "glbd_link_reported_capacity_bytes_per_second",
                 "gauge",
-                "capacity the heartbeats report, bytes/s: the residual when foreign_classes are "
-                "set",
+                "capacity the heartbeats report, bytes/s: the residual where foreign load is "
+                "counted",
                 _reported_capacity,
+            ),
+            One(
+                "glbd_link_foreign_bytes_per_second",
+                "gauge",
+                "egress load no load balancer steers (EWMA), bytes/s: 0 where none is counted",
+                num("foreign_mbps", 8e-6, null=True),
             ),
         ),
         labels={"ifname": text("ifname")},
+    ),
+    Rows(
+        present("foreign"),
+        (
+            One(
+                "glbd_foreign_counter_up",
+                "gauge",
+                "1 while glbd's ingress counter counts the foreign load, 0 while it cannot "
+                "(bands then come from all traffic; see the log and glbctl status)",
+                flag("counting"),
+            ),
+        ),
     ),
     Rows(
         rows("heartbeats"),

@@ -39,14 +39,16 @@ def quality_snapshot(
     heartbeats: Mapping[str, Any] | None,
     table: PathTable | None,
     counters: Mapping[str, int],
+    foreign: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``glbctl links/heartbeats/quality``: link qualities, the heartbeat endpoint, the path
-    table and the node's counters."""
+    table, the node's counters and the foreign load's ingress counter (None: not used)."""
     return {
         "links": [dict(q) for q in links],
         "heartbeats": [dict(heartbeats)] if heartbeats else [],
         "quality": table.to_dict() if table else {},
         "counters": dict(counters),
+        "foreign": None if foreign is None else dict(foreign),
     }
 
 

@@ -665,7 +665,17 @@ class Daemon:
             "drained": self._drained(),
             "graceful_restart": self._graceful_status(),
             "bfd_engine": self._engine_summary(),
+            "foreign_load": self._foreign_summary(),
         }
+
+    def _foreign_summary(self) -> dict[str, Any] | None:
+        """Where the foreign load is counted and whether it is (None: not at ingress)."""
+        c = self._component("quality")
+        snap = None if c is None else _section_of(c, "foreign")
+        if not isinstance(snap, dict):
+            return None
+        keep = ("source", "counting", "error", "attached", "missing")
+        return {k: snap[k] for k in keep if k in snap}
 
     def _engine_summary(self) -> dict[str, Any] | None:
         """The BFD engine's pid and scheduling lag (how late its timers fire)."""

@@ -59,6 +59,7 @@ from glbd.daemon import log as logmod
 from glbd.daemon.component import Host
 from glbd.fib.fibservice import FibService
 from glbd.fib.programmer import FibProgrammer
+from glbd.quality.foreignservice import ForeignService
 from glbd.quality.linkq import LinkMonitor, QualityChanged
 from glbd.quality.linkrunner import MonitorRunner, log_link_change
 from glbd.quality.linkstats import StatsReader
@@ -118,6 +119,8 @@ class Node:
         self.table: PathTable | None = None
         self.monitor: LinkMonitor | None = None
         self.runner: MonitorRunner | None = None
+        #: the foreign load's ingress counter (``link_quality.foreign_from = "ingress"``)
+        self.foreign = ForeignService(self.netns, self._foreign_state)
         self.endpoint: HeartbeatEndpoint | None = None
         self.bfd: BfdEngine | None = None
         #: sessions the engine last reported Up (checked again after it restarts)
@@ -188,10 +191,12 @@ class Node:
 
     async def start_quality(self) -> None:
         self.table = self.build_table()
-        self.monitor = LinkMonitor(params.linkmon_params(self.cfg))
+        await self.foreign.start(*params.foreign_counter(self.cfg))
+        self.monitor = LinkMonitor(self.foreign.effective(params.linkmon_params(self.cfg)))
         self.monitor.set_interfaces(params.interfaces(self.cfg))
         self._stats = await StatsReader.open(netns=self.netns)
         self.runner = MonitorRunner(self.monitor, self._stats, self.on_local)
+        self.runner.foreign_source = self.foreign.read
         self.runner.start()
         self.endpoint = self.build_endpoint()
         if self.endpoint is not None and self.drained:
@@ -200,6 +205,7 @@ class Node:
     async def stop_quality(self) -> None:
         if self.runner is not None:
             await self.runner.stop()
+        await self.foreign.stop()
         if self.endpoint is not None:
             self.endpoint.close()
         if self._stats is not None:
@@ -450,10 +456,10 @@ class Node:
                     weight_memory=p.memory,
                 )
         if self.monitor is not None:
+            if {"link_quality", "fib"} & set(ch["sections"]) or _neighbors_changed(ch):
+                await self.foreign.start(*params.foreign_counter(new))  # calls _foreign_state
             if "link_quality" in ch["sections"]:
-                moved = self.monitor.set_params(params.linkmon_params(new))
-                if moved:
-                    self.on_local(moved, self.monitor)
+                self._foreign_state()
             if _neighbors_changed(ch):
                 self.monitor.set_interfaces(params.interfaces(new))
         ep = self.endpoint
@@ -737,6 +743,17 @@ class Node:
         self.fib_service.table_changed(changes)
         self.colours.table_changed(changes)
 
+    def _foreign_state(self) -> None:
+        """The ingress counter started or stopped counting (or the config changed): the link
+        monitor runs with what can be counted now."""
+        if self.monitor is None:
+            return
+        p = self.foreign.effective(params.linkmon_params(self.cfg))
+        if p != self.monitor.params:
+            moved = self.monitor.set_params(p)
+            if moved:
+                self.on_local(moved, self.monitor)
+
     # ---- flowlets --------------------------------------------------------------------------
 
     def set_flowlet_timeout(self, timeout_s: float | None) -> None:
@@ -771,6 +788,7 @@ class Node:
             self.endpoint.to_dict() if self.endpoint else None,
             self.table,
             self.counters,
+            self.foreign.snapshot(),
         )
 
 

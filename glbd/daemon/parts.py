@@ -105,6 +105,8 @@ class QualityPart(_Part):
         if key == "counters":
             ep = self.node.endpoint
             return views.quality_counters(self.node.counters, ep.to_dict() if ep else None)
+        if key == "foreign":
+            return self.node.foreign.snapshot()
         return super().section(key)
 
     def _samples(self, snap: dict[str, Any]) -> Iterable[Row]:

@@ -95,10 +95,13 @@ class LinkMonParams:
     #: handles of their leaf qdiscs. Their rate is taken off the capacity a heartbeat reports
     #: (residual capacity, see :meth:`LinkMonitor.on_foreign`). Empty: capacity as configured.
     foreign_classes: frozenset[int] = frozenset()
-    #: the foreign classes are read every this many samples
+    #: the foreign load comes from glbd's ingress counter (bytes that did not enter where a
+    #: load balancer steers them, :meth:`LinkMonitor.on_foreign` all the same), not classes
+    foreign_ingress: bool = False
+    #: the foreign load is read every this many samples
     foreign_every: int = 5
-    #: the band from the foreign classes' load alone (their rate against the capacity), not
-    #: from all traffic and the queue: load the balancers steer themselves does not lower it
+    #: the band from the foreign load alone (its rate against the capacity), not from all
+    #: traffic and the queue: load the balancers steer themselves does not lower it
     band_from_foreign: bool = False
     #: the sampling interval while every link is quiet (up, below ``load_min_pct``, backlog at
     #: most ``queue_min_bytes``, reported at the best band); None: always
@@ -124,8 +127,10 @@ class LinkMonParams:
             raise ValueError("onset_recheck must be in [0, 1)")
         if self.foreign_every < 1:
             raise ValueError("foreign_every must be >= 1")
-        if self.band_from_foreign and not self.foreign_classes:
-            raise ValueError("band_from_foreign needs foreign_classes")
+        if self.foreign_ingress and self.foreign_classes:
+            raise ValueError("foreign_ingress and foreign_classes exclude each other")
+        if self.band_from_foreign and not self.counts_foreign:
+            raise ValueError("band_from_foreign needs foreign_classes or foreign_ingress")
         if (
             self.idle_sample_interval_s is not None
             and self.idle_sample_interval_s < self.sample_interval_s
@@ -134,6 +139,11 @@ class LinkMonParams:
 
     def capacity_of(self, ifname: str) -> float:
         return self.capacity_mbps.get(ifname, self.default_capacity_mbps)
+
+    @property
+    def counts_foreign(self) -> bool:
+        """Some foreign load is read (classes or the ingress counter)."""
+        return self.foreign_ingress or bool(self.foreign_classes)
 
 
 def score(value: float, lo: float, hi: float) -> float:
@@ -226,6 +236,8 @@ class LinkQuality:
     #: capacity left to steerable traffic (capacity minus the foreign classes' rate, see
     #: :meth:`LinkMonitor.on_foreign`); what heartbeats report as the link's capacity
     residual_mbps: float | None = None
+    #: the foreign load's rate, Mbit/s (EWMA; None: not counted, or no reading yet)
+    foreign_mbps: float | None = None
 
     def usable(self) -> LinkQuality:
         """This quality with the residual as its capacity: what steerable traffic can use (the
@@ -244,6 +256,7 @@ class LinkQuality:
             "queue_bytes": round(self.queue_bytes),
             "capacity_mbps": self.capacity_mbps,
             "residual_mbps": self.residual_mbps,
+            "foreign_mbps": None if self.foreign_mbps is None else round(self.foreign_mbps, 3),
             "score": round(self.score, 3),
         }
 
@@ -328,14 +341,16 @@ class LinkMonitor:
     def set_params(self, params: LinkMonParams) -> list[QualityChanged]:
         """New parameters (a reload). Returns a change (reason ``"capacity"``) per link whose
         usable capacity moved (its configured capacity, or a residual dropped because the
-        foreign classes are gone), so the heartbeats and the path table's local part follow."""
-        self._p = params
+        foreign load is gone), so the heartbeats and the path table's local part follow."""
+        old, self._p = self._p, params
         out: list[QualityChanged] = []
         for name, ln in self._links.items():
             before = ln.capacity if ln.residual is None else ln.residual
             ln.capacity = params.capacity_of(name)
             ln.kcap = 8e-4 / ln.capacity
-            if not params.foreign_classes:
+            if not params.counts_foreign or (
+                params.foreign_ingress != old.foreign_ingress
+            ):  # no foreign load, or another source: its readings start afresh
                 ln.foreign_bytes = ln.foreign = ln.residual = None
                 ln.res_pending = 0
             elif ln.residual is not None and ln.residual >= ln.capacity:
@@ -348,9 +363,10 @@ class LinkMonitor:
         return out
 
     def on_foreign(self, bytes_by_ifindex: Mapping[int, int], now: float) -> list[QualityChanged]:
-        """Byte counters of the foreign classes (summed per interface; an interface without
-        any counts 0) at ``now``: their rate (averaged with the time constant
-        :data:`FOREIGN_TAU_S`) is taken off each link's capacity. The result, floored at
+        """Byte counters of the foreign load (the foreign classes summed per interface, or
+        the ingress counter's foreign bytes; an interface without any counts 0) at ``now``:
+        their rate (averaged with the time constant :data:`FOREIGN_TAU_S`) is taken off each
+        link's capacity. The result, floored at
         :data:`RESIDUAL_FLOOR` of the capacity, moves in :data:`RESIDUAL_STEP` steps: at once
         past a :data:`RESIDUAL_DEADBAND`, after :data:`RESIDUAL_CONFIRM` readings in a row
         inside it, so heartbeats change only on a real shift. Returns a change (reason
@@ -624,6 +640,7 @@ class LinkMonitor:
             ln.capacity,
             ln.score,
             ln.residual,
+            ln.foreign,
         )
 
     def quality(self, ifname: str) -> LinkQuality | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import structlog
 
@@ -56,6 +56,9 @@ class MonitorRunner:
         self.rechecks = 0  # samples taken between two regular ones (the core's recheck_due)
         self._offgrid = False  # the pending tick is such a sample
         self.wakeups = 0  # idle samples brought forward by a link event
+        #: the ingress counter's foreign bytes by ifindex (``params.foreign_ingress``), read
+        #: at once; None, or it returning None: nothing read yet (the app sets it)
+        self.foreign_source: Callable[[], Mapping[int, int] | None] | None = None
 
     def start(self) -> None:
         if not self._running:
@@ -128,7 +131,7 @@ class MonitorRunner:
         changes = mon.on_columns(cols, loop.time())
         self.samples += 1
         p = mon.params
-        if p.foreign_classes and self.samples % p.foreign_every == 0:
+        if p.counts_foreign and self.samples % p.foreign_every == 0:
             # after the sample's own changes: a link whose band and residual both moved gets
             # both, the later one carrying its current quality (residual included)
             changes = changes + self._read_foreign(p.foreign_classes, loop)
@@ -137,9 +140,19 @@ class MonitorRunner:
     def _read_foreign(
         self, parents: frozenset[int], loop: asyncio.AbstractEventLoop
     ) -> list[QualityChanged]:
-        """The foreign classes' counters (one more qdisc dump), fed to the core before this
-        sample's update is handed on, so the heartbeat built from it carries the residual. Its
-        changes (reason "residual") join the sample's."""
+        """The foreign load's counters (the ingress counter's map, or one more qdisc dump for
+        the classes), fed to the core before this sample's update is handed on, so the
+        heartbeat built from it carries the residual. Its changes (reason "residual") join
+        the sample's."""
+        if self.monitor.params.foreign_ingress:
+            src = self.foreign_source
+            try:
+                counts = None if src is None else src()
+            except Exception as e:
+                self.errors += 1
+                log.warning("foreign counter read failed", error=str(e))
+                return []
+            return [] if counts is None else self.monitor.on_foreign(counts, loop.time())
         try:
             steps = self._reader.foreign_steps(parents)
             try:

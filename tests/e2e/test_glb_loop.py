@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from glbdlab.demo import NexthopWatcher
@@ -156,10 +157,68 @@ def test_congestion_two_hops_away_is_prefix_specific(
             what="leaf3 weights to move",
         )
         assert g3[spine_addr("spine1", "leaf3")] < g3[spine_addr("spine2", "leaf3")]
+        # spine1 sends the flood itself: its ingress counter calls it foreign
+        wait_until(
+            lambda: (link_row(nodes["spine1"], "leaf2")["foreign_mbps"] or 0) > RATE / 2,
+            5,
+            what="spine1's foreign rate toward leaf2 to show the flood",
+        )
         # other prefixes and the other leaves' own weights stay equal
         assert both_equal(fab, "leaf1", P["leaf3"]), group(fab, "leaf1", P["leaf3"])
         assert both_equal(fab, "leaf2", P["leaf1"]), group(fab, "leaf2", P["leaf1"])
         assert both_equal(fab, "leaf3", P["leaf1"])
+    finally:
+        cli.wait(15)
+        srv.wait(5)
+    settle(fab)
+
+
+def link_row(node: GlbdNode, ifname: str) -> dict[str, Any]:
+    rows = node.request("links")
+    return next(r for r in rows if r["ifname"] == ifname)
+
+
+def test_load_the_leaves_steer_does_not_lower_a_band(
+    lab: tuple[Fabric, dict[str, GlbdNode]],
+) -> None:
+    """glbd as shipped counts the foreign load at ingress and takes bands from it: a flood
+    from host3 to host2 fills a spine's link to leaf2, but it entered that spine from a leaf
+    (it is steered), so the link stays at band 7, its foreign rate near 0, and the leaves'
+    weights toward leaf2 equal. With bands from all traffic the band would drop."""
+    fab, nodes = lab
+    settle(fab)
+    for name, node in nodes.items():
+        fl = node.request("status")["foreign_load"]
+        assert fl["counting"] and not fl["error"], (name, fl)
+    dst = "198.19.2.2"
+    srv = fab.ns("host2").popen(["iperf3", "-s", "-1", "-B", dst])
+    wait_until(
+        lambda: fab.ns("host2").run(["ss", "-Hltn", "sport = :5201"]).stdout.strip(),
+        10,
+        what="iperf3 server listening",
+    )
+    cli = fab.ns("host3").popen(
+        ["iperf3", "-c", dst, "-u", "-b", f"{2 * RATE}M", "-t", "4", "-l", "1200"]
+    )
+    try:
+        spines = TOPO.names("spine")
+        hot = wait_until(
+            lambda: next(
+                (s for s in spines if link_row(nodes[s], "leaf2")["load_pct"] >= 90), None
+            ),
+            10,
+            what="a spine's link to leaf2 saturated by the flood",
+        )
+        reads = 0
+        while cli.poll() is None:
+            row = link_row(nodes[hot], "leaf2")
+            if row["load_pct"] < 90:
+                break  # the flood is ending
+            assert row["band"] == 7, row
+            assert (row["foreign_mbps"] or 0.0) < RATE / 10, row
+            assert both_equal(fab, "leaf1", P["leaf2"]), group(fab, "leaf1", P["leaf2"])
+            reads += 1
+        assert reads >= 3, "the flood ended before the band was read while it lasted"
     finally:
         cli.wait(15)
         srv.wait(5)

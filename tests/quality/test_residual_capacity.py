@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from glbdlab.netns import Lab, Netns
 
+from glbd.base.reasons import LinkChange
 from glbd.config import config as cfgmod
 from glbd.config.config_quality import LinkQualitySection
 from glbd.quality.linkq import (
@@ -308,8 +309,67 @@ def test_band_from_foreign_ignores_the_load_balancers_own_traffic(
     assert m.quality("eth1").band <= 2  # type: ignore[union-attr]
 
 
-def test_band_from_foreign_needs_foreign_classes(tmp_path: object) -> None:
-    with pytest.raises(ValueError, match="foreign_classes"):
+def test_band_from_foreign_needs_a_foreign_source(tmp_path: object) -> None:
+    with pytest.raises(ValueError, match="foreign_classes or foreign_ingress"):
         LinkMonParams(band_from_foreign=True)
-    with pytest.raises(ValueError, match="foreign_classes"):
-        LinkQualitySection(band_from="foreign")
+    with pytest.raises(ValueError, match="exclude each other"):
+        LinkMonParams(foreign_ingress=True, foreign_classes=frozenset({CLS}))
+    assert LinkMonParams(foreign_ingress=True, band_from_foreign=True).counts_foreign
+    with pytest.raises(ValueError, match='needs foreign_from "ingress" or "classes"'):
+        LinkQualitySection(band_from="foreign", foreign_from="none")
+    with pytest.raises(ValueError, match='foreign_from = "classes" needs foreign_classes'):
+        LinkQualitySection(foreign_from="classes")
+    with pytest.raises(ValueError, match="read only with foreign_from"):
+        LinkQualitySection(foreign_from="ingress", foreign_classes=["10:2"])
+
+
+@pytest.mark.parametrize(
+    ("keys", "source", "band"),
+    [
+        ({}, "ingress", "foreign"),  # glbd as shipped
+        ({"foreign_classes": ["10:2"]}, "classes", "foreign"),
+        ({"foreign_from": "none"}, "none", "all"),
+        ({"band_from": "all"}, "ingress", "all"),
+        (
+            {"foreign_from": "classes", "foreign_classes": ["10:2"], "band_from": "all"},
+            "classes",
+            "all",
+        ),
+    ],
+)
+def test_where_the_foreign_load_and_the_band_come_from(
+    keys: dict[str, object], source: str, band: str
+) -> None:
+    q = LinkQualitySection(**keys)  # type: ignore[arg-type]
+    assert (q.foreign_source, q.band_source) == (source, band)
+
+
+def test_the_ingress_counter_feeds_the_same_residual_and_band() -> None:
+    """With the ingress counter as the source, on_foreign takes its foreign bytes as it takes
+    the classes': a link full of steered traffic keeps band 7, 7.5 Mbit/s of foreign load
+    lowers it and the residual."""
+    m = LinkMonitor(
+        LinkMonParams(capacity_mbps={"eth1": 10.0}, foreign_ingress=True, band_from_foreign=True)
+    )
+    m.set_interfaces(["eth1"])
+    _saturate(m, 0.0, 2.0, foreign_mbps=0.0)
+    q = m.quality("eth1")
+    assert q is not None and q.band == 7 and q.residual_mbps is None, q
+    _saturate(m, 2.01, 2.0, foreign_mbps=7.5)
+    q = m.quality("eth1")
+    assert q is not None and q.band <= 2 and q.residual_mbps is not None, q
+    assert q.foreign_mbps is not None and 6.5 < q.foreign_mbps < 8.5, q
+
+
+def test_changing_the_foreign_source_drops_the_old_readings() -> None:
+    """A reload from the classes to the ingress counter (or a fallback from it) starts the
+    foreign rate afresh: the other source's byte count is no baseline."""
+    p = LinkMonParams(capacity_mbps={"eth1": 10.0}, foreign_classes=frozenset({CLS}))
+    m = LinkMonitor(p)
+    m.set_interfaces(["eth1"])
+    _saturate(m, 0.0, 2.0, foreign_mbps=7.5)
+    assert m.quality("eth1").residual_mbps is not None  # type: ignore[union-attr]
+    moved = m.set_params(LinkMonParams(capacity_mbps={"eth1": 10.0}, foreign_ingress=True))
+    assert [c.reason for c in moved] == [LinkChange.CAPACITY]
+    q = m.quality("eth1")
+    assert q is not None and q.residual_mbps is None and q.foreign_mbps is None, q
