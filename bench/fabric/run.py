@@ -90,6 +90,7 @@ from bench.fabric.traffic import (
 CONTENDERS = ("glb", "ecmp", "frr")
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
+    "glb-all",
     "glb-fl",
     "glb-fl-always",
     "glb-ns",
@@ -110,6 +111,7 @@ FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
 STATIC = ("ecmp", "optimum", "ecmp-res")
 LABELS = {
     "glb": "glbd as shipped",
+    "glb-all": "glbd as shipped, band from all traffic (the default before the ingress counter)",
     "glb-fl": "glbd as shipped + flowlets on",
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
     "glb-ns": "glbd as shipped, band from the non-steerable class",
@@ -479,10 +481,11 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
-        elif self.key in ("glb", "glb-fl", "glb-fl-always", "glb-ns", "glb-fl-ns"):
+        elif self.key in ("glb", "glb-all", "glb-fl", "glb-fl-always", "glb-ns", "glb-fl-ns"):
             flowlets = {"leaf": "[flowlet]\nenabled = true"}
             extra = {
                 "glb": {},
+                "glb-all": {},
                 "glb-fl": flowlets,
                 "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},
                 "glb-ns": {},
@@ -495,6 +498,7 @@ class ControlPlane:
                 extra=extra,
                 foreign_classes=FOREIGN_CLASSES if ns else (),
                 band_from_foreign=ns,
+                link_quality=({"foreign_from": '"none"'} if self.key == "glb-all" else {}),
             )
             self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
         else:

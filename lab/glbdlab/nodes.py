@@ -53,6 +53,8 @@ class GlbdOptions:
     foreign_classes: tuple[str, ...] = ()
     #: ``link_quality.band_from = "foreign"`` on every router (with ``foreign_classes`` there)
     band_from_foreign: bool = False
+    #: extra keys of the generated [link_quality] table, e.g. {"band_from": '"all"'}
+    link_quality: Mapping[str, str] = field(default_factory=dict)
     #: glbd as shipped: the config says only what the topology requires (neighbours, what a
     #: leaf originates, link capacities, the control socket); every other option is the
     #: default, and the timer, group and heartbeat fields above are not written
@@ -104,6 +106,7 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
             lines.append(f"foreign_classes = [{handles}]")
         if opts.band_from_foreign:
             lines.append('band_from = "foreign"')
+        lines += [f"{k} = {v}" for k, v in opts.link_quality.items()]
         if opts.capacity_mbps:
             lines.append("[link_quality.capacity_mbps]")
             lines += [f'"{i}" = {opts.capacity_mbps}' for i in fabric_ifs]
@@ -128,6 +131,7 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
         "",
         "[link_quality]",
         f"sample_interval_ms = {opts.sample_interval_ms}",
+        *(f"{k} = {v}" for k, v in opts.link_quality.items()),
     ]
     if opts.foreign_classes and n.role == "spine":
         handles = ", ".join(f'"{h}"' for h in opts.foreign_classes)
