@@ -25,7 +25,6 @@ import contextlib
 import enum
 import json
 import os
-import shutil
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from typing import Any
 
 import structlog
 
+from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
 
@@ -56,7 +56,7 @@ __all__ = [
 PROG_NAME = "glbd_flowlet"
 #: the tc filter priority glbd's filter sits at on clsact ingress (one filter per interface)
 PREF = 49_152
-BPFFS = Path("/sys/fs/bpf")
+OBJECT = "flowlet.bpf.o"
 #: per-interface counters in the order of ``enum counter`` in flowlet.bpf.c
 COUNTERS = (
     "packets",
@@ -99,27 +99,12 @@ class FlowletError(RuntimeError):
 def object_path() -> Path | None:
     """The compiled program: ``$GLBD_FLOWLET_OBJECT``, next to its source in the package (a
     source checkout: ``glbd/flowlet/bpf/build.sh``), or where the Debian package installs it."""
-    env = os.environ.get("GLBD_FLOWLET_OBJECT")
-    cands = [Path(env)] if env else []
-    cands += [
-        Path(__file__).resolve().parent / "bpf" / "flowlet.bpf.o",
-        Path("/usr/lib/glbd/flowlet.bpf.o"),
-    ]
-    return next((p for p in cands if p.is_file()), None)
-
-
-def _tool(name: str) -> str | None:
-    return shutil.which(name) or next(
-        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)), None
-    )
+    return find_object("GLBD_FLOWLET_OBJECT", Path(__file__).resolve().parent / "bpf", OBJECT)
 
 
 def problems() -> list[str]:
     """Why flowlet switching cannot run here (empty: it can), for ``glbd check-config``."""
-    out = []
-    for tool, pkg in (("bpftool", "bpftool"), ("tc", "iproute2"), ("nsenter", "util-linux")):
-        if _tool(tool) is None:
-            out.append(f"'{tool}' is missing: apt-get install {pkg}")
+    out = missing_tools((("bpftool", "bpftool"), ("tc", "iproute2"), ("nsenter", "util-linux")))
     if object_path() is None:
         out.append(
             "the compiled program flowlet.bpf.o is missing (a source checkout builds it with "
@@ -177,12 +162,6 @@ def config_value(timeout_ns: int, aging_ns: int, move: MoveChance = ALWAYS) -> l
     """struct config as ``bpftool map update ... value hex`` bytes."""
     raw = struct.pack("<5Q", timeout_ns, aging_ns, move.p0, move.t0_ns, move.decay_ns)
     return [f"{b:02x}" for b in raw]
-
-
-def _is_bpffs(mountinfo_line: str) -> bool:
-    """A /proc/self/mountinfo line of a bpffs mounted on :data:`BPFFS`."""
-    f = mountinfo_line.split()
-    return len(f) > 4 and f[4] == str(BPFFS) and " - bpf " in mountinfo_line
 
 
 def parse_links(ip_json: str) -> dict[int, str]:
@@ -252,6 +231,7 @@ class FlowletAttachment:
     def __init__(self, netns: str | None = None, obj: Path | None = None) -> None:
         self.netns = netns
         self.obj = obj
+        self._tools = Tools(netns, FlowletError)
         self.state = State()
         self.params: FlowletParams | None = None
         #: the chance that a gap moves a flow (written with the params by _write_config)
@@ -275,47 +255,21 @@ class FlowletAttachment:
 
     # -- tools
     async def _run(self, argv: Sequence[str], *, check: bool = True) -> str:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await proc.communicate()
-        if check and proc.returncode != 0:
-            msg = (err or out).decode(errors="replace").strip().splitlines()
-            raise FlowletError(f"{' '.join(argv)}: {msg[-1] if msg else proc.returncode}")
-        return out.decode(errors="replace")
-
-    def _in_ns(self, argv: Sequence[str]) -> list[str]:
-        # nsenter switches the network namespace only: the bpffs pins stay visible (``tc -n``
-        # and ``ip netns exec`` also remount /sys, which hides /sys/fs/bpf)
-        if self.netns is None:
-            return list(argv)
-        return ["nsenter", f"--net={os.path.join(NETNS_RUN_DIR, self.netns)}", *argv]
+        return await self._tools.run(argv, check=check)
 
     async def _tc(self, *args: str, check: bool = True) -> str:
-        return await self._run(self._in_ns([_tool("tc") or "tc", *args]), check=check)
+        return await self._tools.tc(*args, check=check)
 
     async def _bpftool(self, *args: str, check: bool = True) -> str:
-        return await self._run([_tool("bpftool") or "bpftool", *args], check=check)
+        return await self._tools.bpftool(*args, check=check)
 
     async def _json(self, *args: str) -> Any:
         return json.loads(await self._bpftool("-j", *args))
 
     async def links(self) -> dict[int, str]:
-        return parse_links(await self._run(self._in_ns(["ip", "-j", "link", "show"])))
+        return parse_links(await self._tools.ip("-j", "link", "show"))
 
     # -- bpffs
-    async def _ensure_bpffs(self) -> None:
-        """Mount bpffs on /sys/fs/bpf unless it is (systemd mounts it on a host; a process
-        started by ``ip netns exec`` gets a fresh /sys without it)."""
-        with open("/proc/self/mountinfo") as f:
-            mounted = any(_is_bpffs(line) for line in f)
-        if not mounted:
-            BPFFS.mkdir(parents=True, exist_ok=True)
-            await self._run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
-
     def _remove_pins(self) -> None:
         for p in (self.map_pin(n) for n in ("flows", "config", "stats")):
             p.unlink(missing_ok=True)
@@ -398,7 +352,7 @@ class FlowletAttachment:
     async def start(self, p: FlowletParams) -> None:
         """Adopt what a previous glbd left (its filters and their program) or load afresh,
         then configure and attach (see :meth:`apply`)."""
-        await self._ensure_bpffs()
+        await self._tools.ensure_bpffs()
         links = await self.links()
         found = await self.filters(links.values())
         pinned = await self._pinned_prog_id()

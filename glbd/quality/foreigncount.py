@@ -24,12 +24,11 @@ name), next to the flowlet program's pins in ``net-<inode>/``, which are never t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import platform
-import shutil
+import socket
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,6 +37,7 @@ from typing import Any
 
 import structlog
 
+from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools
 from glbd.daemon.netns import NETNS_RUN_DIR
 from glbd.quality.bpfmap import SYSCALL_NR, PinnedMap, possible_cpus
 
@@ -60,7 +60,7 @@ __all__ = [
 PROG_NAME = "glbd_foreign"
 #: the priority of glbd's filter on clsact egress (handle 1; one filter per interface)
 PREF = 49_152
-BPFFS = Path("/sys/fs/bpf")
+OBJECT = "foreign.bpf.o"
 #: the classes (CLASS_STEERED, CLASS_FOREIGN in foreign.bpf.c)
 STEERED = 1
 FOREIGN = 2
@@ -80,32 +80,14 @@ def object_path() -> Path | None:
     """The compiled program: ``$GLBD_FOREIGN_OBJECT``, next to its source in the package (a
     source checkout: ``glbd/flowlet/bpf/build.sh glbd/quality/bpf/foreign.bpf.c``), or where
     the Debian package installs it."""
-    env = os.environ.get("GLBD_FOREIGN_OBJECT")
-    cands = [Path(env)] if env else []
-    cands += [
-        Path(__file__).resolve().parent / "bpf" / "foreign.bpf.o",
-        Path("/usr/lib/glbd/foreign.bpf.o"),
-    ]
-    return next((p for p in cands if p.is_file()), None)
-
-
-def _tool(name: str) -> str | None:
-    return shutil.which(name) or next(
-        (p for p in (f"/usr/sbin/{name}", f"/sbin/{name}") if os.access(p, os.X_OK)), None
-    )
+    return find_object("GLBD_FOREIGN_OBJECT", Path(__file__).resolve().parent / "bpf", OBJECT)
 
 
 def problems() -> list[str]:
     """Why foreign-load counting cannot run here (empty: it can), for ``glbd check-config``."""
-    out = []
-    for tool, pkg in (
-        ("bpftool", "bpftool"),
-        ("tc", "iproute2"),
-        ("ip", "iproute2"),
-        ("nsenter", "util-linux"),
-    ):
-        if _tool(tool) is None:
-            out.append(f"'{tool}' is missing: apt-get install {pkg}")
+    out = missing_tools(
+        (("bpftool", "bpftool"), ("tc", "iproute2"), ("ip", "iproute2"), ("nsenter", "util-linux"))
+    )
     if object_path() is None:
         out.append(
             "the compiled program foreign.bpf.o is missing (a source checkout builds it with "
@@ -183,12 +165,6 @@ def config_value(default: int) -> bytes:
     return struct.pack("<II", default, 0)
 
 
-def _is_bpffs(mountinfo_line: str) -> bool:
-    """A /proc/self/mountinfo line of a bpffs mounted on :data:`BPFFS`."""
-    f = mountinfo_line.split()
-    return len(f) > 4 and f[4] == str(BPFFS) and " - bpf " in mountinfo_line
-
-
 # ---- the counter ------------------------------------------------------------------------------
 
 
@@ -200,6 +176,7 @@ class ForeignCounter:
     def __init__(self, netns: str | None = None, obj: Path | None = None) -> None:
         self.netns = netns
         self.obj = obj
+        self._tools = Tools(netns, ForeignCountError)
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}" / "foreign"
         self.prog_id: int | None = None
@@ -224,39 +201,15 @@ class ForeignCounter:
         return self.dir / "maps" / name
 
     # -- tools
-    async def _run(self, argv: Sequence[str], *, check: bool = True) -> str:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except OSError as exc:
-            raise ForeignCountError(f"{' '.join(argv)}: {exc}") from exc
-        out, err = await proc.communicate()
-        if check and proc.returncode != 0:
-            msg = (err or out).decode(errors="replace").strip().splitlines()
-            raise ForeignCountError(f"{' '.join(argv)}: {msg[-1] if msg else proc.returncode}")
-        return out.decode(errors="replace")
-
-    def _in_ns(self, argv: Sequence[str]) -> list[str]:
-        # nsenter switches the network namespace only: the bpffs pins stay visible (``tc -n``
-        # and ``ip netns exec`` also remount /sys, which hides /sys/fs/bpf)
-        if self.netns is None:
-            return list(argv)
-        return ["nsenter", f"--net={os.path.join(NETNS_RUN_DIR, self.netns)}", *argv]
-
     async def _tc(self, *args: str, check: bool = True) -> str:
-        return await self._run(self._in_ns([_tool("tc") or "tc", *args]), check=check)
+        return await self._tools.tc(*args, check=check)
 
     async def _bpftool(self, *args: str) -> str:
-        return await self._run([_tool("bpftool") or "bpftool", *args])
+        return await self._tools.bpftool(*args)
 
     async def links(self) -> dict[str, int]:
         """The namespace's interfaces: name -> ifindex."""
-        ip = _tool("ip") or "ip"
-        return parse_links(await self._run(self._in_ns([ip, "-j", "link", "show"])))
+        return parse_links(await self._tools.ip("-j", "link", "show"))
 
     @contextlib.contextmanager
     def _errors(self, what: str) -> Iterator[None]:
@@ -273,15 +226,6 @@ class ForeignCounter:
             raise ForeignCountError(f"{what}: {exc}") from exc
 
     # -- bpffs and maps
-    async def _ensure_bpffs(self) -> None:
-        """Mount bpffs on /sys/fs/bpf unless it is (systemd mounts it on a host; a process
-        started by ``ip netns exec`` gets a fresh /sys without it)."""
-        with open("/proc/self/mountinfo") as f:
-            mounted = any(_is_bpffs(line) for line in f)
-        if not mounted:
-            BPFFS.mkdir(parents=True, exist_ok=True)
-            await self._run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
-
     def _remove_pins(self) -> None:
         """Our pins, then our directories and the shared ones above them if empty (the
         flowlet program's pins live in net-<inode>/ too: never touched)."""
@@ -350,7 +294,7 @@ class ForeignCounter:
         """Load the program afresh and attach it to each of ``interfaces`` that exists
         (replacing a filter a previous glbd left), classes written first."""
         with self._errors("start"):
-            await self._ensure_bpffs()
+            await self._tools.ensure_bpffs()
             self._ever.clear()
             await self._load()
             await self._apply(interfaces, classes, scan_all=True)
@@ -424,6 +368,21 @@ class ForeignCounter:
             self.events["errors"] += 1
             raise ForeignCountError(f"reading {counts.path}: {exc}") from exc
         return {_U32.unpack(key)[0]: sum_percpu(value, self._ncpus) for key, value in items}
+
+    def interfaces_moved(self) -> bool:
+        """Whether a wanted interface or a named port appeared, went or was made again (a new
+        ifindex) since the last apply: one ioctl per name, no process. In another namespace
+        than this process's it cannot tell, and says True."""
+        if self.netns is not None:
+            return True
+        for name in {*self.interfaces, *(self.classes.ports if self.classes else ())}:
+            try:
+                index = socket.if_nametoindex(name)
+            except OSError:
+                index = 0
+            if index != self.ifindex.get(name, 0):
+                return True
+        return False
 
     def foreign_bytes(self) -> dict[int, int]:
         """Egress ifindex -> foreign bytes (what the link monitor's ``on_foreign`` takes)."""

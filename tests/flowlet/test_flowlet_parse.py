@@ -7,13 +7,13 @@ import json
 import re
 from pathlib import Path
 
+from glbd.daemon.bpftools import is_bpffs
 from glbd.flowlet import loader as flowlet
 from glbd.flowlet.loader import (
     COUNTERS,
     PREF,
     Filter,
     FlowletParams,
-    _is_bpffs,
     config_value,
     parse_filters,
     parse_links,
@@ -111,9 +111,9 @@ def test_config_layout_matches_the_program() -> None:
 def test_links_and_mountinfo() -> None:
     links = json.dumps([{"ifindex": 1, "ifname": "lo"}, {"ifindex": 5, "ifname": "h-r"}])
     assert parse_links(links) == {1: "lo", 5: "h-r"}
-    assert _is_bpffs("41 30 0:36 / /sys/fs/bpf rw,nosuid - bpf bpf rw,mode=700")
-    assert not _is_bpffs("22 1 0:21 / /sys rw - sysfs sysfs rw")
-    assert not _is_bpffs("")
+    assert is_bpffs("41 30 0:36 / /sys/fs/bpf rw,nosuid - bpf bpf rw,mode=700")
+    assert not is_bpffs("22 1 0:21 / /sys rw - sysfs sysfs rw")
+    assert not is_bpffs("")
 
 
 def test_targets_default_to_every_non_fabric_interface() -> None:

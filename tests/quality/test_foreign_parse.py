@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import struct
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from glbd.daemon.bpftools import is_bpffs
 from glbd.quality import foreigncount
 from glbd.quality.bpfmap import count_cpus
 from glbd.quality.foreigncount import (
@@ -19,8 +21,8 @@ from glbd.quality.foreigncount import (
     PREF,
     STEERED,
     Counts,
+    ForeignCounter,
     PortClasses,
-    _is_bpffs,
     config_value,
     object_path,
     parse_filters,
@@ -117,9 +119,9 @@ def test_config_value_is_the_default_class_then_padding() -> None:
 
 def test_bpffs_mount_line() -> None:
     line = "45 24 0:40 / /sys/fs/bpf rw,nosuid,nodev,noexec,relatime shared:16 - bpf bpf rw"
-    assert _is_bpffs(line)
-    assert not _is_bpffs(line.replace("/sys/fs/bpf", "/mnt"))
-    assert not _is_bpffs(line.replace(" - bpf ", " - tmpfs "))
+    assert is_bpffs(line)
+    assert not is_bpffs(line.replace("/sys/fs/bpf", "/mnt"))
+    assert not is_bpffs(line.replace(" - bpf ", " - tmpfs "))
 
 
 def test_object_path_prefers_the_environment(
@@ -150,3 +152,17 @@ def test_the_c_program_shares_the_layouts() -> None:
     assert prog is not None and prog.group(1) == foreigncount.PROG_NAME
     for name in MAP_SIZES:
         assert re.search(rf"\}} {name} SEC\(\"\.maps\"\);", src), name
+
+
+def test_interfaces_moved_is_an_ioctl_per_name() -> None:
+    """The cheap check between two full ones: a wanted interface whose ifindex is not the one
+    the last apply saw (gone, made again, or new) moved; one still missing did not."""
+    fc = ForeignCounter()
+    lo = socket.if_nametoindex("lo")
+    fc.interfaces, fc.ifindex = ("lo", "no-such-if0"), {"lo": lo}
+    assert not fc.interfaces_moved()
+    fc.ifindex = {"lo": lo + 1000}  # made again since
+    assert fc.interfaces_moved()
+    fc.ifindex = {"lo": lo, "no-such-if0": 7}  # went since
+    assert fc.interfaces_moved()
+    assert ForeignCounter(netns=None).interfaces_moved() is False  # nothing wanted yet
