@@ -58,7 +58,9 @@ class ColourService:
         """After the path table took the RIB's event."""
         table = self._table()
         colour = ev.colour
-        if table is None or (colour is None and self.paths.path_of(str(ev.prefix)) is None):
+        if table is None or (colour is None and not self.paths):
+            return  # the common case on a fabric without colours: no string built per event
+        if colour is None and self.paths.path_of(str(ev.prefix)) is None:
             return
         hops = []
         for nh in ev.next_hops:
