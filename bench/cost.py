@@ -12,6 +12,8 @@ thread, every child) over ``--seconds``:
 * ``glbd-fl`` (opt-in, ``--only``): glbd as shipped with ``[flowlet] enabled = true`` on the
   leaves: the program's polling and its timeout's sampling (the lab has no host ports, so the
   program is loaded but attached nowhere; its per-packet cost is the kernel's, in softirq);
+* ``glbd-nofc``: the same without the foreign-load counter (``link_quality.foreign_from =
+  "none"``): the difference is what counting the foreign load at ingress costs;
 * ``glbd-nohb``: the same without heartbeats (``[heartbeat] enabled = false``);
 * ``glbd-bgp-bfd``: also without link sampling (``sample_interval_ms`` 10 s): BGP + BFD alone,
   the part FRR does too; the differences to the rows above are what heartbeats and link
@@ -246,9 +248,10 @@ def _glbd(
     capacity: float | None = None,
     names: Sequence[str] | None = None,
     extra: Mapping[str, str] | None = None,
+    link_quality: Mapping[str, str] | None = None,
 ) -> Any:
     """A contender starter: glbd on every router (or on ``names``) at its defaults (``extra``:
-    TOML tables added per role)."""
+    TOML tables added per role; ``link_quality``: keys of that table)."""
     holder: dict[str, dict[str, GlbdNode]] = {}
 
     def start(fab: Fabric, run_dir: Path) -> dict[str, tuple[str, list[int]]]:
@@ -262,6 +265,7 @@ def _glbd(
             log_level="warning",
             capacity_mbps=capacity,
             extra=extra or {},
+            link_quality=link_quality or {},
         )
         nodes = start_glbd(fab, run_dir, opts, names=names)
         holder["nodes"] = nodes
@@ -323,10 +327,14 @@ def contenders() -> dict[str, Contender]:
     nh, nhs, nhn = _glbd(heartbeat=False)
     bb, bbs, bbn = _glbd(heartbeat=False, sample_ms=10_000)
     fl, fls, fln = _glbd(extra={"leaf": "[flowlet]\nenabled = true"})
+    nf, nfs, nfn = _glbd(link_quality={"foreign_from": '"none"'})
     f, fs = _frr()
     return {
         "glbd": Contender("glbd", "glbd as shipped (default timers)", g, gs, gn),
         "glbd-nohb": Contender("glbd-nohb", "glbd, heartbeats off", nh, nhs, nhn),
+        "glbd-nofc": Contender(
+            "glbd-nofc", "glbd, no foreign-load counter (foreign_from none)", nf, nfs, nfn
+        ),
         "glbd-fl": Contender("glbd-fl", "glbd, flowlets on the leaves", fl, fls, fln),
         "glbd-bgp-bfd": Contender(
             "glbd-bgp-bfd", "glbd, heartbeats off, link sampling every 10 s", bb, bbs, bbn
@@ -463,6 +471,11 @@ def report(results: dict[str, list[RouterCost]]) -> list[str]:
         lines.append(
             f"heartbeats cost {per_router('glbd') - per_router('glbd-nohb'):.2f} % per router"
         )
+    if {"glbd", "glbd-nofc"} <= results.keys():
+        lines.append(
+            "the foreign-load counter costs "
+            f"{per_router('glbd') - per_router('glbd-nofc'):.2f} % per router"
+        )
     if {"glbd-nohb", "glbd-bgp-bfd"} <= results.keys():
         lines.append(
             "link sampling costs "
@@ -502,7 +515,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="measurement window")
     ap.add_argument("--settle", type=float, default=5.0, help="wait after convergence")
     ap.add_argument(
-        "--only", default="glbd,glbd-nohb,glbd-bgp-bfd,frr", help="idle contenders, in order"
+        "--only",
+        default="glbd,glbd-nofc,glbd-nohb,glbd-bgp-bfd,frr",
+        help="idle contenders, in order",
     )
     ap.add_argument(
         "--cases", default="idle,congest,fanout", help="idle (the contenders), congest, fanout"
