@@ -109,8 +109,12 @@ class UnprivilegedGlbd(GlbdNode):
     def start(self) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         argv = [*setpriv(self.caps), self.python, "-m", "glbd", "run", "-c", str(self.config)]
-        # /proc/sys read-only in a mount namespace of its own, as ProtectKernelTunables= does
-        ro_sys = 'mount --bind -o ro /proc/sys /proc/sys && exec "$@"'
+        # /proc/sys read-only in a mount namespace of its own, as ProtectKernelTunables= does;
+        # bpffs with a directory of glbd's in it, as systemd and glbd.tmpfiles make them
+        ro_sys = (
+            "mount --bind -o ro /proc/sys /proc/sys && mount -t bpf bpf /sys/fs/bpf && "
+            f'install -d -m 0700 -o {NOBODY} -g {NOBODY} /sys/fs/bpf/glbd && exec "$@"'
+        )
         argv = ["unshare", "-m", "--propagation=private", "sh", "-c", ro_sys, "sh", *argv]
         self.proc = self.ns.popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         out.close()
@@ -151,6 +155,9 @@ def test_leaf_comes_up_as_an_unprivileged_user_with_the_units_capabilities(
             what="leaf1's BFD session up",
         )
         assert [e["fix"] for e in leaf1.events("sysctl_not_set")], leaf1.tail()
+        # the foreign-load counter (bpftool, tc, bpf(2)) runs with the unit's capabilities
+        foreign = leaf1.request("status")["foreign_load"]
+        assert foreign["counting"] and foreign["attached"] == ["spine1"], foreign
         # what the unit's root ExecStartPre does: the sysctl the config asks for
         assert fab.ns("leaf1").run(["sysctl", "-n", sysctl]).stdout.strip() == "1"
         fab.ns("leaf1").run([sys.executable, "-m", "glbd", "sysctl", "-q", "-c", str(leaf1.config)])
