@@ -117,6 +117,21 @@ def test_every_leaf_has_weighted_group_via_both_spines(
     assert fab.ns("host1").ping("198.19.2.2", count=5, wait=1.0)
 
 
+def udp_flood(fab: Fabric, src: str, dst_node: str, dst: str) -> tuple[Any, Any]:
+    """iperf3 UDP at twice the link rate for 4 s from ``src`` to ``dst``, an address of
+    ``dst_node``: (server, client), both running."""
+    srv = fab.ns(dst_node).popen(["iperf3", "-s", "-1", "-B", dst])
+    wait_until(
+        lambda: fab.ns(dst_node).run(["ss", "-Hltn", "sport = :5201"]).stdout.strip(),
+        10,
+        what="iperf3 server listening",
+    )
+    cli = fab.ns(src).popen(
+        ["iperf3", "-c", dst, "-u", "-b", f"{2 * RATE}M", "-t", "4", "-l", "1200"]
+    )
+    return srv, cli
+
+
 # (b)
 def test_congestion_two_hops_away_is_prefix_specific(
     lab: tuple[Fabric, dict[str, GlbdNode]],
@@ -124,15 +139,7 @@ def test_congestion_two_hops_away_is_prefix_specific(
     fab, nodes = lab
     settle(fab)
     dst = TOPO.link("spine1", "leaf2").end("leaf2")[1].split("/")[0]
-    srv = fab.ns("leaf2").popen(["iperf3", "-s", "-1", "-B", dst])
-    wait_until(
-        lambda: fab.ns("leaf2").run(["ss", "-Hltn", "sport = :5201"]).stdout.strip(),
-        10,
-        what="iperf3 server listening",
-    )
-    cli = fab.ns("spine1").popen(
-        ["iperf3", "-c", dst, "-u", "-b", f"{2 * RATE}M", "-t", "4", "-l", "1200"]
-    )
+    srv, cli = udp_flood(fab, "spine1", "leaf2", dst)
     try:
         g = wait_until(
             lambda: (x := group(fab, "leaf1", P["leaf2"])) and len(set(x.values())) > 1 and x,
@@ -190,16 +197,7 @@ def test_load_the_leaves_steer_does_not_lower_a_band(
     for name, node in nodes.items():
         fl = node.request("status")["foreign_load"]
         assert fl["counting"] and not fl["error"], (name, fl)
-    dst = "198.19.2.2"
-    srv = fab.ns("host2").popen(["iperf3", "-s", "-1", "-B", dst])
-    wait_until(
-        lambda: fab.ns("host2").run(["ss", "-Hltn", "sport = :5201"]).stdout.strip(),
-        10,
-        what="iperf3 server listening",
-    )
-    cli = fab.ns("host3").popen(
-        ["iperf3", "-c", dst, "-u", "-b", f"{2 * RATE}M", "-t", "4", "-l", "1200"]
-    )
+    srv, cli = udp_flood(fab, "host3", "host2", "198.19.2.2")
     try:
         spines = TOPO.names("spine")
         hot = wait_until(
