@@ -55,6 +55,10 @@ ANYCAST = "198.19.200.0/24"
 BGP_ATTR_NHC = 39
 
 
+#: the TCP SYN flag
+_SYN = 0x02
+
+
 @dataclass(frozen=True)
 class Packet:
     ts: float
@@ -66,6 +70,8 @@ class Packet:
     ttl: int
     seq: int
     payload: bytes
+    #: TCP flags (0 for UDP)
+    flags: int = 0
 
 
 def parse_pcap(data: bytes) -> Iterator[Packet]:
@@ -101,7 +107,7 @@ def parse_pcap(data: bytes) -> Iterator[Packet]:
         if proto == 6 and len(l4) >= 20:
             sport, dport, seq = struct.unpack("!HHI", l4[:8])
             doff = (l4[12] >> 4) * 4
-            yield Packet(ts, src, dst, 6, sport, dport, ttl, seq, l4[doff:])
+            yield Packet(ts, src, dst, 6, sport, dport, ttl, seq, l4[doff:], l4[13])
         elif proto == 17 and len(l4) >= 8:
             sport, dport = struct.unpack("!HH", l4[:4])
             yield Packet(ts, src, dst, 17, sport, dport, ttl, 0, l4[8:])
@@ -110,13 +116,20 @@ def parse_pcap(data: bytes) -> Iterator[Packet]:
 def tcp_streams(packets: list[Packet], src: str, dst: str, port: int = 179) -> list[bytes]:
     """In-order payload bytes of each TCP connection src -> dst involving ``port`` (one entry per
     connection, in order of first packet; retransmissions and reordering handled by sequence
-    number). BGP often has two connections (a collision) of which one survives."""
-    conns: dict[tuple[int, int], list[Packet]] = {}
+    number). BGP often has two connections (a collision) of which one survives, and a session
+    that flaps may reconnect from the same port: a SYN starts a new connection."""
+    conns: list[list[Packet]] = []
+    current: dict[tuple[int, int], list[Packet]] = {}
     for p in packets:
         if p.proto == 6 and p.src == src and p.dst == dst and port in (p.sport, p.dport):
-            conns.setdefault((p.sport, p.dport), []).append(p)
+            key = (p.sport, p.dport)
+            segs = current.get(key)
+            if segs is None or p.flags & _SYN:
+                segs = current[key] = []
+                conns.append(segs)
+            segs.append(p)
     out = []
-    for segs in conns.values():
+    for segs in conns:
         data = [p for p in segs if p.payload]
         if not data:
             continue

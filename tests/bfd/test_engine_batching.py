@@ -11,11 +11,9 @@ Namespaces from the lab harness; waits are on conditions with generous deadlines
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import signal
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -188,40 +186,6 @@ def test_no_timeout_while_the_peers_packets_wait_behind_a_backlog(netns_lab: Lab
     assert not [e for e in events if e.failure], events
 
 
-_SO_TIMESTAMPNS = 35  # Linux; SCM_TIMESTAMPNS is the same number (not in the socket module)
-
-
-def _send_times(ns: Netns, ifname: str, seconds: float) -> dict[str, list[float]]:
-    """Kernel receive stamps of the BFD control packets arriving on ``ifname``, by source."""
-    out: dict[str, list[float]] = {}
-    with ns.entered():
-        # every protocol: a tap sees the packet before tc ingress (the kernel path takes it)
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(3))
-    s.bind((ifname, 3))
-    s.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-    s.settimeout(0.2)
-    end = time.monotonic() + seconds
-    try:
-        while time.monotonic() < end:
-            try:
-                data, anc, _, addr = s.recvmsg(2048, 64)
-            except TimeoutError:
-                continue
-            if addr[1] != 0x0800 or addr[2] == socket.PACKET_OUTGOING:
-                continue
-            if len(data) < 28 or data[9] != 17 or data[22:24] != b"\x0e\xc8":  # UDP to 3784
-                continue
-            stamp = next(
-                (struct.unpack("@ll", d[:16]) for lv, ty, d in anc if ty == _SO_TIMESTAMPNS),
-                None,
-            )
-            if stamp is not None:
-                out.setdefault(socket.inet_ntoa(data[12:16]), []).append(stamp[0] + stamp[1] / 1e9)
-    finally:
-        s.close()
-    return out
-
-
 def _rows(e: BfdEngine) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = e.snapshot()["sessions"]
     return rows
@@ -231,10 +195,9 @@ def _steady(row: dict[str, Any]) -> bool:
     return bool(row["state"] == "up" and not row["polling"])
 
 
-def test_periodic_packets_share_wakeups_and_keep_their_intervals(netns_lab: Lab) -> None:
+def test_periodic_packets_share_wakeups(netns_lab: Lab) -> None:
     """With many sessions, a periodic packet due within its early margin leaves with the one
-    that woke the loop: far fewer wakeups than packets, and still no interval below §6.8.7's
-    75 % of the transmit interval."""
+    that woke the loop: far fewer wakeups than packets."""
     a, b = netns_lab.pair(a_addr="198.18.0.1/24", b_addr="198.18.0.2/24")
     n = 32
     for i in range(n):
@@ -261,13 +224,13 @@ def test_periodic_packets_share_wakeups_and_keep_their_intervals(netns_lab: Lab)
         return snap["engine"]["loop_iterations"], sum(r["packets_out"] for r in snap["sessions"])
 
     it0, out0 = totals()
-    times = _send_times(b, "b-a", 2.0)
-    it1, out1 = totals()
+    # a thousand packets (~1.4 s of 32 sessions at ~23 a second each)
+    it1, out1 = _until(totals, lambda t: t[1] - out0 >= 1000, "a thousand periodic packets")
     packets, wakeups = out1 - out0, it1 - it0
-    assert packets > n * 30, packets  # ~23 a second each
     # without the early margin 0.7 wakeups a packet here, with it 0.34 (2.5 ms of deadlines each)
     assert wakeups < 0.5 * packets, (wakeups, packets)
-    gaps = [t1 - t0 for ts in times.values() for t0, t1 in itertools.pairwise(sorted(ts))]
-    assert len(gaps) > n * 20, len(gaps)
-    # 75 % of 50 ms, less 2 ms for a batch's own sending time
-    assert min(gaps) >= 0.0375 - 0.002, sorted(gaps)[:5]
+    # The intervals: the loop hands each packet's deadline, not its wakeup, to the session
+    # (``tx_periodic(deadline)``), whose next deadline follows from it; §6.8.7's bounds with
+    # the early margin are checked in virtual time (test_session.test_jitter_bounds). Gaps
+    # measured at the receiver were a timed assertion: a busy machine delays one packet and
+    # shortens the next gap whatever the engine decided.

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from glbdlab.capture import capture, decode_bfd, nhc_tlvs, parse_update
+from glbdlab.capture import Packet, capture, decode_bfd, nhc_tlvs, parse_update, tcp_streams
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 
@@ -64,3 +64,21 @@ def test_recapture_matches_golden(tmp_path: Path) -> None:
     mine.pop("my_discriminator")
     theirs.pop("my_discriminator")
     assert mine == theirs
+
+
+def test_a_syn_starts_a_new_stream_on_the_same_ports() -> None:
+    """A session that flaps may reconnect from the same port pair with a new sequence space:
+    both connections' bytes are found, neither merged into the other."""
+
+    def seg(seq: int, data: bytes, flags: int = 0x18) -> Packet:
+        return Packet(0.0, "192.0.2.1", "192.0.2.2", 6, 40000, 179, 64, seq, data, flags)
+
+    packets = [
+        seg(1000, b"", 0x02),
+        seg(1001, b"first"),
+        seg(7_000_000, b"", 0x02),
+        seg(7_000_001, b"sec"),
+        seg(7_000_004, b"ond"),
+        seg(7_000_001, b"sec"),  # a retransmission
+    ]
+    assert tcp_streams(packets, "192.0.2.1", "192.0.2.2") == [b"first", b"second"]
