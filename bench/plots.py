@@ -32,6 +32,7 @@ from bench.fabric.model import Bound
 CONTENDERS = {
     "glb": "glbd as shipped",
     "glb-fl": "glbd as shipped + flowlets",
+    "glb-nomig": "glbd, busy buckets wait",
     "glb-all": "glbd, bands from all traffic",
     "ecmp": "ECMP",
     "frr": "FRR 10.7 NNHN count",

@@ -90,6 +90,7 @@ from bench.fabric.traffic import (
 CONTENDERS = ("glb", "ecmp", "frr")
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
+    "glb-nomig",
     "glb-all",
     "glb-fl",
     "glb-fl-always",
@@ -111,6 +112,7 @@ FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
 STATIC = ("ecmp", "optimum", "ecmp-res")
 LABELS = {
     "glb": "glbd as shipped",
+    "glb-nomig": "glbd as shipped, busy buckets wait (the default before migrate_share)",
     "glb-all": "glbd as shipped, band from all traffic (the default before the ingress counter)",
     "glb-fl": "glbd as shipped + flowlets on",
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
@@ -481,10 +483,19 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
-        elif self.key in ("glb", "glb-all", "glb-fl", "glb-fl-always", "glb-ns", "glb-fl-ns"):
+        elif self.key in (
+            "glb",
+            "glb-nomig",
+            "glb-all",
+            "glb-fl",
+            "glb-fl-always",
+            "glb-ns",
+            "glb-fl-ns",
+        ):
             flowlets = {"leaf": "[flowlet]\nenabled = true"}
             extra = {
                 "glb": {},
+                "glb-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
                 "glb-all": {},
                 "glb-fl": flowlets,
                 "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},

@@ -463,6 +463,7 @@ RELOAD: dict[str, Reload] = {
         "fib",
         Reload.LIVE,
         "group_type resilient_buckets resilient_idle_timer_s resilient_unbalanced_timer_s "
+        "resilient_migrate_share "
         "on_stop reconcile_interval_s route_audit_interval_s",
     ),
     # protocol/table: installed state would be orphaned; the others act once, at start

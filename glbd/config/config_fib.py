@@ -52,6 +52,11 @@ class FibSection(_Model):
     resilient_idle_timer_s: Annotated[float | Literal["auto"], _auto_or(0, 3600, "s")] = "auto"
     #: a resilient group unbalanced this long moves buckets that are not idle too
     resilient_unbalanced_timer_s: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    #: when a next hop's weight falls and its share of the group falls to this fraction of
+    #: what it was or lower (about one quality band), its excess buckets move at once, busy
+    #: or not: the flows on a path that got worse leave it now, not after the unbalanced
+    #: timer. 0: only idle buckets move
+    resilient_migrate_share: Annotated[float, Field(ge=0, le=1)] = 0.8
     #: set net.ipv4.nexthop_compat_mode=0 in glbd's namespace (weight changes stop emitting one
     #: RTM_NEWROUTE per route; route dumps then omit the expanded multipath)
     set_compat_mode_off: bool = False

@@ -364,6 +364,7 @@ def resilient(f: FibSection, flowlet_timeout_s: float | None = None) -> Resilien
         buckets=f.resilient_buckets,
         idle_timer_s=idle,
         unbalanced_timer_s=f.resilient_unbalanced_timer_s,
+        migrate_share=f.resilient_migrate_share,
     )
 
 

@@ -88,6 +88,10 @@ class Resilient:
     buckets: int = 128
     idle_timer_s: float = 120.0
     unbalanced_timer_s: float = 0.0
+    #: a member whose weight falls and whose share of the weights falls to this fraction of
+    #: what it was, or lower, loses its excess buckets at once, busy or not (0: never; glbd's
+    #: own setting, not the kernel's: not in a group read back)
+    migrate_share: float = 0.0
 
     @property
     def idle_timer_ct(self) -> int:

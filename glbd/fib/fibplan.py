@@ -9,9 +9,12 @@ Rules it enforces:
 * After an adopting restart (the stale timer) only the adopted objects that glbd has not
   re-learned since are kept (``keep_*``); anything re-learned and then withdrawn goes at once.
 * Weights change in place (``GroupSet`` = RTM_NEWNEXTHOP with NLM_F_REPLACE): never
-  delete-then-add. A change the kernel cannot do in place (hash-threshold <-> resilient, other
-  bucket count) gets a new group id: the routes move over with a route replace and the old group
-  is deleted afterwards (make-before-break).
+  delete-then-add. A resilient group moves only idle buckets, except when a member's share
+  falls to ``Resilient.migrate_share`` of what it was or lower (its path got worse): then a
+  replace with an idle timer of 0 moves that member's excess buckets at once, and a second
+  one restores the timer. A change the kernel cannot do in place (hash-threshold <->
+  resilient, other bucket count) gets a new group id: the routes move over with a route
+  replace and the old group is deleted afterwards (make-before-break).
 * A member is programmed only while its link is admin-up with carrier (the kernel refuses
   others and silently flushes them on carrier loss) and it is not failed over
   (``excluded``). A group with no usable member cannot exist: it is deleted and its routes go
@@ -35,7 +38,7 @@ from __future__ import annotations
 import ipaddress
 import zlib
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -67,10 +70,12 @@ __all__ = [
     "assign_group_ids",
     "assign_ids",
     "compatible",
+    "migrating",
     "plan",
     "programmed_weights",
     "route_metric",
     "scale_weights",
+    "share_fell",
     "standby_metric",
     "standby_note",
 ]
@@ -201,6 +206,30 @@ def compatible(kg: KGroup, spec_res: Resilient | None) -> bool:
     if (kg.resilient is None) != (spec_res is None):
         return False
     return kg.resilient is None or spec_res is None or kg.resilient.buckets == spec_res.buckets
+
+
+def share_fell(
+    old: Sequence[tuple[int, int]], new: Sequence[tuple[int, int]], ratio: float
+) -> bool:
+    """A member in both entry lists (member id, weight) whose weight fell and whose share of
+    the total is now ``ratio`` of its old share or less. A member added or removed alone
+    does not count: the kernel gives a removed one's buckets away at once, and moving busy
+    buckets to one just added would only disturb running flows."""
+    total_old = sum(w for _, w in old)
+    total_new = sum(w for _, w in new)
+    if total_old <= 0 or total_new <= 0:
+        return False
+    before = dict(old)
+    for i, w in new:
+        w0 = before.get(i)
+        if w0 is not None and w < w0 and w * total_old <= ratio * w0 * total_new:
+            return True
+    return False
+
+
+def migrating(res: Resilient) -> Resilient:
+    """``res`` with an idle timer of 0: every bucket counts as idle for one replace."""
+    return Resilient(res.buckets, 0.0, res.unbalanced_timer_s, res.migrate_share)
 
 
 def usable(m: Member, observed: Observed, excluded: frozenset[Member]) -> bool:
@@ -488,7 +517,18 @@ def _plan_groups(
             and (kg.resilient.idle_timer_ct, kg.resilient.unbalanced_timer_ct)
             != (spec.resilient.idle_timer_ct, spec.resilient.unbalanced_timer_ct)
         ):
-            ops.append(GroupSet(gid, key, entries, spec.resilient, create=False))
+            res = spec.resilient
+            if (
+                res is not None
+                and res.migrate_share > 0
+                and kg.resilient is not None
+                and share_fell(kg.entries, entries, res.migrate_share)
+            ):
+                # an idle timer of 0 makes every bucket idle for this replace: the kernel
+                # moves the excess ones now (only those), and the replace after it restores
+                # the timer, so later changes wait for idle buckets again
+                ops.append(GroupSet(gid, key, entries, migrating(res), create=False))
+            ops.append(GroupSet(gid, key, entries, res, create=False))
     for mid, m in sorted(needed_members.items()):
         link = observed.links[m.ifname]
         nh = observed.nexthops.get(mid)

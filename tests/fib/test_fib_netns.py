@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import ipaddress
+import socket
 import subprocess
 import threading
 from collections import Counter
@@ -139,6 +140,62 @@ async def test_resilient_buckets_follow_weights(rig: Rig, fib: FibProgrammer) ->
     # failover: the removed member's buckets move at once
     assert await fib.remove_nexthop("198.18.10.6") == 1
     assert buckets() == {"198.18.10.2": 8}
+
+
+def busy_buckets(rig: Rig, *dests: str) -> None:
+    """Every bucket of the groups behind ``dests`` used just now: a datagram from each of
+    2000 source ports (the L4 hash policy spreads them over the buckets)."""
+    rig.r.run(["sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"])
+    with rig.r.entered():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for port in range(20000, 22000):
+            s.close()
+            with rig.r.entered():
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("0.0.0.0", port))
+            for d in dests:
+                s.sendto(b"x", (d, 9))
+    finally:
+        s.close()
+
+
+async def test_a_share_that_falls_moves_busy_buckets_at_once(rig: Rig, fib: FibProgrammer) -> None:
+    """Two resilient groups, every bucket busy, idle timer 100 s: the same weight change
+    (member 1 from half to a quarter) moves member 1's excess buckets at once in the group with
+    ``migrate_share`` and none in the group without; the idle timer is 100 s again after."""
+    slow = Resilient(buckets=64, idle_timer_s=100.0, unbalanced_timer_s=0.0)
+    fast = Resilient(buckets=64, idle_timer_s=100.0, unbalanced_timer_s=0.0, migrate_share=0.8)
+
+    def desired(w1: int) -> Desired:
+        ws = {member(1): w1, member(2): 3}
+        return Desired(
+            groups={"fast": GroupSpec(ws, fast), "slow": GroupSpec(ws, slow)},
+            routes={PFX_B: "fast", PFX_A: "slow"},
+        )
+
+    await fib.apply(desired(3))
+    ids = {k: route_nhid(rig, str(p)) for k, p in (("fast", PFX_B), ("slow", PFX_A))}
+
+    def buckets(key: str) -> Counter[str]:
+        gws = by_gw(rig)
+        rows = rig.ip_json("nexthop", "bucket", "show", "id", str(ids[key]))
+        return Counter(gws[b["bucket"]["nhid"]] for b in rows)
+
+    half = {"198.18.10.2": 32, "198.18.10.6": 32}
+    assert buckets("fast") == buckets("slow") == half
+    busy_buckets(rig, "198.51.100.5", "203.0.113.5")
+    await fib.apply(desired(1))
+    assert rig.group(ids["fast"]) == rig.group(ids["slow"])  # both reweighted 1:3
+    assert buckets("fast") == {"198.18.10.2": 16, "198.18.10.6": 48}
+    assert buckets("slow") == half  # busy: they wait for the idle timer
+    for key in ("fast", "slow"):
+        (g,) = rig.ip_json("nexthop", "show", "id", str(ids[key]))
+        assert g["resilient_args"]["idle_timer"] == 100, g
+    # a share that rises moves nothing busy: member 1 back to half
+    busy_buckets(rig, "198.51.100.5")
+    await fib.apply(desired(3))
+    assert buckets("fast") == {"198.18.10.2": 16, "198.18.10.6": 48}
 
 
 async def test_link_down_up_member_removed_and_recreated(rig: Rig, fib: FibProgrammer) -> None:

@@ -32,6 +32,7 @@ from glbd.fib.fibplan import (
     plan,
     route_metric,
     scale_weights,
+    share_fell,
 )
 
 N = ipaddress.ip_network
@@ -174,6 +175,45 @@ def test_resilient_timer_change_is_in_place() -> None:
     ops, _o, ids2 = run(desired({M1: 1, M2: 1}, Resilient(32, 5.0, 10.0)), obs, ids)
     assert ids2.groups == ids.groups
     assert len(ops) == 1 and isinstance(ops[0], GroupSet) and not ops[0].create
+
+
+def test_a_falling_share_migrates_then_restores_the_idle_timer() -> None:
+    res = Resilient(64, 1.0, 5.0, migrate_share=0.8)
+    plain = Resilient(64, 1.0, 5.0)
+
+    def reweight(r: Resilient, w1: dict[Member, int], w2: dict[Member, int]) -> list[Op]:
+        _ops, obs, ids = run(desired(w1, r), Observed(links=links()))
+        ops, obs2, _ = run(desired(w2, r), obs, ids)
+        assert obs2.groups[ids.groups["prof"]].resilient == r  # the timer as configured
+        return ops
+
+    equal, m1_fell = {M1: 3, M2: 3, M3: 3}, {M1: 1, M2: 2, M3: 2}
+    # M1 from a third to a fifth: a replace with an idle timer of 0, then one with the timer
+    ops = reweight(res, equal, m1_fell)
+    assert [o.resilient for o in ops if isinstance(o, GroupSet)] == [
+        Resilient(64, 0.0, 5.0, 0.8),
+        res,
+    ]
+    assert len(ops) == 2
+    # M1 back up, or the same fall without migrate_share: one replace
+    assert [o.resilient for o in reweight(res, m1_fell, equal)] == [res]
+    assert [o.resilient for o in reweight(plain, equal, m1_fell)] == [plain]
+
+
+def test_share_fell() -> None:
+    assert share_fell([(1, 3), (2, 3)], [(1, 1), (2, 3)], 0.8)  # a half to a quarter
+    # member 1's share falls only because member 2 got better: its path is no worse
+    assert not share_fell([(1, 1), (2, 1)], [(1, 1), (2, 3)], 0.8)
+    assert not share_fell([(1, 255), (2, 255)], [(1, 240), (2, 255)], 0.8)  # a wobble
+    # a member added: the others' shares fall, their weights do not
+    assert not share_fell([(1, 1), (2, 1)], [(1, 1), (2, 1), (3, 1)], 0.8)
+    # a member removed: the kernel moves its buckets anyway
+    assert not share_fell([(1, 1), (2, 1), (3, 1)], [(1, 1), (2, 1)], 0.8)
+    # one band (x1.5) down in a group of four equal members: 0.73 of its share
+    assert share_fell([(i, 27) for i in range(4)], [(0, 18), (1, 27), (2, 27), (3, 27)], 0.8)
+    # one band down of two: 0.8 of its share
+    assert share_fell([(1, 27), (2, 27)], [(1, 18), (2, 27)], 0.8)
+    assert not share_fell([(1, 0)], [(1, 0)], 0.8)
 
 
 def test_stale_objects_kept_until_allowed() -> None:
