@@ -91,6 +91,7 @@ CONTENDERS = ("glb", "ecmp", "frr")
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
     "glb-nomig",
+    "glb-cap",
     "glb-all",
     "glb-fl",
     "glb-fl-always",
@@ -113,6 +114,7 @@ STATIC = ("ecmp", "optimum", "ecmp-res")
 LABELS = {
     "glb": "glbd as shipped",
     "glb-nomig": "glbd as shipped, busy buckets wait (the default before migrate_share)",
+    "glb-cap": "glbd as shipped, leaves weigh by residual capacity only (a flat weight table)",
     "glb-all": "glbd as shipped, band from all traffic (the default before the ingress counter)",
     "glb-fl": "glbd as shipped + flowlets on",
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
@@ -486,6 +488,7 @@ class ControlPlane:
         elif self.key in (
             "glb",
             "glb-nomig",
+            "glb-cap",
             "glb-all",
             "glb-fl",
             "glb-fl-always",
@@ -496,6 +499,9 @@ class ControlPlane:
             extra = {
                 "glb": {},
                 "glb-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
+                "glb-cap": {
+                    "leaf": "[path_quality]\nweight_table = [27, 27, 27, 27, 27, 27, 27, 27]"
+                },
                 "glb-all": {},
                 "glb-fl": flowlets,
                 "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},
