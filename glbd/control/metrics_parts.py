@@ -476,6 +476,13 @@ FIB_METRICS: tuple[Entry, ...] = (
                 "prefixes glbd wants that another protocol's route holds (left alone)",
                 lambda fib: float(len(fib.get("foreign_routes") or [])),
             ),
+            One(
+                "glbd_fib_bucket_migrations_total",
+                "counter",
+                "resilient group replaces that moved the busy buckets of a next hop whose share "
+                "fell at once (fib.resilient_migrate_share)",
+                lambda fib: float((fib.get("counters") or {}).get("migrations", 0)),
+            ),
             Each(
                 "glbd_fib_conflicts_total",
                 "counter",

@@ -53,6 +53,7 @@ from glbd.fib.fibplan import (
     PlanParams,
     RouteDel,
     RouteSet,
+    is_migration,
     route_metric,
     standby_metric,
     standby_note,
@@ -103,6 +104,9 @@ class FibStats:
     ops: int = 0
     op_errors: int = 0
     failovers: int = 0
+    #: group replaces that moved a member's busy buckets at once (its share fell, see
+    #: ``Resilient.migrate_share``)
+    migrations: int = 0
     #: failovers the BFD engine had already done in the kernel (glbd only mirrored them)
     engine_failovers: int = 0
     #: glbd-owned member nexthops deleted by someone else while wanted
@@ -186,6 +190,8 @@ class FibCache:
             o.nexthops[op.id] = KNexthop(op.id, self.protocol, m.gateway, op.ifindex, m.onlink)
         elif isinstance(op, GroupSet):
             o.groups[op.id] = KGroup(op.id, self.protocol, op.entries, op.resilient)
+            if is_migration(op):
+                self.stats.migrations += 1
         elif isinstance(op, RouteSet):
             o.routes[(op.prefix, op.metric)] = KRoute(
                 op.prefix, self.table, self.protocol, op.metric, op.nhid

@@ -70,6 +70,7 @@ __all__ = [
     "assign_group_ids",
     "assign_ids",
     "compatible",
+    "is_migration",
     "migrating",
     "plan",
     "programmed_weights",
@@ -230,6 +231,12 @@ def share_fell(
 def migrating(res: Resilient) -> Resilient:
     """``res`` with an idle timer of 0: every bucket counts as idle for one replace."""
     return Resilient(res.buckets, 0.0, res.unbalanced_timer_s, res.migrate_share)
+
+
+def is_migration(op: GroupSet) -> bool:
+    """``op`` is the replace that moves busy buckets at once (:func:`migrating`)."""
+    r = op.resilient
+    return r is not None and r.idle_timer_ct == 0 and r.migrate_share > 0 and not op.create
 
 
 def usable(m: Member, observed: Observed, excluded: frozenset[Member]) -> bool:
@@ -521,6 +528,7 @@ def _plan_groups(
             if (
                 res is not None
                 and res.migrate_share > 0
+                and res.idle_timer_ct > 0
                 and kg.resilient is not None
                 and share_fell(kg.entries, entries, res.migrate_share)
             ):

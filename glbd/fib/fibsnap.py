@@ -100,6 +100,7 @@ def snapshot(
                 "ops",
                 "op_errors",
                 "failovers",
+                "migrations",
                 "engine_failovers",
                 "foreign_deletes",
                 "link_events",

@@ -189,6 +189,7 @@ async def test_a_share_that_falls_moves_busy_buckets_at_once(rig: Rig, fib: FibP
     assert rig.group(ids["fast"]) == rig.group(ids["slow"])  # both reweighted 1:3
     assert buckets("fast") == {"198.18.10.2": 16, "198.18.10.6": 48}
     assert buckets("slow") == half  # busy: they wait for the idle timer
+    assert fib.snapshot(routes=False)["counters"]["migrations"] == 1
     for key in ("fast", "slow"):
         (g,) = rig.ip_json("nexthop", "show", "id", str(ids[key]))
         assert g["resilient_args"]["idle_timer"] == 100, g
@@ -196,6 +197,7 @@ async def test_a_share_that_falls_moves_busy_buckets_at_once(rig: Rig, fib: FibP
     busy_buckets(rig, "198.51.100.5")
     await fib.apply(desired(3))
     assert buckets("fast") == {"198.18.10.2": 16, "198.18.10.6": 48}
+    assert fib.snapshot(routes=False)["counters"]["migrations"] == 1
 
 
 async def test_link_down_up_member_removed_and_recreated(rig: Rig, fib: FibProgrammer) -> None:

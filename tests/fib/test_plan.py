@@ -198,6 +198,9 @@ def test_a_falling_share_migrates_then_restores_the_idle_timer() -> None:
     # M1 back up, or the same fall without migrate_share: one replace
     assert [o.resilient for o in reweight(res, m1_fell, equal)] == [res]
     assert [o.resilient for o in reweight(plain, equal, m1_fell)] == [plain]
+    # an idle timer of 0 already moves every bucket: nothing more to do
+    zero = Resilient(64, 0.0, 5.0, 0.8)
+    assert [o.resilient for o in reweight(zero, equal, m1_fell)] == [zero]
 
 
 def test_share_fell() -> None:
