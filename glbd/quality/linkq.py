@@ -652,15 +652,24 @@ class LinkMonitor:
         return {n: self._quality(n, ln) for n, ln in self._links.items() if ln.band is not None}
 
     def entries(self, far_end: Mapping[str, int]) -> list[wire.Entry]:
-        """Heartbeat entries for the measured links that have a far end (BGP id) known."""
+        """Heartbeat entries for the measured links that have a far end (BGP id) known.
+
+        With bands from the foreign load, a link that is up is advertised at band 7: that
+        load is already in the residual capacity the entry carries, and a receiver weighs by
+        capacity x band, so the band would count it a second time (a link 75 % full of it
+        would get a sixtieth of a free link's weight, not the quarter its residual is worth).
+        The band the monitor measured is still its own (``glbctl links``, metrics)."""
         out = []
         entry = wire.Entry
         down_flag = wire.ENTRY_FLAG_DOWN
+        in_capacity = self._p.band_from_foreign
         for name, ln in self._links.items():
             fe = far_end.get(name)
             band = ln.band
             if fe is None or band is None:
                 continue
+            if in_capacity:
+                band = MAX_BAND
             # the entry's figures, clamped to their wire widths, inlined: this runs for every
             # link every sample in the daemon
             load = ln.load

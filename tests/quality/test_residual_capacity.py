@@ -373,3 +373,31 @@ def test_changing_the_foreign_source_drops_the_old_readings() -> None:
     assert [c.reason for c in moved] == [LinkChange.CAPACITY]
     q = m.quality("eth1")
     assert q is not None and q.residual_mbps is None and q.foreign_mbps is None, q
+
+
+def test_a_band_from_the_foreign_load_is_advertised_in_the_capacity_alone() -> None:
+    """With bands from the foreign load, the heartbeat carries that load once: in the residual
+    capacity, with the link at band 7 (the receiver weighs capacity x band). The monitor's own
+    band still shows it; with bands from all traffic the entry carries the measured band."""
+    for from_foreign in (True, False):
+        m = LinkMonitor(
+            LinkMonParams(
+                capacity_mbps={"eth1": 10.0},
+                foreign_classes=frozenset({CLS}),
+                band_from_foreign=from_foreign,
+            )
+        )
+        m.set_interfaces(["eth1"])
+        tx, t, b = 0, 0.0, 0
+        for _ in range(100):  # one second: 7.5 Mbit/s foreign, the link full
+            m.on_samples([LinkSample("eth1", True, tx, 200_000, 7)], t)
+            if round(t * 100) % 5 == 0:
+                m.on_foreign({7: b}, t)
+                b += int(7.5e6 / 8 * 0.05)
+            tx += int(10e6 / 8 * 0.01)
+            t += 0.01
+        q = m.quality("eth1")
+        assert q is not None and q.band <= 2, q  # measured: the link is loaded either way
+        (e,) = m.entries({"eth1": 42})
+        assert e.capacity_mbps == round(q.residual_mbps or 0) <= 3
+        assert e.band == (7 if from_foreign else q.band)
