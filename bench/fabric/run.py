@@ -88,8 +88,9 @@ from bench.fabric.traffic import (
 
 #: the default run: glbd as shipped first, then the baselines
 CONTENDERS = ("glb", "ecmp", "frr")
-#: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
-EXTRA_CONTENDERS = (
+#: glbd as shipped, and variants of it that change only what their extra TOML says
+SHIPPED = (
+    "glb",
     "glb-nomig",
     "glb-cap",
     "glb-all",
@@ -97,6 +98,10 @@ EXTRA_CONTENDERS = (
     "glb-fl-always",
     "glb-ns",
     "glb-fl-ns",
+)
+#: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
+EXTRA_CONTENDERS = (
+    *SHIPPED[1:],
     "glb-res",
     "glb-ht",
     "glb-flowlet",
@@ -485,16 +490,7 @@ class ControlPlane:
                     extra_bgp=[" bgp bestpath bandwidth ignore"],
                 ).values()
             )
-        elif self.key in (
-            "glb",
-            "glb-nomig",
-            "glb-cap",
-            "glb-all",
-            "glb-fl",
-            "glb-fl-always",
-            "glb-ns",
-            "glb-fl-ns",
-        ):
+        elif self.key in SHIPPED:
             flowlets = {"leaf": "[flowlet]\nenabled = true"}
             extra = {
                 "glb": {},
