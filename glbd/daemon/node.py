@@ -664,8 +664,7 @@ class Node:
         agg: Changes | None = None
         for ch in changes:
             ifn = ch.quality.ifname
-            lq = monitor.quality(ifn)
-            c = self.table.set_local(ifn, None if lq is None else lq.usable())
+            c = self.table.set_local(ifn, monitor.usable(ifn))
             agg = c if agg is None else agg | c
         if agg:
             self._table_changed(agg)

@@ -40,7 +40,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
 from glbd.fib.fibmodel import (
@@ -230,7 +230,7 @@ def share_fell(
 
 def migrating(res: Resilient) -> Resilient:
     """``res`` with an idle timer of 0: every bucket counts as idle for one replace."""
-    return Resilient(res.buckets, 0.0, res.unbalanced_timer_s, res.migrate_share)
+    return replace(res, idle_timer_s=0.0)
 
 
 def is_migration(op: GroupSet) -> bool:

@@ -647,18 +647,27 @@ class LinkMonitor:
         ln = self._links.get(ifname)
         return None if ln is None or ln.band is None else self._quality(ifname, ln)
 
+    def usable(self, ifname: str) -> LinkQuality | None:
+        """What steerable traffic can use of the link, as this router's path table and its
+        heartbeats (:meth:`entries`) see it: the residual as its capacity and, with bands from
+        the foreign load, band 7 while it is up (that load is in the capacity already; the
+        weight multiplies the two, so the band would count it twice)."""
+        q = self.quality(ifname)
+        if q is None:
+            return None
+        q = q.usable()
+        return replace(q, band=MAX_BAND) if self._p.band_from_foreign and not q.down else q
+
     def qualities(self) -> dict[str, LinkQuality]:
         """Every measured link (a link without two samples yet is absent: unknown)."""
         return {n: self._quality(n, ln) for n, ln in self._links.items() if ln.band is not None}
 
     def entries(self, far_end: Mapping[str, int]) -> list[wire.Entry]:
-        """Heartbeat entries for the measured links that have a far end (BGP id) known.
-
-        With bands from the foreign load, a link that is up is advertised at band 7: that
-        load is already in the residual capacity the entry carries, and a receiver weighs by
-        capacity x band, so the band would count it a second time (a link 75 % full of it
-        would get a sixtieth of a free link's weight, not the quarter its residual is worth).
-        The band the monitor measured is still its own (``glbctl links``, metrics)."""
+        """Heartbeat entries for the measured links that have a far end (BGP id) known: each
+        link as :meth:`usable` gives it (inlined: this runs every sample), so with bands from
+        the foreign load a link that is up goes out at band 7 (a link 75 % full of that load
+        would otherwise get a sixtieth of a free link's weight, not the quarter its residual
+        is worth). The band the monitor measured stays its own (``glbctl links``, metrics)."""
         out = []
         entry = wire.Entry
         down_flag = wire.ENTRY_FLAG_DOWN

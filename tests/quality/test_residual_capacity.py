@@ -401,3 +401,6 @@ def test_a_band_from_the_foreign_load_is_advertised_in_the_capacity_alone() -> N
         (e,) = m.entries({"eth1": 42})
         assert e.capacity_mbps == round(q.residual_mbps or 0) <= 3
         assert e.band == (7 if from_foreign else q.band)
+        # the local part of this router's path table sees the link as the heartbeat says it
+        u = m.usable("eth1")
+        assert u is not None and (u.band, u.capacity_mbps) == (e.band, q.residual_mbps)
