@@ -75,7 +75,8 @@ def test_profiles_and_verdicts() -> None:
 
 def test_options() -> None:
     p, only, _ = parse([])
-    assert p.residual and p.memory and only == ["glb", "ecmp", "frr"]
+    assert p.residual and p.memory and p.rps and only == ["glb", "ecmp", "frr"]
+    assert not parse(["--no-rps"])[0].rps
     assert p.cases == ("none", "before", "during", "fail") and p.profiles == ("deep", "shallow")
     p, only, _ = parse(["--no-residual", "--no-memory", "--only", "ecmp,glb-res-frozen"])
     assert not p.residual and not p.memory and only == ["ecmp", "glb-res-frozen"]

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from glbdlab.netns import namespace_pids
+from glbdlab.netns import Netns, namespace_pids
 from glbdlab.procstat import cpu_ticks
 
 _HZ = os.sysconf("SC_CLK_TCK")
@@ -39,12 +39,12 @@ class Cpus:
         if not self.isolated:
             return "NOT isolated (one CPU): traffic and control planes share it"
         return (
-            f"routers' control planes on CPU {_fmt(self.routers)}, "
-            f"hosts' traffic on CPU {_fmt(self.traffic)}"
+            f"routers' control planes on CPU {fmt(self.routers)}, "
+            f"hosts' traffic on CPU {fmt(self.traffic)}"
         )
 
 
-def _fmt(cpus: Iterable[int]) -> str:
+def fmt(cpus: Iterable[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
@@ -97,6 +97,33 @@ def pin_namespaces(names: Iterable[str], cpus: frozenset[int]) -> int:
     return len(pids)
 
 
+def cpu_mask(cpus: Iterable[int]) -> str:
+    """``cpus`` as the hexadecimal mask sysfs takes (``rps_cpus``)."""
+    return format(sum(1 << c for c in cpus), "x")
+
+
+#: every interface but lo of the namespace it runs in: its receive work goes to the CPUs of $1
+_STEER = (
+    'for q in /sys/class/net/*/queues/rx-*/rps_cpus; do case "$q" in */lo/*) continue;; esac; '
+    'echo "$1" > "$q"; done'
+)
+
+
+def steer_receive(namespaces: Iterable[Netns], cpus: frozenset[int]) -> None:
+    """Receive packet steering of every interface in ``namespaces`` to ``cpus``.
+
+    A veth hands a frame to its peer's receive path on the CPU that transmitted it. The CPU
+    that transmits is whichever CPU ran the egress qdisc: a router's control packet (BFD, a
+    heartbeat) sent on the router CPU dequeues the data packets queued behind it there too, and
+    those then race the same flow's earlier packets still queued on the traffic CPU: a
+    reordering that no switch makes, and a cost that grows with the control plane's packet
+    rate. With RPS every frame is queued to the traffic CPUs' backlog, in the order the qdisc
+    sent it."""
+    mask = cpu_mask(cpus)
+    for ns in namespaces:
+        ns.run(["sh", "-c", _STEER, "steer", mask])
+
+
 class ControlPlaneCpu:
     """CPU time of every process in a contender's router namespaces, between two reads."""
 
@@ -129,6 +156,28 @@ def cpu_idle_pct(
     idle = sum(b[c][0] - a[c][0] for c in cpus if c in a and c in b)
     total = sum(b[c][1] - a[c][1] for c in cpus if c in a and c in b)
     return 100.0 * idle / total if total > 0 else float("nan")
+
+
+def softnet_processed(text: str | None = None) -> dict[int, int]:
+    """CPU number -> packets its receive softirq has processed, from /proc/net/softnet_stat
+    (the whole machine: the counter is not per namespace)."""
+    if text is None:
+        with open("/proc/net/softnet_stat") as f:
+            text = f.read()
+    out: dict[int, int] = {}
+    for i, line in enumerate(text.splitlines()):
+        cols = line.split()
+        if cols:
+            out[int(cols[12], 16) if len(cols) > 12 else i] = int(cols[0], 16)
+    return out
+
+
+def processed_share(cpus: frozenset[int], a: dict[int, int], b: dict[int, int]) -> float:
+    """Share (%) of the packets processed between two :func:`softnet_processed` readings that
+    ``cpus`` processed."""
+    d = {c: (b[c] - a[c]) % (1 << 32) for c in b if c in a}  # the counters are 32 bits wide
+    total = sum(d.values())
+    return 100.0 * sum(v for c, v in d.items() if c in cpus) / total if total else float("nan")
 
 
 def per_cpu_times() -> dict[int, tuple[int, int]]:

@@ -111,6 +111,14 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
                 f"| {okn}/{len(ex)} |"
             )
         lines.append("")
+    rx = {k: _med([e.router_rx_pct for e in rows if e.contender == k]) for k in keys}
+    if any(r.n for r in rx.values()):
+        lines += [
+            "Packets received on the router CPUs (% of the machine's, median per exchange; 0 "
+            "when isolation holds): "
+            + ", ".join(f"{k} {r.median:.1f}" for k, r in rx.items() if r.n),
+            "",
+        ]
     return lines
 
 

@@ -218,6 +218,8 @@ class Params:
     memory: bool = True
     #: flowlet timeout of the flowlet contenders, ms; 0 = glbd's default ("auto")
     flowlet_timeout_ms: float = 0.0
+    #: every veth's receive work steered to the traffic CPUs (``isolate.steer_receive``)
+    rps: bool = True
 
     @property
     def pair_bytes(self) -> int:
@@ -261,6 +263,8 @@ class Exchange:
     rto: int = 0
     cpu_idle_pct: float = float("nan")  # the traffic CPUs' idle share
     router_cpu_idle_pct: float = float("nan")  # the router CPUs' idle share
+    #: share (%) of the machine's received packets that the router CPUs processed
+    router_rx_pct: float = float("nan")
     #: every process in the contender's router namespaces, % of one core per router
     cp_cpu_pct: float = float("nan")
     bench_cpu_pct: float = float("nan")  # this process (flows, sampler) in % of one core
@@ -763,6 +767,8 @@ def build(
     topo = leaf_spine(p.spines, p.leaves)
     fab = stack.enter_context(Fabric(topo))
     prepare(fab, p)
+    if p.rps and cpus.isolated:
+        isolate.steer_receive([fab.ns(n) for n in topo.names()], cpus.traffic)
     cp = ControlPlane(key, fab, p, run_dir / p.profile)
     stack.callback(cp.stop)
     t = time.monotonic()
@@ -827,6 +833,7 @@ def run_profile(
                         )
                         + f"  routers {ex.cp_cpu_pct:4.1f} %/router"
                         f"  traffic CPU idle {ex.cpu_idle_pct:4.1f} %"
+                        f"  rx on router CPU {ex.router_rx_pct:4.1f} %"
                     )
     return out
 
@@ -868,6 +875,7 @@ def one_exchange(
     c0 = tcp_counters(list(st.hns.values()))
     f0 = flowlet_totals(cp.glbd)
     cpu0 = isolate.per_cpu_times()
+    rx0 = isolate.softnet_processed()
     st.cpu.start(time.monotonic())
     pt0 = time.process_time()
     st.sampler.start()
@@ -895,6 +903,7 @@ def one_exchange(
             set_optimum(fab, p, False)
     t_end = time.monotonic()
     cpu1 = isolate.per_cpu_times()
+    rx1 = isolate.softnet_processed()
     cp_pct = st.cpu.pct_of_core(t_end)
     ex_cpu = time.process_time() - pt0
     c1 = tcp_counters(list(st.hns.values()))
@@ -903,6 +912,7 @@ def one_exchange(
     ex.cp_cpu_pct = cp_pct / n_routers
     ex.cpu_idle_pct = isolate.cpu_idle_pct(cpus.traffic, cpu0, cpu1)
     ex.router_cpu_idle_pct = isolate.cpu_idle_pct(cpus.routers, cpu0, cpu1)
+    ex.router_rx_pct = isolate.processed_share(cpus.routers, rx0, rx1)
     if case == "during" and bg.t_on:
         ex.t_event = round(bg.t_on - res.t0, 3)
     ex.bound_s = model.exchange_bound(p.bound(), case, ex.t_event, p.hot_mbps * BG_WIRE)
@@ -992,6 +1002,10 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         "--flowlet-timeout-ms", type=float, default=d.flowlet_timeout_ms,
         help='fixed flowlet timeout of the flowlet contenders (default: glbd\'s "auto")',
     )  # fmt: skip
+    ap.add_argument(
+        "--no-rps", action="store_true",
+        help="leave every veth's receive work on the CPU that sent the frame (no RPS)",
+    )  # fmt: skip
     ap.add_argument("--out", default="", help="JSON results file (default: in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory (glbd logs)")
     ap.add_argument("--report", default="", help="only print the report of a saved JSON file")
@@ -1013,7 +1027,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
         rate=a.rate, hot=a.hot, mbytes=a.mbytes, flows_override=a.flows, runs=a.runs, cases=cases,
         profiles=profiles, settle=a.settle, hot_at=a.hot_at, fail_at=a.fail_at,
         hash_policy=a.hash_policy, residual=not a.no_residual, memory=not a.no_memory,
-        flowlet_timeout_ms=a.flowlet_timeout_ms,
+        flowlet_timeout_ms=a.flowlet_timeout_ms, rps=not a.no_rps,
     )  # fmt: skip
     return p, only, a
 
@@ -1023,6 +1037,7 @@ def load(path: str) -> tuple[Params, list[Exchange], dict[str, Any]]:
     d = json.loads(Path(path).read_text())
     known = {f.name for f in dataclasses.fields(Params)}
     prm = {k: v for k, v in d["params"].items() if k in known}
+    prm.setdefault("rps", False)  # files from before RPS ran without it
     for k in ("cases", "profiles"):
         if k in prm:
             prm[k] = tuple(prm[k])
@@ -1080,7 +1095,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "machine": f"{model_name}, {os.cpu_count()} CPUs, "
         f"kernel {Path('/proc/sys/kernel/osrelease').read_text().strip()}",
-        "cpus": cpus.describe(),
+        "cpus": cpus.describe()
+        + (
+            f"; every veth's receive work steered to CPU {isolate.fmt(cpus.traffic)} (RPS)"
+            if p.rps and cpus.isolated
+            else "; receive work on the CPU that sent each frame (no RPS)"
+        ),
         "load_start": loadavg(),
     }
     log(
