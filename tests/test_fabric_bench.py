@@ -4,6 +4,7 @@ the daemon rejects would only show as a benchmark that never converges)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,14 @@ def test_profiles_and_verdicts() -> None:
     assert any("before, reorder events: 5 (ECMP 0)" in v and "NOT met" in v for v in verdicts)
     assert any("changed spine: 25 %" in v and v.endswith(": met") for v in verdicts)
     assert any("before, time / fluid bound: 1.30" in v and v.endswith(": met") for v in verdicts)
+    assert "2x ECMP needs `glb` <= 2.00 s; it took 1.30 s, and 1.00 s with no hotspot\n" in text
+    # a 2x target under glb's own time with no hotspot is said to be so
+    rows += [ex("glb", "during", 1.2), ex("ecmp", "during", 1.5)]
+    text = report(dataclasses.replace(q, cases=("none", "before", "during", "fail")), rows, meta)
+    assert (
+        "needs `glb` <= 0.75 s; it took 1.20 s, and 1.00 s with no hotspot (the target is below"
+        in text
+    )
 
 
 def test_options() -> None:

@@ -111,6 +111,7 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
                 f"| {okn}/{len(ex)} |"
             )
         lines.append("")
+    lines += _headroom(rows)
     rx = {k: _med([e.router_rx_pct for e in rows if e.contender == k]) for k in keys}
     if any(r.n for r in rx.values()):
         lines += [
@@ -120,6 +121,30 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
             "",
         ]
     return lines
+
+
+def _headroom(rows: list[Exchange]) -> list[str]:
+    """What the 2x target of each hotspot case asks of ``glb``, next to ``glb``'s own time with
+    no hotspot: a hotspot only takes capacity away, so a target below that time asks for the
+    leaves' own flows to be spread better, not only for the hot link to be avoided."""
+
+    def med(case: str, k: str) -> float | None:
+        s = _med([e.completion_s for e in rows if e.case == case and e.contender == k and e.ok])
+        return s.median if s.n else None
+
+    none = med("none", "glb")
+    out = []
+    for case in ("before", "during"):
+        t, te = med(case, "glb"), med(case, "ecmp")
+        if t is None or te is None or none is None:
+            continue
+        need = te / T_SPEEDUP
+        out.append(
+            f"{TITLES[case]}: {T_SPEEDUP:g}x ECMP needs `glb` <= {need:.2f} s; it took "
+            f"{t:.2f} s, and {none:.2f} s with no hotspot"
+            + (" (the target is below its own time with no hotspot)" if need < none else "")
+        )
+    return [*out, ""] if out else []
 
 
 def _verdicts(prof: str, rows: list[Exchange]) -> list[str]:
