@@ -144,3 +144,12 @@ def test_generated_configs_load(
             assert cfg.link_quality.foreign_classes == []  # only the helpers report residual
             for k, v in (table or {"weight_memory": True}).items():
                 assert getattr(pq, k) == v
+
+
+def test_a_flow_hash_overloads_its_busiest_link() -> None:
+    deep = model.hash_spread(4, 4, 16)
+    assert deep.median == 1.5 and deep.lo <= deep.median <= deep.hi
+    assert model.hash_spread(4, 4, 16) == deep  # a fixed seed: every report says the same
+    assert model.hash_spread(4, 4, 4).median > deep.median  # fewer flows, worse luck
+    assert model.hash_spread(4, 4, 400, trials=200).median < 1.15  # many flows even out
+    assert model.hash_spread(1, 4, 16, trials=10).median == 1.0  # one spine: nothing to hash

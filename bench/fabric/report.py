@@ -112,6 +112,15 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
             )
         lines.append("")
     lines += _headroom(rows)
+    pp = p.for_profile(prof)
+    hs = model.hash_spread(pp.spines, pp.leaves, pp.flows)
+    lines += [
+        f"A flow hash that never moves a flow ({pp.flows} per host pair, placed at random): "
+        f"its busiest link carries {hs.median:.2f}x its balanced share (10th-90th percentile "
+        f"{hs.lo:.2f}-{hs.hi:.2f}, {hs.n} placements), so it takes at least that many times "
+        f"the no-hotspot bound (target: {T_BOUND:g}x)",
+        "",
+    ]
     rx = {k: _med([e.router_rx_pct for e in rows if e.contender == k]) for k in keys}
     if any(r.n for r in rx.values()):
         lines += [
