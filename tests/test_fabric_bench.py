@@ -153,3 +153,12 @@ def test_a_flow_hash_overloads_its_busiest_link() -> None:
     assert model.hash_spread(4, 4, 4).median > deep.median  # fewer flows, worse luck
     assert model.hash_spread(4, 4, 400, trials=200).median < 1.15  # many flows even out
     assert model.hash_spread(1, 4, 16, trials=10).median == 1.0  # one spine: nothing to hash
+
+
+def test_the_placed_oracle_spreads_flows_by_weight() -> None:
+    from bench.fabric.run import spread
+
+    assert spread(16, [1.0, 1.0, 1.0, 1.0]) == [0, 1, 2, 3] * 4
+    hot = spread(16, [2.5, 10.0, 10.0, 10.0])  # spine1 keeps a residual of 2.5 of 10 Mbit/s
+    assert [hot.count(i) for i in range(4)] == [1, 5, 5, 5]
+    assert spread(3, [0.0, 1.0]) == [1, 1, 1]

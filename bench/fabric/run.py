@@ -111,11 +111,12 @@ EXTRA_CONTENDERS = (
     "ecmp-res",
     "glb-res-frozen",
     "glb-flowlet-ht",
+    "placed",
 )
 #: contenders whose leaves run glbd's flowlet program
 FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
 #: contenders with static routes (re-installed after the spine failure)
-STATIC = ("ecmp", "optimum", "ecmp-res")
+STATIC = ("ecmp", "optimum", "ecmp-res", "placed")
 LABELS = {
     "glb": "glbd as shipped",
     "glb-nomig": "glbd as shipped, busy buckets wait (the default before migrate_share)",
@@ -136,6 +137,7 @@ LABELS = {
     "glb-res-frozen": "glbd resilient, weights frozen",
     "glb-flowlet": "glbd + flowlets (tuned)",
     "glb-flowlet-ht": "glbd ht + flowlets (tuned)",
+    "placed": "flows placed evenly by the bench (oracle, no hash)",
 }
 #: [fib] settings of the diagnostic contenders (written into the generated glbd.toml)
 FIB_OVERRIDES = {
@@ -392,6 +394,81 @@ def _mp_route(fab: Fabric, leaf: str, pfx: str, w: dict[str, int]) -> str:
     return " ".join(parts)
 
 
+#: routing table of the ``placed`` contender's leaves that sends every prefix over spine i
+PLACED_TABLE = 100
+#: rule priorities of the ``placed`` contender: the placement at the start of an exchange,
+#: and the one that replaces it for the hot prefix when the hotspot starts mid-exchange
+PLACED_PRIO, PLACED_HOT_PRIO = 1000, 500
+
+
+def install_spine_tables(fab: Fabric) -> None:
+    """On each leaf, table PLACED_TABLE + i: every other leaf's prefix via spine i only."""
+    topo = fab.topo
+    for leaf in topo.names("leaf"):
+        cmds = [
+            f"route replace {topo.node(other).prefix4} via {fab.addr(s, leaf)} "
+            f"dev {fab.ifname(leaf, s)} table {PLACED_TABLE + i}"
+            for i, s in enumerate(topo.names("spine"))
+            for other in topo.names("leaf")
+            if other != leaf
+        ]
+        fab.ns(leaf).ip_batch(cmds)
+
+
+def spread(n: int, weights: Sequence[float]) -> list[int]:
+    """``n`` flows over members with ``weights``: the member of each flow, as evenly as the
+    weights allow (smooth weighted round robin)."""
+    total = sum(weights)
+    credit = [0.0] * len(weights)
+    out = []
+    for _ in range(n):
+        for i, w in enumerate(weights):
+            credit[i] += w
+        best = max(range(len(weights)), key=lambda i: credit[i])
+        credit[best] -= total
+        out.append(best)
+    return out
+
+
+def place_flows(fab: Fabric, p: Params, sport_base: int, hot: bool, prio: int) -> None:
+    """The ``placed`` oracle: each host's flows to each destination spread evenly over the
+    spines by one ip rule per flow (its source port), the hot leaf's by the residual
+    capacities when ``hot``. Flows are numbered as ``all_to_all`` numbers them."""
+    topo = fab.topo
+    hosts = topo.names("host")
+    spines = topo.names("spine")
+    resid = [p.rate - (p.hot_mbps if s == p.hot_spine else 0.0) for s in spines]
+    cmds: dict[str, list[str]] = {}
+    sport = sport_base
+    for a in hosts:
+        leaf = f"leaf{topo.node(a).index}"
+        for b in hosts:
+            if a == b:
+                continue
+            to_hot = f"leaf{topo.node(b).index}" == p.hot_leaf
+            members = spread(p.flows, resid if hot and to_hot else [1.0] * len(spines))
+            for m in members:
+                if prio == PLACED_PRIO or to_hot:
+                    cmds.setdefault(leaf, []).append(
+                        f"rule add priority {prio + sport - sport_base} iif "
+                        f"{fab.ifname(leaf, a)} ipproto tcp sport {sport} "
+                        f"table {PLACED_TABLE + m}"
+                    )
+                sport += 1
+    for leaf, lines in cmds.items():
+        fab.ns(leaf).ip_batch(lines)
+
+
+def unplace_flows(fab: Fabric, p: Params) -> None:
+    """Delete every rule :func:`place_flows` may have added."""
+    n = p.flows * len(fab.topo.names("host")) ** 2
+    dels = [f"rule del priority {base + i}" for base in (PLACED_PRIO, PLACED_HOT_PRIO)
+            for i in range(n)]  # fmt: skip
+    for leaf in fab.topo.names("leaf"):
+        fab.ns(leaf).run(["ip", "-force", "-batch", "-"], input="\n".join(dels) + "\n",
+                         check=False)  # fmt: skip
+
+
 def optimum_routes(fab: Fabric, p: Params, hot: bool) -> dict[str, dict[str, dict[str, int]]]:
     """Per leaf, per prefix, per spine: weights from the known residual capacities."""
     if not hot:
@@ -478,8 +555,10 @@ class ControlPlane:
     def start(self) -> None:
         fab, topo = self.fab, self.fab.topo
         routers = topo.names("leaf") + topo.names("spine")
-        if self.key in ("ecmp", "optimum"):
+        if self.key in ("ecmp", "optimum", "placed"):
             install_static(fab)
+            if self.key == "placed":
+                install_spine_tables(fab)
         elif self.key == "ecmp-res":
             install_static_resilient(fab)
         elif self.key == "frr":
@@ -851,6 +930,10 @@ def one_exchange(
     if case == "fail":
         fail = failcase.SpineFailure(fab, p.fail_spine, DATA_PORT + ci, p.fail_at, p.fail_window)
         fail.on_thread_start = lambda: isolate.pin_injector(cpus.routers)
+    sport_base = 20000 + (run * len(CASES) + ci) * 400
+    if key == "placed":
+        unplace_flows(fab, p)
+        place_flows(fab, p, sport_base, case == "before", PLACED_PRIO)
     if case == "before":
         if key == "optimum":
             set_optimum(fab, p, True)
@@ -860,6 +943,8 @@ def one_exchange(
     def hot_now() -> None:
         if key == "optimum":
             set_optimum(fab, p, True)
+        elif key == "placed":
+            place_flows(fab, p, sport_base, True, PLACED_HOT_PRIO)
         bg.start()
 
     def on_start(t0: float) -> None:
@@ -871,7 +956,6 @@ def one_exchange(
             fail.arm(t0)
 
     watch_leaf = next(lf for lf in topo.names("leaf") if lf != p.hot_leaf)
-    sport_base = 20000 + (run * len(CASES) + ci) * 400
     c0 = tcp_counters(list(st.hns.values()))
     f0 = flowlet_totals(cp.glbd)
     cpu0 = isolate.per_cpu_times()
