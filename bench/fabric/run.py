@@ -46,11 +46,14 @@ and ``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap move
 class alone: ``link_quality.band_from = "foreign"`` with the background's class named);
 not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
 lab's timers, and helpers told the background's traffic class), ``optimum`` (static weights
-from the known residual capacities), and the diagnostics in EXTRA_CONTENDERS.
+from the known residual capacities), ``placed`` (no hash: each flow pinned to a spine by an
+ip rule, evenly per destination, by the residual capacities for the hot leaf), and the
+diagnostics in EXTRA_CONTENDERS.
 
 CPU: the hosts' traffic never competes with the routers' control planes for a core
-(bench/fabric/isolate.py): every router process on CPU 0, the traffic on the others. The
-report gives each contender's control-plane CPU per router next to its results.
+(bench/fabric/isolate.py): every router process on CPU 0, the traffic and every veth's receive
+work (RPS) on the others. The report gives each contender's control-plane CPU per router next
+to its results, and the share of packets the router CPU received (0 when isolation holds).
 """
 
 from __future__ import annotations
