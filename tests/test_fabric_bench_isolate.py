@@ -22,6 +22,7 @@ SOFTNET = (
 def test_softnet_counters_and_the_router_share() -> None:
     a = isolate.softnet_processed(SOFTNET)
     assert a == {0: 0xD3A96, 1: 0xC810B2}
+    assert isolate.softnet_processed(SOFTNET, isolate.SOFTNET_RECEIVED_RPS) == {0: 0, 1: 0x3644F}
     b = {0: a[0] + 25, 1: a[1] + 75}
     assert isolate.processed_share(frozenset({0}), a, b) == 25.0
     wrapped = {0: 5, 1: 10}  # CPU 0's 32-bit counter wrapped after 0xFFFFFFFF
@@ -34,12 +35,7 @@ def test_softnet_counters_and_the_router_share() -> None:
 
 def _rps_ipis(cpu: int) -> int:
     """Times ``cpu`` was woken to process packets another CPU steered to it."""
-    with open("/proc/net/softnet_stat") as f:
-        for i, line in enumerate(f):
-            cols = line.split()
-            if (int(cols[12], 16) if len(cols) > 12 else i) == cpu:
-                return int(cols[9], 16)
-    raise AssertionError(f"CPU {cpu} not in softnet_stat")
+    return isolate.softnet_processed(column=isolate.SOFTNET_RECEIVED_RPS)[cpu]
 
 
 @pytest.mark.netns

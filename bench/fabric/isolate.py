@@ -158,9 +158,14 @@ def cpu_idle_pct(
     return 100.0 * idle / total if total > 0 else float("nan")
 
 
-def softnet_processed(text: str | None = None) -> dict[int, int]:
-    """CPU number -> packets its receive softirq has processed, from /proc/net/softnet_stat
-    (the whole machine: the counter is not per namespace)."""
+#: columns of /proc/net/softnet_stat: packets processed, and times another CPU's RPS woke
+#: this one to process packets it steered here
+SOFTNET_PROCESSED, SOFTNET_RECEIVED_RPS = 0, 9
+
+
+def softnet_processed(text: str | None = None, column: int = SOFTNET_PROCESSED) -> dict[int, int]:
+    """CPU number -> a counter of its receive softirq (packets processed by default), from
+    /proc/net/softnet_stat (the whole machine: the counters are not per namespace)."""
     if text is None:
         with open("/proc/net/softnet_stat") as f:
             text = f.read()
@@ -168,7 +173,7 @@ def softnet_processed(text: str | None = None) -> dict[int, int]:
     for i, line in enumerate(text.splitlines()):
         cols = line.split()
         if cols:
-            out[int(cols[12], 16) if len(cols) > 12 else i] = int(cols[0], 16)
+            out[int(cols[12], 16) if len(cols) > 12 else i] = int(cols[column], 16)
     return out
 
 
