@@ -40,8 +40,10 @@ exchange; the order rotates from run to run):
 3. ``frr``: FRR 10.x on every node, eBGP, NNHN (``send-nexthop-characteristics`` spine->leaf)
    and ``bgp bestpath bandwidth ignore`` (static next-next-hop-count weights).
 
-Opt-in (``--only``): ``glb-fl`` (as shipped, plus ``[flowlet] enabled = true`` on the leaves)
-and ``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap moves its flow);
+Opt-in (``--only``): ``glb-nofl`` (as shipped, flowlets off: the default before run J),
+``glb-fl`` (as shipped, ``[flowlet] enabled = true`` said explicitly: the same as ``glb``),
+``glb-fl-always`` (``move = "always"``: every flowlet gap moves its flow), ``glb-fl-random``
+(``placement = "random"``), ``glb-fl-nomig`` (busy buckets never move at once);
 ``glb-ns``/``glb-fl-ns`` (as shipped, without/with flowlets, the band from the non-steerable
 class alone: ``link_quality.band_from = "foreign"`` with the background's class named);
 not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
@@ -99,6 +101,9 @@ SHIPPED = (
     "glb-all",
     "glb-fl",
     "glb-fl-always",
+    "glb-fl-random",
+    "glb-fl-nomig",
+    "glb-nofl",
     "glb-ns",
     "glb-fl-ns",
 )
@@ -127,6 +132,9 @@ LABELS = {
     "glb-all": "glbd as shipped, band from all traffic (the default before the ingress counter)",
     "glb-fl": "glbd as shipped + flowlets on",
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
+    "glb-fl-random": "glbd as shipped + flowlets on, new flowlets hashed at random",
+    "glb-fl-nomig": "glbd as shipped + flowlets on, busy buckets wait",
+    "glb-nofl": "glbd as shipped, flowlets off (the default before run J)",
     "glb-ns": "glbd as shipped, band from the non-steerable class",
     "glb-fl-ns": "glbd as shipped + flowlets, band from the non-steerable class",
     "ecmp": "ECMP (static, equal)",
@@ -587,6 +595,11 @@ class ControlPlane:
                 "glb-all": {},
                 "glb-fl": flowlets,
                 "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},
+                "glb-fl-random": {"leaf": '[flowlet]\nenabled = true\nplacement = "random"'},
+                "glb-fl-nomig": {
+                    "leaf": "[flowlet]\nenabled = true\n[fib]\nresilient_migrate_share = 0"
+                },
+                "glb-nofl": {"leaf": "[flowlet]\nenabled = false"},
                 "glb-ns": {},
                 "glb-fl-ns": flowlets,
             }[self.key]

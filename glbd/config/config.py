@@ -477,7 +477,7 @@ RELOAD: dict[str, Reload] = {
         Reload.LIVE,
         "enabled timeout_us timeout_floor_us timeout_start_us skew_window_s interfaces "
         "table_size aging_s "
-        "set_hash_policy on_stop move move_threshold move_decay_s",
+        "set_hash_policy on_stop move move_threshold move_decay_s placement",
     ),
     # the RIB re-evaluates hidden routes and what each session is sent (diff names the bgp
     # section for them); hold_down_s: nothing reads it yet (the per-colour forwarding)

@@ -114,6 +114,11 @@ class FlowletSection(_Model):
     move_threshold: Annotated[float, Field(gt=0, le=1)] = 0.05
     #: how long gaps may move flows after such a shift (the chance falls linearly to 0)
     move_decay_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    #: where a new flowlet goes. "spread": the flows to each destination take successive
+    #: points of a low-discrepancy sequence in the hash space, so they fill a group's members
+    #: by its weights within a flow or two; "random": a random hash (a member's share then
+    #: varies by about the square root of the flow count, as with plain ECMP hashing)
+    placement: Literal["spread", "random"] = "spread"
 
     @field_validator("interfaces")
     @classmethod

@@ -385,6 +385,8 @@ def flowlet_params(cfg: cfgmod.Config, auto_timeout_ns: int | None = None) -> Fl
         set_hash_policy=f.set_hash_policy,
         exclude=tuple(interfaces(cfg)),
         move_on_change=f.move == "on-change",
+        spread=f.placement == "spread",
+        buckets=cfg.fib.resilient_buckets if cfg.fib.group_type == "resilient" else 0,
     )
 
 

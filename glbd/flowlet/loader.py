@@ -76,7 +76,9 @@ COUNTERS = (
 KEY_SIZE = 40
 VALUE_SIZE = 16
 #: struct config's size; a pinned program whose config map differs is an older build: reloaded
-CONFIG_SIZE = 40
+CONFIG_SIZE = 48
+#: the program's maps, pinned by name under the namespace's directory
+MAP_NAMES = ("flows", "config", "stats", "dests")
 HASH_POLICY_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv6.fib_multipath_hash_policy")
 
 
@@ -158,9 +160,18 @@ def parse_stats(dump_json: str) -> dict[int, dict[str, int]]:
     return out
 
 
-def config_value(timeout_ns: int, aging_ns: int, move: MoveChance = ALWAYS) -> list[str]:
+def config_value(
+    timeout_ns: int,
+    aging_ns: int,
+    move: MoveChance = ALWAYS,
+    *,
+    spread: bool = False,
+    buckets: int = 0,
+) -> list[str]:
     """struct config as ``bpftool map update ... value hex`` bytes."""
-    raw = struct.pack("<5Q", timeout_ns, aging_ns, move.p0, move.t0_ns, move.decay_ns)
+    raw = struct.pack(
+        "<5Q2I", timeout_ns, aging_ns, move.p0, move.t0_ns, move.decay_ns, int(spread), buckets
+    )
     return [f"{b:02x}" for b in raw]
 
 
@@ -187,6 +198,11 @@ class FlowletParams:
     #: a gap moves its flow only with the chance :meth:`FlowletAttachment.set_move` writes
     #: (starting at 0); False: every gap moves it
     move_on_change: bool = True
+    #: a new flowlet takes its destination's next point of a low-discrepancy sequence in the
+    #: hash space (flows spread over a group's members evenly); False: a random hash
+    spread: bool = True
+    #: the resilient groups' bucket count, which the spread points aim at (0: hash-threshold)
+    buckets: int = 0
 
     def targets(self, links: Iterable[str]) -> list[str]:
         """The interfaces the filter belongs on, of those that exist."""
@@ -271,7 +287,7 @@ class FlowletAttachment:
 
     # -- bpffs
     def _remove_pins(self) -> None:
-        for p in (self.map_pin(n) for n in ("flows", "config", "stats")):
+        for p in (self.map_pin(n) for n in MAP_NAMES):
             p.unlink(missing_ok=True)
         for p in (self.prog_pin, self.table_pin):
             p.unlink(missing_ok=True)
@@ -318,7 +334,7 @@ class FlowletAttachment:
         for mid in info.get("map_ids", []):
             m = await self._json("map", "show", "id", str(mid))
             name = m.get("name", "")
-            if name in ("flows", "config", "stats"):
+            if name in MAP_NAMES:
                 await self._bpftool("map", "pin", "id", str(mid), str(self.map_pin(name)))
             if name == "flows":
                 await self._bpftool("map", "pin", "id", str(mid), str(self.table_pin))
@@ -436,7 +452,10 @@ class FlowletAttachment:
             await self._bpftool(
                 "map", "update", "pinned", str(self.map_pin("config")),
                 "key", "hex", "00", "00", "00", "00",
-                "value", "hex", *config_value(p.timeout_ns, p.aging_ns, self.move),
+                "value", "hex",
+                *config_value(
+                    p.timeout_ns, p.aging_ns, self.move, spread=p.spread, buckets=p.buckets
+                ),
             )  # fmt: skip
 
     async def set_move(self, move: MoveChance) -> None:

@@ -26,11 +26,15 @@ async def flowlet(rig: Rig) -> AsyncIterator[Start]:
     made: list[FlowletAttachment] = []
 
     async def start(
-        timeout_us: int = 1000, table_size: int = 4096, move_on_change: bool = False
+        timeout_us: int = 1000,
+        table_size: int = 4096,
+        move_on_change: bool = False,
+        spread: bool = True,
+        buckets: int = 0,
     ) -> FlowletAttachment:
         att = FlowletAttachment(netns=rig.r.name)
         made.append(att)
-        await att.start(params(timeout_us, table_size, move_on_change))
+        await att.start(params(timeout_us, table_size, move_on_change, spread, buckets))
         return att
 
     yield start
@@ -39,14 +43,21 @@ async def flowlet(rig: Rig) -> AsyncIterator[Start]:
 
 
 def params(
-    timeout_us: int = 1000, table_size: int = 4096, move_on_change: bool = False
+    timeout_us: int = 1000,
+    table_size: int = 4096,
+    move_on_change: bool = False,
+    spread: bool = True,
+    buckets: int = 0,
 ) -> FlowletParams:
     """Every gap moves its flow unless ``move_on_change`` (then only as the move chance says,
-    0 until :meth:`FlowletAttachment.set_move`)."""
+    0 until :meth:`FlowletAttachment.set_move`); new flowlets placed by ``spread`` (aimed at
+    resilient groups of ``buckets``) or at random."""
     return FlowletParams(
         interfaces=("r-h",),
         timeout_ns=timeout_us * 1000,
         aging_ns=10 * 10**9,
         table_size=table_size,
         move_on_change=move_on_change,
+        spread=spread,
+        buckets=buckets,
     )

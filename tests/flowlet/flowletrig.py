@@ -81,10 +81,11 @@ class Rig:
     def reset(self) -> None:
         self.s.run(["nft", "reset", "counters", "table", "inet", "flowlet"])
 
-    def udp(self, v6: bool = False) -> socket.socket:
-        """One connected UDP socket in the host: one 5-tuple."""
+    def udp(self, v6: bool = False, dst: str | None = None) -> socket.socket:
+        """One connected UDP socket in the host: one 5-tuple (to ``dst``: any address of the
+        routed prefixes; the sink counts it on arrival and drops it)."""
         s = self.h.socket(socket.AF_INET6 if v6 else socket.AF_INET, socket.SOCK_DGRAM)
-        s.connect((DST6 if v6 else DST4, PORT))
+        s.connect((dst or (DST6 if v6 else DST4), PORT))
         return s
 
     def tcp(self, v6: bool = False) -> socket.socket:

@@ -39,6 +39,11 @@ def test_defaults_off_auto_timeout_every_non_fabric_interface() -> None:
     assert p.interfaces is None and p.exclude == ("swp1", "swp2")
     assert p.targets(["lo", "swp1", "swp2", "eth0", "vlan10"]) == ["eth0", "vlan10"]
     assert p.set_hash_policy
+    # new flowlets spread, aimed at the resilient groups' buckets
+    assert p.spread and p.buckets == c.fib.resilient_buckets == 128
+    assert not params.flowlet_params(_cfg(placement="random")).spread
+    ht = cfgmod.parse({**BASE, "fib": {"group_type": "hash-threshold"}})
+    assert params.flowlet_params(ht).buckets == 0
 
 
 def test_named_interfaces() -> None:

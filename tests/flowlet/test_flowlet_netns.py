@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 from flowletrig import DST4, DST6, PORT, Rig, Start, bursts
+from glbdlab.nodes import wait_until
 
 from glbd.flowlet.loader import FlowletAttachment
 from glbd.flowlet.movegate import ONE, MoveChance
@@ -91,7 +92,7 @@ async def test_flow_with_gaps_moves_by_weight(
     rig: Rig, flowlet: Start, kind: str, proto: str, v6: bool
 ) -> None:
     rig.group((3, 1), kind)
-    att = await flowlet(timeout_us=1000)
+    att = await flowlet(timeout_us=1000, buckets=64 if kind == "resilient" else 0)
     rig.reset()
     _send(rig, proto, v6, BURSTS, SIZE, PAUSE_S)
     m1, total = share(rig)
@@ -193,7 +194,7 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     first = await flowlet()
     assert first.state.attached == ["r-h"]
     assert first.state.events["loaded"] == 1
-    assert _pins(first) == ["config", "flows", "maps", "prog", "stats", "table"]
+    assert _pins(first) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
     prog = first.state.prog_id
     with rig.udp() as s:
         bursts(s, 3, 2, PAUSE_S)
@@ -212,7 +213,7 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     third = await flowlet()
     assert third.state.prog_id == prog
     assert third.state.events["repinned"] == 1
-    assert _pins(third) == ["config", "flows", "maps", "prog", "stats", "table"]
+    assert _pins(third) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
 
     # pins deleted under a running glbd: the next apply pins the same program again
     for p in sorted(third.dir.rglob("*"), key=lambda p: -len(p.parts)):
@@ -239,3 +240,50 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     assert not third.dir.exists()
     out = rig.r.run(["tc", "-j", "filter", "show", "dev", "r-h", "ingress"]).stdout
     assert "glbd_flowlet" not in out
+
+
+def _member_of_new_flow(rig: Rig, dst: str, v6: bool) -> int:
+    """Send one new flow of 3 packets to ``dst``: the member (0: m1, 1: m2) it arrived over."""
+    b = rig.counts()
+    with rig.udp(v6, dst) as s:
+        for _ in range(3):
+            s.send(b"x" * 100)
+
+    def arrived() -> tuple[int, int] | None:
+        c = rig.counts()
+        return c if sum(c) - sum(b) >= 3 else None
+
+    after = wait_until(arrived, 10, what="3 packets at the sink")
+    d1, d2 = after[0] - b[0], after[1] - b[1]
+    assert (d1, d2) in ((3, 0), (0, 3)), (d1, d2)
+    return 0 if d1 else 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "v6"), [("hash-threshold", False), ("resilient", False), ("resilient", True)]
+)
+async def test_spread_placement_splits_each_destinations_flows_by_weight(
+    rig: Rig, flowlet: Start, kind: str, v6: bool
+) -> None:
+    """Each destination's new flows fill the members by the weights exactly, which a random
+    hash does only by chance (here 0.42 per destination, 0.42^8 ~ 1e-3 for all eight)."""
+    rig.group((3, 1), kind)
+    await flowlet(timeout_us=2_000_000, buckets=64 if kind == "resilient" else 0)
+    per_dest = []
+    for d in range(2, 10):
+        dst = f"2001:db8:ff::{d:x}" if v6 else f"203.0.113.{d}"
+        per_dest.append(sum(_member_of_new_flow(rig, dst, v6) for _ in range(4)))
+    # flows on m2 per destination: a quarter of 4
+    assert per_dest == [1] * 8, per_dest
+
+
+async def test_random_placement_is_the_control(rig: Rig, flowlet: Start) -> None:
+    """The same stimulus with ``placement = "random"``: some destination is off its share
+    (all eight exact by chance: ~1e-3)."""
+    rig.group((3, 1), "resilient")
+    await flowlet(timeout_us=2_000_000, spread=False, buckets=64)
+    per_dest = [
+        sum(_member_of_new_flow(rig, f"203.0.113.{d}", False) for _ in range(4))
+        for d in range(2, 10)
+    ]
+    assert per_dest != [1] * 8, per_dest

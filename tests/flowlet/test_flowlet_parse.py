@@ -89,23 +89,27 @@ def test_counters_match_the_program() -> None:
     assert tuple(n.lower() for n in names[:-1]) == COUNTERS
 
 
-def test_config_value_is_five_little_endian_u64() -> None:
-    v = config_value(1_000_000, 2**40, MoveChance(2**31, 7, 9))
-    assert len(v) == flowlet.CONFIG_SIZE == 40
+def test_config_value_is_five_little_endian_u64_and_two_u32() -> None:
+    v = config_value(1_000_000, 2**40, MoveChance(2**31, 7, 9), spread=True, buckets=128)
+    assert len(v) == flowlet.CONFIG_SIZE == 48
     raw = bytes(int(b, 16) for b in v)
-    assert raw == b"".join(n.to_bytes(8, "little") for n in (1_000_000, 2**40, 2**31, 7, 9))
+    assert raw == b"".join(n.to_bytes(8, "little") for n in (1_000_000, 2**40, 2**31, 7, 9)) + (
+        (1).to_bytes(4, "little") + (128).to_bytes(4, "little")
+    )
     # without a chance: every gap moves (1 in 1/2^32 units, no decay)
     assert bytes(int(b, 16) for b in config_value(1, 2))[16:] == (2**32).to_bytes(8, "little") + (
-        bytes(16)
+        bytes(24)
     )
 
 
 def test_config_layout_matches_the_program() -> None:
     body = re.search(r"struct config \{(.*?)\};", SOURCE.read_text(), re.S)
     assert body is not None
-    fields = re.findall(r"__u64 (\w+);", body.group(1))
-    assert fields == ["timeout_ns", "aging_ns", "move_p0", "move_t0_ns", "move_decay_ns"]
-    assert 8 * len(fields) == flowlet.CONFIG_SIZE
+    fields = re.findall(r"__u(\d+) (\w+);", body.group(1))
+    assert [name for _, name in fields] == [
+        "timeout_ns", "aging_ns", "move_p0", "move_t0_ns", "move_decay_ns", "placement", "buckets"
+    ]  # fmt: skip
+    assert sum(int(bits) // 8 for bits, _ in fields) == flowlet.CONFIG_SIZE
 
 
 def test_links_and_mountinfo() -> None:

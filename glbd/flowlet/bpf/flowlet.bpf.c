@@ -10,6 +10,10 @@
  * A gap draws a new salt with the probability glbd writes (1 while the weights it programs
  * are changing, falling to 0 as they settle), so settled flows stay where they are and a
  * failed next hop moves only its own flows.
+ * Placement "spread": a new flowlet's hash is not drawn at random but is the next point of a
+ * low-discrepancy sequence kept per destination, so the flows to one destination fill the
+ * hash space (and so the group's members, in proportion to their weights) evenly instead of
+ * by chance.
  * Every packet passes (TC_ACT_OK); what it does not touch is counted by reason.
  *
  * The counter and config layouts are read by glbd/flowlet/loader.py: keep them in step.
@@ -54,6 +58,13 @@ struct config {
 	__u64 move_p0;       /* chance that a gap moves the flow, in 1/2^32, at move_t0_ns */
 	__u64 move_t0_ns;    /* bpf_ktime (CLOCK_MONOTONIC) when move_p0 was set */
 	__u64 move_decay_ns; /* the chance falls linearly to 0 over this; 0: move_p0 for good */
+	__u32 placement;     /* PLACE_RANDOM or PLACE_SPREAD */
+	__u32 buckets;       /* resilient groups' bucket count (0: none); spread aims at them too */
+};
+
+enum placement {
+	PLACE_RANDOM, /* a new flowlet draws a random salt */
+	PLACE_SPREAD, /* a new flowlet takes its destination's next point in the hash space */
 };
 
 struct flow_key {
@@ -78,6 +89,19 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct flow_state);
 } flows SEC(".maps");
+
+/* one sequence per destination address */
+struct dest_key {
+	__u32 daddr[4];
+	__u32 family;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct dest_key);
+	__type(value, __u32); /* the index of the destination's next point */
+} dests SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -141,6 +165,59 @@ static __always_inline __u32 key_hash(const struct flow_key *k)
 	h *= 0xc2b2ae35;
 	h ^= h >> 16;
 	return h;
+}
+
+static __always_inline __u32 bitrev32(__u32 x)
+{
+	x = ((x >> 1) & 0x55555555) | ((x & 0x55555555) << 1);
+	x = ((x >> 2) & 0x33333333) | ((x & 0x33333333) << 2);
+	x = ((x >> 4) & 0x0f0f0f0f) | ((x & 0x0f0f0f0f) << 4);
+	x = ((x >> 8) & 0x00ff00ff) | ((x & 0x00ff00ff) << 8);
+	return (x >> 16) | (x << 16);
+}
+
+/* The packet hash for the next flowlet to k's destination. The kernel selects with
+ * hash >> 1: a hash-threshold group compares it with weight-proportional bounds over
+ * [0, 2^31), a resilient group takes bucket (hash >> 1) % buckets, and a group's buckets are
+ * runs of a member's. The van der Corput point x (the index bit-reversed) is aimed at both: its
+ * top 31 bits, moved to the bucket x falls in. Any 2^m consecutive points hit every 1/2^m of
+ * the space once, so a destination's flows spread over the members by their weights within a
+ * flow or two, where a random draw leaves a member ~sqrt(n) flows off. Each destination starts
+ * at a random index, so destinations with few flows each do not all begin on one member. */
+static __always_inline __u32 spread_hash(const struct flow_key *k, const struct config *cfg)
+{
+	struct dest_key d = { .family = k->family };
+	__u32 *next, i, x, h, n = cfg->buckets;
+
+	__builtin_memcpy(d.daddr, k->daddr, sizeof(d.daddr));
+	next = bpf_map_lookup_elem(&dests, &d);
+	if (!next) {
+		__u32 start = bpf_get_prandom_u32();
+
+		bpf_map_update_elem(&dests, &d, &start, BPF_NOEXIST);
+		next = bpf_map_lookup_elem(&dests, &d);
+		if (!next)
+			return bpf_get_prandom_u32();
+	}
+	/* not atomic: two CPUs racing on one destination at worst share a point */
+	i = *next;
+	*next = i + 1;
+	x = bitrev32(i);
+	h = x >> 1;
+	if (n) {
+		h = h - h % n + (__u32)(((__u64)x * n) >> 32);
+		if (h > 0x7fffffff)
+			h -= n;
+	}
+	return (h << 1) | 1;
+}
+
+/* a new flowlet's salt: the hash it gets is key_hash ^ salt */
+static __always_inline __u32 new_salt(const struct flow_key *k, __u32 kh, const struct config *cfg)
+{
+	if (cfg->placement == PLACE_SPREAD)
+		return kh ^ spread_hash(k, cfg);
+	return bpf_get_prandom_u32();
 }
 
 /* the chance (in 1/2^32) that a gap now draws a new salt */
@@ -208,7 +285,7 @@ int glbd_flowlet(struct __sk_buff *skb)
 	struct flow_key k = {};
 	struct flow_state *st;
 	struct config *cfg;
-	__u32 zero = 0, salt;
+	__u32 zero = 0, salt, kh;
 	__u64 now, gap;
 	int why;
 
@@ -223,18 +300,19 @@ int glbd_flowlet(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	now = bpf_ktime_get_ns();
+	kh = key_hash(&k);
 	st = bpf_map_lookup_elem(&flows, &k);
 	if (st) {
 		gap = now - st->last_ns;
 		if (gap > cfg->aging_ns) {
 			/* a new flow on an old entry: placed by the weights, like any new flow */
-			st->salt = bpf_get_prandom_u32();
+			st->salt = new_salt(&k, kh, cfg);
 			count(c, C_FLOWLETS);
 			count(c, C_AGED);
 		} else if (gap > cfg->timeout_ns) {
 			/* a racing CPU may draw too; a flow arrives on one queue (one CPU) as a rule */
 			if ((__u64)bpf_get_prandom_u32() < move_chance(cfg, now)) {
-				st->salt = bpf_get_prandom_u32();
+				st->salt = new_salt(&k, kh, cfg);
 				count(c, C_FLOWLETS);
 				count(c, C_MOVED);
 			} else {
@@ -244,7 +322,7 @@ int glbd_flowlet(struct __sk_buff *skb)
 		st->last_ns = now;
 		salt = st->salt;
 	} else {
-		struct flow_state fresh = { .last_ns = now, .salt = bpf_get_prandom_u32() };
+		struct flow_state fresh = { .last_ns = now, .salt = new_salt(&k, kh, cfg) };
 
 		if (bpf_map_update_elem(&flows, &k, &fresh, BPF_ANY) < 0) {
 			count(c, C_SKIP_TABLE_FULL);
@@ -254,7 +332,7 @@ int glbd_flowlet(struct __sk_buff *skb)
 		count(c, C_FLOWLETS);
 		count(c, C_NEW_FLOWS);
 	}
-	__u32 h = key_hash(&k) ^ salt;
+	__u32 h = kh ^ salt;
 
 	bpf_set_hash(skb, h ? h : 1);
 	count(c, C_PACKETS);
