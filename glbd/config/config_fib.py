@@ -29,7 +29,7 @@ def _auto_or(lo: float, hi: float, unit: str, integer: bool = False) -> BeforeVa
         ok_type = int if integer else (int, float)
         if isinstance(v, ok_type) and not isinstance(v, bool) and lo <= v <= hi:
             return v
-        raise ValueError(f'"auto" or a number {"of " + unit + " " if unit else ""}({lo:g}-{hi:g})')
+        raise ValueError(f'"auto" or a number of {unit} ({lo:g}-{hi:g})')
 
     return BeforeValidator(check)
 
@@ -55,9 +55,8 @@ class FibSection(_Model):
     #: when a next hop's weight falls and its share of the group falls to this fraction of
     #: what it was or lower (about one quality band), its excess buckets move at once, busy
     #: or not: the flows on a path that got worse leave it now, not after the unbalanced
-    #: timer. 0: only idle buckets move. "auto": 0 while the flowlet program runs (flows
-    #: then leave at their gaps, where a busy bucket's move would reorder them), else 0.8
-    resilient_migrate_share: Annotated[float | Literal["auto"], _auto_or(0, 1, "")] = "auto"
+    #: timer. 0: only idle buckets move
+    resilient_migrate_share: Annotated[float, Field(ge=0, le=1)] = 0.8
     #: set net.ipv4.nexthop_compat_mode=0 in glbd's namespace (weight changes stop emitting one
     #: RTM_NEWROUTE per route; route dumps then omit the expanded multipath)
     set_compat_mode_off: bool = False
@@ -79,10 +78,10 @@ class FlowletSection(_Model):
     multipath selection may move it to another next hop (by glbd's weights) only where that
     cannot reorder it."""
 
-    #: flowlet switching, with new flows spread over a group's members by its weights
-    #: (``placement``); where the machine cannot run the program (no bpftool, no CAP_BPF),
-    #: glbd says so and routes without it (docs/flowlet.md)
-    enabled: bool = True
+    #: flowlet switching; off by default: in the lab's fabric benchmark it pays off with
+    #: shallow queues, but reorders more with deep ones and lets a spine failure move more of
+    #: the running flows (docs/benchmarks-fabric.md, run C)
+    enabled: bool = False
     #: the idle gap after which a flow may move (1..10000000); it must exceed the delay
     #: difference between the paths. "auto": the peak queueing delay measured on the two hops
     #: of the fabric's paths (the leaf's uplinks, the spines' downlinks from their heartbeats)

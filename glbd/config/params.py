@@ -344,16 +344,13 @@ def bfd_session_keys(cfg: cfgmod.Config) -> set[tuple[str, str]]:
 
 #: the resilient idle timer "auto" means without flowlets
 IDLE_TIMER_S = 1.0
-#: the resilient migrate share "auto" means without flowlets
-MIGRATE_SHARE = 0.8
 #: the kernel keeps resilient timers in clock ticks (USER_HZ: 10 ms)
 _TICK_S = 0.01
 
 
 def resilient(f: FibSection, flowlet_timeout_s: float | None = None) -> Resilient | None:
     """The groups' resilient parameters; ``flowlet_timeout_s``: the flowlet timeout in force
-    (None: flowlets off), which an "auto" idle timer follows, rounded up to the kernel's tick;
-    an "auto" migrate share is 0 while flowlets run."""
+    (None: flowlets off), which an "auto" idle timer follows, rounded up to the kernel's tick."""
     if f.group_type != "resilient":
         return None
     idle = f.resilient_idle_timer_s
@@ -367,11 +364,7 @@ def resilient(f: FibSection, flowlet_timeout_s: float | None = None) -> Resilien
         buckets=f.resilient_buckets,
         idle_timer_s=idle,
         unbalanced_timer_s=f.resilient_unbalanced_timer_s,
-        migrate_share=(
-            (MIGRATE_SHARE if flowlet_timeout_s is None else 0.0)
-            if f.resilient_migrate_share == "auto"
-            else f.resilient_migrate_share
-        ),
+        migrate_share=f.resilient_migrate_share,
     )
 
 
