@@ -40,10 +40,11 @@ exchange; the order rotates from run to run):
 3. ``frr``: FRR 10.x on every node, eBGP, NNHN (``send-nexthop-characteristics`` spine->leaf)
    and ``bgp bestpath bandwidth ignore`` (static next-next-hop-count weights).
 
-Opt-in (``--only``): ``glb-nofl`` (as shipped, flowlets off: the default before run J),
-``glb-fl`` (as shipped, ``[flowlet] enabled = true`` said explicitly: the same as ``glb``),
-``glb-fl-always`` (``move = "always"``: every flowlet gap moves its flow), ``glb-fl-random``
-(``placement = "random"``), ``glb-fl-nomig`` (busy buckets never move at once);
+Opt-in (``--only``): ``glb-fl`` (as shipped, plus ``[flowlet] enabled = true`` on the leaves),
+``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap moves its flow),
+``glb-fl-random`` (``placement = "random"``), ``glb-fl-nomig`` (busy buckets never move at
+once), ``glb-place`` (the program places new flows only: ``move = "never"``), ``glb-nofl``
+(flowlets off, said explicitly);
 ``glb-ns``/``glb-fl-ns`` (as shipped, without/with flowlets, the band from the non-steerable
 class alone: ``link_quality.band_from = "foreign"`` with the background's class named);
 not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
@@ -104,6 +105,7 @@ SHIPPED = (
     "glb-fl-random",
     "glb-fl-nomig",
     "glb-nofl",
+    "glb-place",
     "glb-ns",
     "glb-fl-ns",
 )
@@ -134,7 +136,8 @@ LABELS = {
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
     "glb-fl-random": "glbd as shipped + flowlets on, new flowlets hashed at random",
     "glb-fl-nomig": "glbd as shipped + flowlets on, busy buckets wait",
-    "glb-nofl": "glbd as shipped, flowlets off (the default before run J)",
+    "glb-nofl": "glbd as shipped, flowlets off (said explicitly)",
+    "glb-place": "glbd as shipped + flowlet program placing new flows only (no gap moves)",
     "glb-ns": "glbd as shipped, band from the non-steerable class",
     "glb-fl-ns": "glbd as shipped + flowlets, band from the non-steerable class",
     "ecmp": "ECMP (static, equal)",
@@ -600,6 +603,7 @@ class ControlPlane:
                     "leaf": "[flowlet]\nenabled = true\n[fib]\nresilient_migrate_share = 0"
                 },
                 "glb-nofl": {"leaf": "[flowlet]\nenabled = false"},
+                "glb-place": {"leaf": '[flowlet]\nenabled = true\nmove = "never"'},
                 "glb-ns": {},
                 "glb-fl-ns": flowlets,
             }[self.key]

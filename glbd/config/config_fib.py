@@ -108,8 +108,10 @@ class FlowletSection(_Model):
     on_stop: Literal["remove", "keep"] = "remove"
     #: which gaps move a flow. "on-change": only while the weights glbd programs have shifted
     #: by ``move_threshold`` of a group's traffic, every gap for a moment, none once they
-    #: settle (a failed next hop moves only its own flows); "always": every gap
-    move: Literal["on-change", "always"] = "on-change"
+    #: settle (a failed next hop moves only its own flows); "always": every gap; "never": no
+    #: gap (the program only places new flows, see ``placement``; running flows move only
+    #: with their resilient bucket)
+    move: Literal["on-change", "always", "never"] = "on-change"
     #: the weight shift (share of a group's traffic, 0..1) that lets gaps move flows
     move_threshold: Annotated[float, Field(gt=0, le=1)] = 0.05
     #: how long gaps may move flows after such a shift (the chance falls linearly to 0)

@@ -384,7 +384,7 @@ def flowlet_params(cfg: cfgmod.Config, auto_timeout_ns: int | None = None) -> Fl
         table_size=f.table_size,
         set_hash_policy=f.set_hash_policy,
         exclude=tuple(interfaces(cfg)),
-        move_on_change=f.move == "on-change",
+        move_on_change=f.move != "always",
         spread=f.placement == "spread",
         buckets=cfg.fib.resilient_buckets if cfg.fib.group_type == "resilient" else 0,
     )

@@ -381,7 +381,8 @@ class FlowletPart(_Part):
 
     def _set_gate(self, cfg: cfgmod.Config) -> None:
         """``move = "on-change"``: a gate fed every weight change decides when gaps move flows
-        (glbd/flowlet/movegate.py); "always": none, every gap moves."""
+        (glbd/flowlet/movegate.py); "always": none, every gap moves; "never": none, the
+        chance stays 0."""
         if cfg.flowlet.move != "on-change":
             self.gate, self.node.on_weights = None, None
             return

@@ -196,7 +196,7 @@ class FlowletParams:
     #: with ``interfaces`` None: the fabric interfaces (BGP neighbours' ports)
     exclude: tuple[str, ...] = ()
     #: a gap moves its flow only with the chance :meth:`FlowletAttachment.set_move` writes
-    #: (starting at 0); False: every gap moves it
+    #: (starting at 0; ``move = "never"`` writes none); False: every gap moves it
     move_on_change: bool = True
     #: a new flowlet takes its destination's next point of a low-discrepancy sequence in the
     #: hash space (flows spread over a group's members evenly); False: a random hash

@@ -46,6 +46,16 @@ def test_defaults_off_auto_timeout_every_non_fabric_interface() -> None:
     assert params.flowlet_params(ht).buckets == 0
 
 
+def test_move_never_keeps_the_chance_at_zero() -> None:
+    """``move = "never"``: the program starts with chance 0 (move_on_change) and no gate
+    ever raises it (the daemon makes a gate for "on-change" only)."""
+    assert params.flowlet_params(_cfg(move="never")).move_on_change
+    assert params.flowlet_params(_cfg(move="on-change")).move_on_change
+    assert not params.flowlet_params(_cfg(move="always")).move_on_change
+    with pytest.raises(cfgmod.ConfigError, match=r"flowlet\.move"):
+        _cfg(move="sometimes")
+
+
 def test_named_interfaces() -> None:
     c = _cfg(enabled=True, interfaces=["eth0"], timeout_us=250)
     p = params.flowlet_params(c, 160_000_000)  # a fixed timeout ignores the estimate
