@@ -296,6 +296,13 @@ class FlowletAttachment:
                 d.rmdir()
 
     # -- filters
+    def _ours(self, links: Mapping[int, str]) -> list[str]:
+        """The interfaces a periodic check reads filters on: where the filter belongs or was
+        put (one tc call each, so a router with many fabric ports pays for none of them);
+        start and stop read every interface."""
+        want = set(self.params.targets(links.values())) if self.params else set()
+        return [n for n in links.values() if n in want or n in self.state.attached]
+
     async def filters(self, links: Iterable[str]) -> list[Filter]:
         out: list[Filter] = []
         for ifname in links:
@@ -400,7 +407,7 @@ class FlowletAttachment:
             self.move = NEVER if p.move_on_change else ALWAYS
         self.params = p
         links = links if links is not None else await self.links()
-        found = found if found is not None else await self.filters(links.values())
+        found = found if found is not None else await self.filters(self._ours(links))
         pinned = await self._pinned_prog_id()
         ids = sorted({f.prog_id for f in found})
         if pinned is None and ids:  # pins gone under running filters: made again, no rehash
@@ -483,7 +490,7 @@ class FlowletAttachment:
         links = self._links
         attached: list[str] | None = None
         if full:
-            found = await self.filters(links.values())
+            found = await self.filters(self._ours(links))
             attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
         by_index = parse_stats(
             await self._bpftool("-j", "map", "dump", "pinned", str(self.map_pin("stats")))
