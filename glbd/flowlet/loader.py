@@ -1,17 +1,19 @@
 """Flowlet switching: glbd's tc BPF program (``glbd/flowlet/bpf/flowlet.bpf.c``) loaded, pinned,
 attached, configured, read and removed, through ``bpftool`` and ``tc`` (JSON output).
 
-Why the tools and not a ``bpf()`` syscall layer: loading an ELF object (relocations, BTF, map
-creation) is libbpf's job and ``bpftool`` is libbpf's command line; every call here is made at
-start, on a reload or once per poll, never per packet, so a process per call costs nothing
-that matters (a few ms).
+Why the tools for loading and not a ``bpf()`` syscall layer: loading an ELF object
+(relocations, BTF, map creation) is libbpf's job and ``bpftool`` is libbpf's command line; it
+runs at start, on a reload and at each periodic check. The reads and writes a poll makes (the
+counters each second, the config map on every change of timeout or move chance, the maps'
+sizes) go through bpf(2) on the pinned maps (:mod:`glbd.quality.bpfmap`): a bpftool process
+for each cost a router about 0.5 % of a core at idle.
 
 Objects of one instance (one network namespace; the name carries the namespace's inode, so two
 instances on one machine never clash)::
 
     /sys/fs/bpf/glbd/net-<inode>/prog         the program
     /sys/fs/bpf/glbd/net-<inode>/table        the flow table (LRU hash, created at table_size)
-    /sys/fs/bpf/glbd/net-<inode>/maps/{flows,config,stats}
+    /sys/fs/bpf/glbd/net-<inode>/maps/{flows,config,stats,dests}
 
 The tc filters are the truth: the pins are re-made from the program an existing filter runs
 (a restart under ``ip netns exec`` gets a fresh bpffs, pins and all, while the filters stay), and
@@ -37,6 +39,7 @@ import structlog
 from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
+from glbd.quality.bpfmap import PinnedMap, possible_cpus
 
 log = structlog.get_logger(__name__)
 
@@ -139,22 +142,16 @@ def parse_filters(ifname: str, tc_json: str) -> list[Filter]:
     return out
 
 
-def _bytes(v: Sequence[str] | str) -> bytes:
-    """bpftool's byte list (``["0x01", "0x00", ...]``) as bytes."""
-    if isinstance(v, str):
-        v = v.split()
-    return bytes(int(b, 16) for b in v)
-
-
-def parse_stats(dump_json: str) -> dict[int, dict[str, int]]:
-    """``bpftool -j map dump`` of the per-CPU stats map: ifindex -> counter -> sum over CPUs."""
+def sum_stats(items: Iterable[tuple[bytes, bytes]], ncpus: int) -> dict[int, dict[str, int]]:
+    """The per-CPU stats map's (key, value) pairs as bpf(2) reads them (a value is every
+    possible CPU's struct counters in turn): ifindex -> counter -> sum over CPUs."""
     out: dict[int, dict[str, int]] = {}
     n = len(COUNTERS)
-    for e in json.loads(dump_json or "[]"):
-        (ifindex,) = struct.unpack("<I", _bytes(e["key"]))
+    for key, value in items:
+        (ifindex,) = struct.unpack_from("<I", key)
         sums = [0] * n
-        for cpu in e.get("values", []):
-            vals = struct.unpack(f"<{n}Q", _bytes(cpu["value"])[: 8 * n])
+        for cpu in range(ncpus):
+            vals = struct.unpack_from(f"<{n}Q", value, cpu * 8 * n)
             sums = [a + b for a, b in zip(sums, vals, strict=True)]
         out[ifindex] = dict(zip(COUNTERS, sums, strict=True))
     return out
@@ -167,12 +164,11 @@ def config_value(
     *,
     spread: bool = False,
     buckets: int = 0,
-) -> list[str]:
-    """struct config as ``bpftool map update ... value hex`` bytes."""
-    raw = struct.pack(
+) -> bytes:
+    """struct config, as the map holds it."""
+    return struct.pack(
         "<5Q2I", timeout_ns, aging_ns, move.p0, move.t0_ns, move.decay_ns, int(spread), buckets
     )
-    return [f"{b:02x}" for b in raw]
 
 
 def parse_links(ip_json: str) -> dict[int, str]:
@@ -254,6 +250,9 @@ class FlowletAttachment:
         self.move = ALWAYS
         self._config_lock = asyncio.Lock()
         self._links: dict[int, str] = {}
+        #: the program's maps open by bpf(2) for the polls (a bpftool process each second
+        #: cost more than the rest of the poll); closed whenever the pins change
+        self._maps: dict[str, PinnedMap] = {}
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
 
@@ -285,8 +284,31 @@ class FlowletAttachment:
     async def links(self) -> dict[int, str]:
         return parse_links(await self._tools.ip("-j", "link", "show"))
 
+    # -- maps
+    def _map(self, name: str) -> PinnedMap:
+        m = self._maps.get(name)
+        if m is None:
+            size = 8 * len(COUNTERS) * possible_cpus() if name == "stats" else None
+            m = self._maps[name] = PinnedMap(self.map_pin(name), size)
+        return m
+
+    def _close_maps(self) -> None:
+        for m in self._maps.values():
+            m.close()
+        self._maps.clear()
+
+    def _map_info(self, path: Path) -> tuple[int, int]:
+        """(value size, max entries) of a pinned map; (0, 0) if it cannot be read."""
+        try:
+            m = PinnedMap(path)
+        except OSError:
+            return 0, 0
+        m.close()
+        return m.info.value_size, m.info.max_entries
+
     # -- bpffs
     def _remove_pins(self) -> None:
+        self._close_maps()
         for p in (self.map_pin(n) for n in MAP_NAMES):
             p.unlink(missing_ok=True)
         for p in (self.prog_pin, self.table_pin):
@@ -365,12 +387,7 @@ class FlowletAttachment:
         self.state.events["loaded"] += 1
 
     async def _table_size(self) -> int:
-        try:
-            return int(
-                (await self._json("map", "show", "pinned", str(self.table_pin)))["max_entries"]
-            )
-        except (FlowletError, KeyError, ValueError):
-            return 0
+        return self._map_info(self.table_pin)[1]
 
     async def start(self, p: FlowletParams) -> None:
         """Adopt what a previous glbd left (its filters and their program) or load afresh,
@@ -442,11 +459,7 @@ class FlowletAttachment:
         await self.poll(links)
 
     async def _config_size(self) -> int:
-        try:
-            show = await self._json("map", "show", "pinned", str(self.map_pin("config")))
-            return int(show["bytes_value"])
-        except (FlowletError, KeyError, ValueError):
-            return 0
+        return self._map_info(self.map_pin("config"))[0]
 
     async def _write_config(self) -> None:
         """Write the config this attachment holds now (its params and move chance). Callers
@@ -456,14 +469,14 @@ class FlowletAttachment:
             p = self.params
             if p is None:
                 raise FlowletError("the program is not loaded")
-            await self._bpftool(
-                "map", "update", "pinned", str(self.map_pin("config")),
-                "key", "hex", "00", "00", "00", "00",
-                "value", "hex",
-                *config_value(
-                    p.timeout_ns, p.aging_ns, self.move, spread=p.spread, buckets=p.buckets
-                ),
-            )  # fmt: skip
+            value = config_value(
+                p.timeout_ns, p.aging_ns, self.move, spread=p.spread, buckets=p.buckets
+            )
+            try:
+                self._map("config").update(bytes(4), value)
+            except OSError:
+                self._close_maps()  # reopened at the next write
+                raise
 
     async def set_move(self, move: MoveChance) -> None:
         """A new move chance for the running program (one map write; nothing else)."""
@@ -492,9 +505,11 @@ class FlowletAttachment:
         if full:
             found = await self.filters(self._ours(links))
             attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
-        by_index = parse_stats(
-            await self._bpftool("-j", "map", "dump", "pinned", str(self.map_pin("stats")))
-        )
+        try:
+            by_index = sum_stats(self._map("stats").items(), possible_cpus())
+        except OSError:
+            self._close_maps()  # reopened at the next poll
+            raise
         # the state changes at once, after the last await: a status read in between sees the
         # previous poll whole, never new filters with the old counters
         if attached is not None:
@@ -511,6 +526,7 @@ class FlowletAttachment:
     async def stop(self, keep: bool = False) -> None:
         """Remove the filters and the pins (``keep``: leave both for the next glbd to adopt)."""
         if keep:
+            self._close_maps()
             return
         links = await self.links()
         for f in await self.filters(links.values()):
