@@ -39,7 +39,7 @@ import structlog
 from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
-from glbd.quality.bpfmap import PinnedMap, possible_cpus
+from glbd.quality.bpfmap import PinnedMap, pinned_id, possible_cpus
 
 log = structlog.get_logger(__name__)
 
@@ -350,8 +350,8 @@ class FlowletAttachment:
         if not self.prog_pin.exists():
             return None
         try:
-            return int((await self._json("prog", "show", "pinned", str(self.prog_pin)))["id"])
-        except (FlowletError, KeyError, ValueError):
+            return pinned_id(self.prog_pin)
+        except OSError:
             return None
 
     async def _repin(self, prog_id: int) -> None:
@@ -456,7 +456,8 @@ class FlowletAttachment:
             self.state.events["detached"] += 1
         self.state.prog_id = pinned
         self.state.table_size = p.table_size
-        await self.poll(links)
+        # the filters are now where apply put them: no second tc call per interface
+        await self.poll(links, found=[Filter(n, pinned) for n in targets if pinned is not None])
 
     async def _config_size(self) -> int:
         return self._map_info(self.map_pin("config"))[0]
@@ -494,16 +495,23 @@ class FlowletAttachment:
         await self._write_config()
         self.state.events["timeout_changed"] += 1
 
-    async def poll(self, links: Mapping[int, str] | None = None, *, full: bool = True) -> State:
+    async def poll(
+        self,
+        links: Mapping[int, str] | None = None,
+        *,
+        full: bool = True,
+        found: list[Filter] | None = None,
+    ) -> State:
         """Refresh :attr:`state`: the counters and (``full``) where the filter is and the
-        hash policy."""
+        hash policy; ``found``: the filters as the caller just made them (no tc call)."""
         st = self.state
         if full or links is not None or not self._links:
             self._links = dict(links if links is not None else await self.links())
         links = self._links
         attached: list[str] | None = None
         if full:
-            found = await self.filters(self._ours(links))
+            if found is None:
+                found = await self.filters(self._ours(links))
             attached = sorted(f.ifname for f in found if f.prog_id == st.prog_id)
         try:
             by_index = sum_stats(self._map("stats").items(), possible_cpus())

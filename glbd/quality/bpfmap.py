@@ -18,7 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BPF_ANY", "BPF_NOEXIST", "MapInfo", "PinnedMap", "count_cpus", "possible_cpus"]
+__all__ = [
+    "BPF_ANY",
+    "BPF_NOEXIST",
+    "MapInfo",
+    "PinnedMap",
+    "count_cpus",
+    "pinned_id",
+    "possible_cpus",
+]
 
 #: bpf(2)'s number on the architectures glbd runs on (asm/unistd.h)
 SYSCALL_NR = {"x86_64": 321, "aarch64": 280}
@@ -92,31 +100,48 @@ class MapInfo:
     max_entries: int
 
 
+def _obj_get(path: Path | str) -> int:
+    name = os.fsencode(str(path)) + b"\0"
+    buf = ctypes.create_string_buffer(name, len(name))
+    # pathname, bpf_fd, file_flags (0: read and write)
+    attr = ctypes.create_string_buffer(struct.pack("<QII", ctypes.addressof(buf), 0, 0), 16)
+    try:
+        return _bpf(_OBJ_GET, attr)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{exc.strerror} ({path})") from None
+
+
+def _info_of(fd: int, size: int) -> bytes:
+    """The leading ``size`` bytes of the object's info (map or program: type, id, ...)."""
+    out = ctypes.create_string_buffer(size)
+    attr = ctypes.create_string_buffer(struct.pack("<IIQ", fd, len(out), ctypes.addressof(out)), 16)
+    _bpf(_OBJ_GET_INFO_BY_FD, attr)
+    return out.raw
+
+
+def pinned_id(path: Path | str) -> int:
+    """The id of the pinned object (a program or a map) at ``path``; OSError if none."""
+    fd = _obj_get(path)
+    try:
+        return int(struct.unpack_from("<2I", _info_of(fd, 8))[1])
+    finally:
+        os.close(fd)
+
+
 class PinnedMap:
     """A map pinned on bpffs, open until :meth:`close`. ``value_size`` is what one lookup
     returns: a per-CPU map's value size (rounded up to 8) times the possible CPUs."""
 
     def __init__(self, path: Path | str, value_size: int | None = None) -> None:
-        name = os.fsencode(str(path)) + b"\0"
-        buf = ctypes.create_string_buffer(name, len(name))
-        # pathname, bpf_fd, file_flags (0: read and write)
-        attr = ctypes.create_string_buffer(struct.pack("<QII", ctypes.addressof(buf), 0, 0), 16)
-        try:
-            self.fd = _bpf(_OBJ_GET, attr)
-        except OSError as exc:
-            raise OSError(exc.errno, f"{exc.strerror} ({path})") from None
+        self.fd = _obj_get(path)
         self.path = str(path)
         self.info = self._info()
         self.key_size = self.info.key_size
         self.value_size = value_size if value_size is not None else self.info.value_size
 
     def _info(self) -> MapInfo:
-        out = ctypes.create_string_buffer(80)  # struct bpf_map_info (what the kernel fills)
-        attr = ctypes.create_string_buffer(
-            struct.pack("<IIQ", self.fd, len(out), ctypes.addressof(out)), 16
-        )
-        _bpf(_OBJ_GET_INFO_BY_FD, attr)
-        return MapInfo(*struct.unpack_from("<5I", out.raw))
+        # struct bpf_map_info's first 80 bytes (what the kernel fills)
+        return MapInfo(*struct.unpack_from("<5I", _info_of(self.fd, 80)))
 
     def close(self) -> None:
         if self.fd >= 0:

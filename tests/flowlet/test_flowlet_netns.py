@@ -23,6 +23,7 @@ from glbdlab.nodes import wait_until
 
 from glbd.flowlet.loader import FlowletAttachment
 from glbd.flowlet.movegate import ONE, MoveChance
+from glbd.quality.bpfmap import pinned_id
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -196,6 +197,9 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     assert first.state.events["loaded"] == 1
     assert _pins(first) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
     prog = first.state.prog_id
+    # bpf(2) on the pins names the objects bpftool loaded
+    assert pinned_id(first.prog_pin) == prog
+    assert pinned_id(first.map_pin("flows")) == pinned_id(first.table_pin)
     with rig.udp() as s:
         bursts(s, 3, 2, PAUSE_S)
     before = (await first.poll()).counters["r-h"]["packets"]
