@@ -761,15 +761,10 @@ class Node:
         self.fib_service.set_flowlet_timeout(timeout_s)
 
     def queue_delays_us(self) -> tuple[float, float]:
-        """The deepest queue, as drain time, on the fabric links of this node (the link
-        monitor) and on those of its neighbors (their last heartbeats): the two hops of a
-        path out of a leaf."""
-        local = 0.0
-        if self.monitor is not None:
-            for q in self.monitor.qualities().values():
-                cap = q.residual_mbps or q.capacity_mbps
-                if cap > 0 and not q.down:
-                    local = max(local, q.queue_bytes * 8 / cap)
+        """The deepest queue, as drain time, on the fabric links of this node since the last
+        call (the link monitor's peak over its samples; the call resets it) and on those of
+        its neighbors (their last heartbeats): the two hops of a path out of a leaf."""
+        local = 0.0 if self.monitor is None else self.monitor.take_peak_queue_delay_us()
         remote = 0.0
         ep = self.endpoint
         if ep is not None and ep.receiver is not None:

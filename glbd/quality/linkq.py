@@ -288,6 +288,7 @@ class _Link:
         "last_t",
         "last_tx",
         "load",
+        "peak_queue",
         "pending",
         "queue",
         "res_pending",
@@ -304,6 +305,7 @@ class _Link:
         self.last_t = 0.0
         self.load: float | None = None  # EWMA %, None until two samples
         self.queue = 0.0
+        self.peak_queue = 0.0  # the highest ``queue`` since take_peak_queue_delay_us
         self.score = 8.0
         self.band: int | None = None  # reported; None = not measured yet
         self.down = False
@@ -522,6 +524,8 @@ class LinkMonitor:
                 elif recheck and (saturated or (building and backlog > 0)) and ln.band:
                     # an onset in part: one more sample soon, if an onset would lower the band
                     want_recheck = want_recheck or self._onset_lowers(ln.band, backlog, qv)
+            if qv > ln.peak_queue:
+                ln.peak_queue = qv
             if from_foreign:  # the non-steerable load alone, as a share of the capacity
                 fv = (ln.foreign or 0.0) * 100.0 / ln.capacity
                 sc = ln.score = 8.0 if fv <= lmin else 0.0 if fv >= lmax else (lmax - fv) * lk
@@ -657,6 +661,21 @@ class LinkMonitor:
             return None
         q = q.usable()
         return replace(q, band=MAX_BAND) if self._p.band_from_foreign and not q.down else q
+
+    def take_peak_queue_delay_us(self) -> float:
+        """The deepest queue (the smoothed backlog, as the time it takes to drain at the link's
+        residual capacity) any measured link held at a sample since the last call, in
+        microseconds; the peaks start again from 0. A reader a few times a second so sees the
+        queue of every sample, not just of the ones it happens to read."""
+        out = 0.0
+        for ln in self._links.values():
+            peak, ln.peak_queue = ln.peak_queue, 0.0
+            if ln.band is None or ln.down:
+                continue
+            cap = ln.residual or ln.capacity
+            if cap > 0 and peak * 8 / cap > out:
+                out = peak * 8 / cap
+        return out
 
     def qualities(self) -> dict[str, LinkQuality]:
         """Every measured link (a link without two samples yet is absent: unknown)."""

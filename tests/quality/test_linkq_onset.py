@@ -217,3 +217,20 @@ def test_config_keys_reach_the_core() -> None:
     )
     p = linkmon_params(c)
     assert p.onset_queue_bytes == 0 and p.confirm_improvements is False
+
+
+def test_the_peak_queue_is_every_samples_deepest_since_the_last_read() -> None:
+    """The flowlet timeout reads the queues a few times a second; the monitor keeps the
+    deepest smoothed queue of the samples in between, so a queue that came and went between
+    two reads still counts, once."""
+    link = Link()
+    idle(link)
+    assert link.mon.take_peak_queue_delay_us() == 0.0
+    for backlog in (0, 50_000, 200_000, 0, 0):
+        link.step(100, backlog=backlog)
+    q = link.mon.quality("e1")
+    assert q is not None
+    peak = link.mon.take_peak_queue_delay_us()
+    assert peak > q.queue_bytes * 8 / CAP  # the queue has drained since: the peak is kept
+    assert peak >= 50_000 * 8 / CAP  # at least the first building sample, as drain time (us)
+    assert link.mon.take_peak_queue_delay_us() == 0.0  # read once
