@@ -78,10 +78,10 @@ class FlowletSection(_Model):
     multipath selection may move it to another next hop (by glbd's weights) only where that
     cannot reorder it."""
 
-    #: flowlet switching, new flows spread over a group's members by its weights
-    #: (``placement``); where the machine cannot run the program (no bpftool, no CAP_BPF),
-    #: glbd says so (check-config, a flowlet_failed log line) and routes without it
-    enabled: bool = True
+    #: flowlet switching; off by default: in the lab's fabric benchmark it pays off with
+    #: shallow queues, but reorders more with deep ones and lets a spine failure move more of
+    #: the running flows (docs/benchmarks-fabric.md, run C)
+    enabled: bool = False
     #: the idle gap after which a flow may move (1..10000000); it must exceed the delay
     #: difference between the paths. "auto": the peak queueing delay measured on the two hops
     #: of the fabric's paths (the leaf's uplinks, the spines' downlinks from their heartbeats)
