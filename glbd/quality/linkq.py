@@ -483,8 +483,7 @@ class LinkMonitor:
         rw, rq = p.rate_weight, 1.0 - p.rate_weight
         lmin, lmax = p.load_min_pct, p.load_max_pct
         qmin, qmax = p.queue_min_bytes, p.queue_max_bytes
-        lk = 8.0 / (lmax - lmin)
-        qk = 8.0 / (qmax - qmin)
+        lk, qk = 8.0 / (lmax - lmin), 8.0 / (qmax - qmin)
         onset_q = p.onset_queue_bytes
         from_foreign = p.band_from_foreign
         for ln, name, up, tx, backlog in zip(
