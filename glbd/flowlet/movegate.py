@@ -8,12 +8,13 @@ chance from what the leaf programs: while the weights of a group have shifted by
 over ``decay_s``. Settled weights move nothing; a hotspot opens the gate for every flow.
 
 The shift of a group is the total variation distance between its weight distributions, the
-old one taken over the next hops still in the group (a next hop that left takes its flows with
-it: the kernel moves them) and the new one over all of them (a next hop that joined is a shift
-toward it). The gate keeps, per group, the weights at its last opening, so a slow drift opens
-it once the drift adds up, while noise around a level does not. A shift while the chance is
-still above ``refresh_below`` moves the reference but writes nothing: weights that keep
-swinging cost the program a write every quarter of the decay at most, not one per change.
+old one taken over the next hops still in the group (a next hop that left, or whose weight fell
+to 0, takes its flows with it: the kernel moves them) and the new one over all of them (a next
+hop that joined is a shift toward it). The gate keeps, per group, the weights at its last
+opening, so a slow drift opens it once the drift adds up, while noise around a level does
+not. A shift while the chance is still above ``refresh_below`` moves the reference but writes
+nothing: weights that keep swinging cost the program a write every quarter of the decay at
+most, not one per change.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ class MoveGateParams:
 
 def weight_shift(old: Mapping[Any, int], new: Mapping[Any, int]) -> float:
     """The share of a group's traffic that its weights ask to move from ``old`` to ``new``
-    (next hops that left are not counted: their flows move anyway)."""
-    kept = {k: w for k, w in old.items() if k in new and w > 0}
+    (next hops that left, or whose weight fell to 0 as their link went down, are not counted:
+    the kernel moves their flows anyway)."""
+    kept = {k: w for k, w in old.items() if new.get(k, 0) > 0 and w > 0}
     total_old, total_new = sum(kept.values()), sum(w for w in new.values() if w > 0)
     if total_old <= 0 or total_new <= 0:
         return 0.0

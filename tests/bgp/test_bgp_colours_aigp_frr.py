@@ -21,6 +21,7 @@ FRR sends AIGP only for a non-zero metric set on the path itself (here a ``netwo
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 from collections.abc import Mapping
 from dataclasses import replace
@@ -109,6 +110,15 @@ def sent_aigp(pcap: Path, src: str, dst: str, prefix: str) -> list[bytes | None]
     return out
 
 
+def captured_updates(pcap: Path, links: list[tuple[str, str]]) -> bool:
+    """The pcap holds an UPDATE for OWN from glbd to every spine (False while a record is
+    still being written)."""
+    try:
+        return all(sent_aigp(pcap, own, s, OWN) for s, own in links)
+    except (struct.error, LabError, IndexError):
+        return False
+
+
 async def test_aigp_between_glbd_and_frr(netns_lab: Lab, tmp_path: Path) -> None:
     lab = netns_lab
     l1 = lab.netns("leaf1")
@@ -143,6 +153,9 @@ async def test_aigp_between_glbd_and_frr(netns_lab: Lab, tmp_path: Path) -> None
         await wait_for(lambda: len(rib.next_hops(N(SHARED))) == 4, 30, "SHARED from all four")
         await wait_for(lambda: frr_paths(frrs[2], FROM_S1), 30, "FROM_S1 at spine3")
         await wait_for(lambda: frr_paths(frrs[3], FROM_S1), 30, "FROM_S1 at spine4")
+        # tcpdump may still be behind the kernel's capture buffer (a busy machine): it is
+        # stopped only once the file holds an UPDATE for OWN to every spine
+        await wait_for(lambda: captured_updates(pcap, links), 30, "UPDATEs in the pcap")
         dump.terminate()
         dump.wait(10)
 

@@ -27,6 +27,21 @@ def test_a_failed_next_hop_is_no_shift_of_the_others() -> None:
     assert gate.chance == NEVER and gate.opened == 0
 
 
+def test_a_next_hop_whose_link_went_down_is_no_shift_of_the_others() -> None:
+    # the path table gives a locally down next hop weight 0 before BGP withdraws it: the
+    # kernel moves its flows, the others' split is unchanged, so gaps must not move theirs
+    down = {"s1": 64, "s2": 64, "s3": 0, "s4": 64}
+    assert weight_shift(EQUAL4, down) == 0.0
+    gate = MoveGate()
+    gate.observe({"g": EQUAL4}, (), 0)
+    assert gate.observe({"g": down}, (), S) is None
+    assert gate.chance == NEVER and gate.opened == 0
+    # while a survivor losing weight alongside is still a shift
+    assert weight_shift(EQUAL4, {"s1": 32, "s2": 64, "s3": 0, "s4": 64}) == pytest.approx(
+        1 / 3 - 32 / 160
+    )
+
+
 def test_a_hotspot_opens_the_gate_for_every_gap_then_it_closes() -> None:
     hot = {"s1": 8, "s2": 64, "s3": 64, "s4": 64}
     assert weight_shift(EQUAL4, hot) == pytest.approx(0.25 - 8 / 200)
