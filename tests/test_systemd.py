@@ -70,7 +70,7 @@ def test_unit_runs_as_glbd_with_only_the_capabilities_the_daemon_checks(tmp_path
         "[flowlet]\nenabled = true\n"
     )
     # every feature on: BFD real-time priority, flowlets (the unit serves any config)
-    need = privileges.required_capabilities(cfgmod.load(f))
+    need = privileges.wanted_capabilities(cfgmod.load(f))
     assert directive("User") == ["glbd"] and directive("Group") == ["glbd"]
     assert directive("AmbientCapabilities")[0].split() == need
     assert directive("CapabilityBoundingSet")[0].split() == need
@@ -222,7 +222,17 @@ def test_capability_problem_names_only_what_is_missing(tmp_path: Path) -> None:
         f.write_text(base + only)
         problem = privileges.capability_problem(cfgmod.load(f), no_rt)
         assert problem and problem.startswith("glbd: missing capabilities CAP_SYS_NICE;")
-    f.write_text(base + "[flowlet]\nenabled = true\n")  # the flowlet program needs bpf()
-    problem = privileges.capability_problem(cfgmod.load(f), full)
-    assert problem and problem.startswith("glbd: missing capabilities CAP_BPF;")
-    assert privileges.capability_problem(cfgmod.load(f), full | 1 << bit["CAP_BPF"]) is None
+    # the flowlet program wants bpf(): without CAP_BPF glbd starts and routes without it,
+    # saying why (a helper runs no program; a load balancer only when it is enabled)
+    on = "[flowlet]\nenabled = true\n"
+    f.write_text(base + on)
+    assert privileges.flowlet_problem(cfgmod.load(f), full) is None
+    lb = base.replace("helper", "load-balancer")
+    f.write_text(lb)
+    assert privileges.flowlet_problem(cfgmod.load(f), full) is None
+    f.write_text(lb + on)
+    cfg = cfgmod.load(f)
+    assert privileges.capability_problem(cfg, full) is None
+    problem = privileges.flowlet_problem(cfg, full)
+    assert problem and problem.startswith("missing capability CAP_BPF") and "\n" not in problem
+    assert privileges.flowlet_problem(cfg, full | 1 << bit["CAP_BPF"]) is None

@@ -19,6 +19,8 @@ import pytest
 from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all, wait_until
 from glbdlab.topology import Fabric
 
+from glbd.flowlet.loader import HASH_POLICY_SYSCTLS
+
 ROOT = Path(__file__).resolve().parent.parent
 NOBODY = 65534
 UNIT = (ROOT / "systemd" / "glbd.service").read_text()
@@ -125,18 +127,35 @@ def test_leaf_comes_up_as_an_unprivileged_user_with_the_units_capabilities(
 ) -> None:
     fab: Fabric = lab_fabric(spines=1, leaves=2, hosts=False)
     python, env = python_for_nobody(shared_dir)
-    # asks for a sysctl it cannot write (read-only /proc/sys): a warning, not a failure
-    opts = GlbdOptions(heartbeat=True, bfd=True, fib={"set_compat_mode_off": "true"})
+    # asks for a sysctl it cannot write (read-only /proc/sys): a warning, not a failure; the
+    # leaves run the flowlet program, loaded as the unit's user
+    opts = GlbdOptions(
+        heartbeat=True,
+        bfd=True,
+        fib={"set_compat_mode_off": "true"},
+        extra={"leaf": "[flowlet]\nenabled = true"},
+    )
     nodes: dict[str, GlbdNode] = {}
     try:
-        nodes = start_glbd(fab, shared_dir, opts, names=["leaf2", "spine1"])
+        nodes = start_glbd(fab, shared_dir, opts, names=["spine1"])
         sysctl = "net.ipv4.nexthop_compat_mode"
-        fab.ns("leaf1").run(["sysctl", "-qw", f"{sysctl}=1"])  # the kernel's default
+        ns1 = fab.ns("leaf1")
+        ns1.run(["sysctl", "-qw", f"{sysctl}=1"])  # the kernel's default
+        # the flowlet program's hash policy, which the unit's root ExecStartPre writes (below)
+        for key in HASH_POLICY_SYSCTLS:
+            ns1.run(["sysctl", "-qw", f"{key}=1"])
         leaf1 = nodes["leaf1"] = UnprivilegedGlbd(
             fab, "leaf1", shared_dir, opts, caps=unit_caps(), python=python, env=env
         )
+        # leaf2 lacks CAP_BPF: its flowlets are off, and it says why
+        no_bpf = [c for c in unit_caps() if c != "bpf"]
+        leaf2 = nodes["leaf2"] = UnprivilegedGlbd(
+            fab, "leaf2", shared_dir, opts, caps=no_bpf, python=python, env=env
+        )
         leaf1.start()
+        leaf2.start()
         leaf1.wait_ready(60)
+        leaf2.wait_ready(60)
         status = leaf1.request("status")
         assert status["bfd_engine"] and status["bfd_engine"].get("pid"), status
         uid = int(Path(f"/proc/{status['pid']}/status").read_text().split("Uid:")[1].split()[1])
@@ -148,6 +167,15 @@ def test_leaf_comes_up_as_an_unprivileged_user_with_the_units_capabilities(
         prefix = fab.topo.node("leaf2").prefix4
         assert prefix
         wait_until(lambda: kernel_group_for(fab, "leaf1", prefix), 90, what="leaf1's route")
+        prefix1 = fab.topo.node("leaf1").prefix4
+        assert prefix1
+        wait_until(lambda: kernel_group_for(fab, "leaf2", prefix1), 90, what="leaf2's route")
+        # the flowlet program loaded as the unit's user; without CAP_BPF it is off, said once
+        fl1 = leaf1.request("flowlet")
+        assert fl1["enabled"] and fl1["error"] is None and fl1["prog_id"], fl1
+        fl2 = leaf2.request("flowlet")
+        assert fl2["enabled"] and "CAP_BPF" in (fl2["error"] or ""), fl2
+        assert len(leaf2.events("flowlet_unavailable")) == 1, leaf2.tail()
         # the route comes with BGP (a fresh start holds nothing back); BFD comes up on its own
         wait_until(
             lambda: (rows := leaf1.request("bfd")) and all(s["state"] == "up" for s in rows),
@@ -162,6 +190,14 @@ def test_leaf_comes_up_as_an_unprivileged_user_with_the_units_capabilities(
         assert fab.ns("leaf1").run(["sysctl", "-n", sysctl]).stdout.strip() == "1"
         fab.ns("leaf1").run([sys.executable, "-m", "glbd", "sysctl", "-q", "-c", str(leaf1.config)])
         assert fab.ns("leaf1").run(["sysctl", "-n", sysctl]).stdout.strip() == "0"
+        ns2 = fab.ns("leaf2")
+        for key in HASH_POLICY_SYSCTLS:  # and the flowlet program's hash policy
+            ns2.run(["sysctl", "-qw", f"{key}=0"])
+        ns2.run([sys.executable, "-m", "glbd", "sysctl", "-q", "-c", str(leaf2.config)])
+        assert [ns2.run(["sysctl", "-n", k]).stdout.strip() for k in HASH_POLICY_SYSCTLS] == [
+            "1",
+            "1",
+        ]
     finally:
         stop_all(nodes)
 

@@ -302,10 +302,22 @@ class Exchange:
         return self.fail_changed / self.fail_running if self.fail_running else float("nan")
 
 
+def fib_migrations(node: GlbdNode) -> int:
+    """How often the glbd moved busy resilient buckets at once (``fib.resilient_migrate_share``)."""
+    try:
+        snap = node.request("profiles", timeout=2.0)
+    except Exception:  # busy: not counted
+        return 0
+    counters = snap.get("counters") if isinstance(snap, dict) else None
+    return int((counters or {}).get("migrations", 0))
+
+
 def flowlet_totals(nodes: dict[str, GlbdNode]) -> dict[str, int]:
-    """The flowlet counters of every glbd that runs the program, summed (empty: none does)."""
+    """The flowlet counters of every glbd that runs the program and the busy-bucket
+    migrations of every glbd, summed."""
     out: dict[str, int] = {}
     for node in nodes.values():
+        out["migrations"] = out.get("migrations", 0) + fib_migrations(node)
         try:
             snap = node.request("flowlet", timeout=2.0)
         except Exception:  # a glbd without the part or busy: its counters are not in the sum

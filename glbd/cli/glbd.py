@@ -69,7 +69,7 @@ def check_config(path: str, quiet: bool = False) -> int:
     warnings = [
         *c.heartbeat.warnings(),
         *c.link_quality.warnings(),
-        *c.flowlet.warnings(fabric),
+        *(c.flowlet.warnings(fabric) if c.flowlet_active else []),
         *c.policy_warnings(),
     ]
     for w in warnings:  # valid, but worth seeing
@@ -83,9 +83,12 @@ def check_config(path: str, quiet: bool = False) -> int:
 
 
 def apply_sysctls(path: str, quiet: bool = False) -> int:
-    """Write what ``fib.set_compat_mode_off`` asks for; exit non-zero when it cannot."""
+    """Write what ``fib.set_compat_mode_off`` and the flowlet program (``set_hash_policy``)
+    ask for, which the unprivileged daemon cannot (/proc/sys is read-only to it); exit
+    non-zero when it cannot."""
     from glbd.daemon.netns import write_sysctl
     from glbd.fib.fibkernel import COMPAT_MODE_SYSCTL
+    from glbd.flowlet.loader import HASH_POLICY_SYSCTLS
 
     try:
         c = cfgmod.load(path)
@@ -93,6 +96,8 @@ def apply_sysctls(path: str, quiet: bool = False) -> int:
         print(e.format(), file=sys.stderr)
         return EXIT_CONFIG
     wanted = {COMPAT_MODE_SYSCTL: 0} if c.fib.set_compat_mode_off else {}
+    if c.flowlet_active and c.flowlet.set_hash_policy:
+        wanted.update(dict.fromkeys(HASH_POLICY_SYSCTLS, 1))
     for key, value in wanted.items():
         try:
             write_sysctl(key, value)

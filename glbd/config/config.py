@@ -179,6 +179,12 @@ class Config(_Model):
     def is_load_balancer(self) -> bool:
         return self.role in ("load-balancer", "both")
 
+    @property
+    def flowlet_active(self) -> bool:
+        """The flowlet program is to run: enabled, on a router that balances load (a helper
+        alone programs no weighted groups for it to steer)."""
+        return self.flowlet.enabled and self.is_load_balancer
+
     def neighbor_bfd(self, n: NeighborSection) -> BfdSection:
         """The effective BFD settings of one neighbor (its overrides over the defaults)."""
         over = {

@@ -78,9 +78,10 @@ class FlowletSection(_Model):
     multipath selection may move it to another next hop (by glbd's weights) only where that
     cannot reorder it."""
 
-    #: flowlet switching; off by default: in the lab's fabric benchmark it pays off with
-    #: shallow queues, but reorders more with deep ones and lets a spine failure move more of
-    #: the running flows (docs/benchmarks-fabric.md, run C)
+    #: flowlet switching on a load balancer (a helper alone runs no program). Off by default:
+    #: in the lab's fabric benchmark it is faster in every case but reorders more when a
+    #: hotspot starts under running flows with deep queues (docs/flowlet.md). Where the
+    #: machine cannot run it (no bpftool, no CAP_BPF), glbd says so and routes without it
     enabled: bool = False
     #: the idle gap after which a flow may move (1..10000000); it must exceed the delay
     #: difference between the paths. "auto": the peak queueing delay measured on the two hops

@@ -19,11 +19,13 @@ from glbd.config import params
 from glbd.control import metrics_parts, views
 from glbd.control.metrics import Row
 from glbd.control.protocol import ArgsError
+from glbd.daemon import privileges
 from glbd.daemon.component import Component, Host
 from glbd.daemon.node import Node
 from glbd.flowlet.loader import FlowletAttachment, FlowletError
 from glbd.flowlet.movegate import MoveChance, MoveGate
 from glbd.flowlet.skew import SkewEstimator
+from glbd.quality.foreignservice import FULL_CHECK_EVERY
 from glbd.quality.pathchanges import Changes
 from glbd.unnumbered.part import UnnumberedPart
 
@@ -342,6 +344,12 @@ def _address(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+def retry_ticks(misses: int) -> int:
+    """Reconcile ticks to the next check after ``misses`` failed applies in a row: 1 while
+    they succeed, then 1, 2, 4 ... up to 64."""
+    return min(64, 1 << (misses - 1)) if misses > 0 else 1
+
+
 class FlowletPart(_Part):
     """glbd's flowlet program (:mod:`glbd.flowlet.loader`): attached on start when
     ``[flowlet] enabled``, checked every ``fib.reconcile_interval_s`` (new interfaces, a filter
@@ -368,9 +376,16 @@ class FlowletPart(_Part):
         self._move_pending: MoveChance | None = None
 
     async def start(self) -> None:
-        f = self.node.cfg.flowlet
-        if not f.enabled:
+        cfg = self.node.cfg
+        f = cfg.flowlet
+        if not cfg.flowlet_active:
             await self._remove_leftovers()
+            return
+        problem = privileges.flowlet_problem(cfg)
+        if problem is not None:  # bpf() would fail: route without it, say so once
+            if self.error != problem:
+                log.warning("flowlet_unavailable", error=problem)
+            self.error = problem
             return
         self.att = FlowletAttachment(netns=self.node.netns)
         loop = asyncio.get_running_loop()
@@ -474,20 +489,43 @@ class FlowletPart(_Part):
             self.error = str(e)
 
     async def _run(self) -> None:
+        """Counters every second. At each reconcile tick, the full check (processes: ``ip``,
+        ``tc`` per interface) only when an interface moved, every :data:`FULL_CHECK_EVERY`
+        ticks (a filter someone removed) or after an error; a failing apply is retried ever
+        less often (up to every 64 ticks): a machine that cannot run the program does not
+        start tools every few seconds."""
         assert self.att is not None
-        n = 0
+        n, ticks, misses = 0, 0, 0
+        due = self._every()
         while True:
             await asyncio.sleep(self.POLL_S)  # the poll period
             n += 1
-            every = max(1, round(self.node.cfg.fib.reconcile_interval_s / self.POLL_S))  # reload
-            if n % every == 0 or self.error is not None:
-                await self._apply()
+            if self.error is not None and not misses:
+                due = n  # an error a poll or a write saw: repaired now
+            if n >= due:
+                ticks += 1
+                if (
+                    misses
+                    or self.error is not None
+                    or ticks % FULL_CHECK_EVERY == 0
+                    or self.att.interfaces_moved()
+                ):
+                    await self._apply()
+                    misses = misses + 1 if self.error is not None else 0
+                due = n + self._every() * retry_ticks(misses)
+                continue
+            if misses:
                 continue
             try:
                 await self.att.poll(full=False)
             except (OSError, FlowletError) as e:
                 self.att.state.events["errors"] += 1
                 self.error = str(e)
+
+    def _every(self) -> int:
+        """Poll periods per reconcile tick (``fib.reconcile_interval_s``, read each time: a
+        reload may change it)."""
+        return max(1, round(self.node.cfg.fib.reconcile_interval_s / self.POLL_S))
 
     async def stop(self) -> None:
         self.node.on_weights = None
@@ -512,8 +550,9 @@ class FlowletPart(_Part):
         neighbors = changes["neighbors_added"] or changes["neighbors_removed"]
         if "flowlet" not in changes["sections"] and not neighbors and self.att is None:
             return
-        if not new.flowlet.enabled:
+        if not new.flowlet_active:
             await self.stop()
+            self.error = None
         elif self.att is None:
             await self.start()
         elif (new.flowlet.timeout_us == "auto") != (self.skew is not None) or (
@@ -539,9 +578,9 @@ class FlowletPart(_Part):
     def snapshot(self) -> dict[str, Any]:
         f = self.node.cfg.flowlet
         if self.att is None:
-            return {"enabled": f.enabled, "error": self.error}
+            return {"enabled": self.node.cfg.flowlet_active, "error": self.error}
         return {
-            "enabled": f.enabled,
+            "enabled": True,
             "error": self.error,
             **self.att.snapshot(),
             "timeout_source": "config" if self.skew is None else "auto",

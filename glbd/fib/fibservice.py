@@ -121,7 +121,7 @@ class FibService:
         """A load balancer whose kernel hashes on addresses only puts every flow between two
         hosts on one next hop; flowlets set the policy themselves (``set_hash_policy``)."""
         cfg = self._host.cfg
-        if not cfg.is_load_balancer or cfg.flowlet.enabled:
+        if not cfg.is_load_balancer or cfg.flowlet_active:
             return
         with contextlib.suppress(OSError):
             if read_sysctl(HASH_POLICY_SYSCTL, self.netns) == "0":

@@ -27,6 +27,7 @@ import contextlib
 import enum
 import json
 import os
+import socket
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -494,6 +495,17 @@ class FlowletAttachment:
         self.params = replace(self.params, timeout_ns=timeout_ns)
         await self._write_config()
         self.state.events["timeout_changed"] += 1
+
+    def interfaces_moved(self) -> bool:
+        """Whether an interface appeared, went or was renamed since the last apply or full
+        poll (one netlink dump by the C library, no process). In another namespace than this
+        process's it cannot tell, and says True."""
+        if self.netns is not None or not self._links:
+            return True
+        try:
+            return dict(socket.if_nameindex()) != self._links
+        except OSError:
+            return True
 
     async def poll(
         self,

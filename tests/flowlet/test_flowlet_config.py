@@ -30,7 +30,11 @@ def _cfg(**flowlet_keys: Any) -> cfgmod.Config:
 
 def test_defaults_off_auto_timeout_every_non_fabric_interface() -> None:
     c = cfgmod.parse(BASE)
-    assert not c.flowlet.enabled and c.flowlet.timeout_us == "auto"
+    assert not c.flowlet.enabled and not c.flowlet_active
+    assert c.flowlet.timeout_us == "auto" and c.flowlet.move == "on-change"
+    assert _cfg(enabled=True).flowlet_active
+    helper = cfgmod.parse({**BASE, "role": "helper", "flowlet": {"enabled": True}})
+    assert helper.flowlet.enabled and not helper.flowlet_active  # no weighted groups to steer
     p = params.flowlet_params(c)  # "auto" before any measurement: the floor
     assert p.timeout_ns == 500_000 and p.aging_ns == 10 * 10**9 and p.table_size == 65_536
     assert params.flowlet_params(c, 160_000_000).timeout_ns == 160_000_000
@@ -154,7 +158,7 @@ def test_fabric_bench_flowlet_contenders_configs_load(tmp_path: Path, key: str) 
         f = tmp_path / f"{node}.toml"
         f.write_text(glbd_config(leaf_spine(4, 4), node, tmp_path, opts))
         cfg = cfgmod.load(f)
-        assert cfg.flowlet.enabled is enabled
+        assert cfg.flowlet_active is enabled
         if enabled:
             assert cfg.flowlet.timeout_us == "auto" and cfg.flowlet.interfaces is None
             assert cfg.fib.resilient_idle_timer_s == "auto"
@@ -176,3 +180,11 @@ def test_occupancy_and_evictions_follow_the_flows_inserted() -> None:
     att.state.counters["eth1"]["new_flows"] = 5
     snap = att.snapshot()
     assert (snap["table_entries"], snap["evictions"]) == (4, 3)
+
+
+def test_a_failing_load_is_retried_ever_less_often() -> None:
+    """A machine that cannot run the program (no bpftool, say) is not asked again every
+    second: the wait doubles with each failure in a row, up to 64 reconcile ticks."""
+    from glbd.daemon.parts import retry_ticks
+
+    assert [retry_ticks(m) for m in range(9)] == [1, 1, 2, 4, 8, 16, 32, 64, 64]

@@ -116,6 +116,18 @@ def test_glbd_attaches_adopts_and_removes(rig: Rig, tmp_path: Path) -> None:
         assert rows["r-h"]["flowlets"] == 1 and rows["r-h"]["moved"] == 0
         assert rows["r-h"]["kept"] == 4
         assert first["move"] == "on-change" and first["move_gate"]["opened"] == 0
+        # an interface that appears is found at the next reconcile tick (a netlink dump, no
+        # process), long before the full check every 12 ticks; one that goes, likewise
+        rig.r.run(["ip", "link", "add", "r-new", "type", "veth", "peer", "name", "r-newp"])
+        wait_until(
+            lambda: g.when(lambda s: s.get("attached") == sorted([*IFACES, "r-new", "r-newp"])),
+            30,
+            what="the program on a new interface",
+        )
+        rig.r.run(["ip", "link", "del", "r-new"])  # and its peer
+        wait_until(
+            lambda: g.when(lambda s: s.get("attached") == IFACES), 30, what="r-new forgotten"
+        )
 
         g.stop()  # on_stop = "keep": the filters stay, the flows keep their salts
         assert "glbd_flowlet" in _filters(rig, "r-h")
