@@ -619,6 +619,13 @@ class ControlPlane:
                 "glb-ns": {},
                 "glb-fl-ns": flowlets,
             }[self.key]
+            fixed = self.p.flowlet_timeout_s
+            if fixed is not None:  # --flowlet-timeout-ms: the flowlet contenders' timeout
+                on = "[flowlet]\nenabled = true"
+                extra = {
+                    k: v.replace(on, f"{on}\ntimeout_us = {round(fixed * 1e6)}")
+                    for k, v in extra.items()
+                }
             ns = self.key.endswith("-ns")
             opts = GlbdOptions(
                 capacity_mbps=self.p.rate,

@@ -639,7 +639,7 @@ def bgp_samples(snap: BgpView) -> Iterable[Sample]:
 # ---- flowlets ---------------------------------------------------------------------------------
 
 FLOWLET_METRICS: tuple[Entry, ...] = (
-    One("glbd_flowlet_enabled", "gauge", "[flowlet] enabled", flag("enabled")),
+    One("glbd_flowlet_enabled", "gauge", "[flowlet] enabled on a load balancer", flag("enabled")),
     One(
         "glbd_flowlet_error",
         "gauge",

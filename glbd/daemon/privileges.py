@@ -2,7 +2,7 @@
 
 systemd grants them to the ``glbd`` user (``AmbientCapabilities=`` in systemd/glbd.service), so
 ExaBGP and the BFD engine, glbd's children, inherit them. CAP_BPF is wanted, not required: the
-flowlet program, on by default, needs it, and without it glbd routes as without flowlets and
+flowlet program needs it where it is on, and without it glbd routes as without flowlets and
 says so (:func:`flowlet_problem`).
 """
 
