@@ -9,15 +9,16 @@ thread, every child) over ``--seconds``:
 
 * ``glbd``: glbd as shipped (default config; only the topology's neighbours are set), every
   process of it: the main loop, the BFD engine, ExaBGP;
-* ``glbd-fl`` (opt-in, ``--only``): glbd as shipped with ``[flowlet] enabled = true`` on the
-  leaves: the program's polling and its timeout's sampling (the lab has no host ports, so the
-  program is loaded but attached nowhere; its per-packet cost is the kernel's, in softirq);
+* ``glbd-nofl`` (opt-in, ``--only``): glbd as shipped with ``[flowlet] enabled = false``: the
+  difference is the flowlet program's polling and its timeout's sampling on the leaves (the
+  lab has no host ports, so the program is loaded but attached nowhere; its per-packet cost is
+  the kernel's, in softirq);
 * ``glbd-nofc``: the same without the foreign-load counter (``link_quality.foreign_from =
   "none"``): the difference is what counting the foreign load at ingress costs;
 * ``glbd-nohb``: the same without heartbeats (``[heartbeat] enabled = false``);
-* ``glbd-bgp-bfd``: also without link sampling (``sample_interval_ms`` 10 s): BGP + BFD alone,
-  the part FRR does too; the differences to the rows above are what heartbeats and link
-  sampling cost;
+* ``glbd-bgp-bfd``: also without link sampling (``sample_interval_ms`` 10 s) and flowlets:
+  BGP + BFD alone, the part FRR does too; the differences to the rows above are what
+  heartbeats, link sampling and flowlets cost;
 * ``frr``: FRR 10.x (bgpd, bfdd, zebra, mgmtd, staticd) with BFD at glbd's default timers
   (3 x 50 ms; FRR's own default is 3 x 300 ms) and BGP at glbd's hold time (9 s, keepalives
   every 3 s: FRR's datacenter defaults too).
@@ -325,8 +326,9 @@ def _frr(role: str | None = None) -> Any:
 def contenders() -> dict[str, Contender]:
     g, gs, gn = _glbd()
     nh, nhs, nhn = _glbd(heartbeat=False)
-    bb, bbs, bbn = _glbd(heartbeat=False, sample_ms=10_000)
-    fl, fls, fln = _glbd(extra={"leaf": "[flowlet]\nenabled = true"})
+    off = {"leaf": "[flowlet]\nenabled = false"}
+    bb, bbs, bbn = _glbd(heartbeat=False, sample_ms=10_000, extra=off)
+    fl, fls, fln = _glbd(extra=off)
     nf, nfs, nfn = _glbd(link_quality={"foreign_from": '"none"'})
     f, fs = _frr()
     return {
@@ -335,9 +337,13 @@ def contenders() -> dict[str, Contender]:
         "glbd-nofc": Contender(
             "glbd-nofc", "glbd, no foreign-load counter (foreign_from none)", nf, nfs, nfn
         ),
-        "glbd-fl": Contender("glbd-fl", "glbd, flowlets on the leaves", fl, fls, fln),
+        "glbd-nofl": Contender("glbd-nofl", "glbd, flowlets off", fl, fls, fln),
         "glbd-bgp-bfd": Contender(
-            "glbd-bgp-bfd", "glbd, heartbeats off, link sampling every 10 s", bb, bbs, bbn
+            "glbd-bgp-bfd",
+            "glbd, heartbeats and flowlets off, link sampling every 10 s",
+            bb,
+            bbs,
+            bbn,
         ),
         "frr": Contender("frr", "FRR 10.x, BFD 3 x 50 ms", f, fs),
     }

@@ -223,14 +223,14 @@ def test_capability_problem_names_only_what_is_missing(tmp_path: Path) -> None:
         problem = privileges.capability_problem(cfgmod.load(f), no_rt)
         assert problem and problem.startswith("glbd: missing capabilities CAP_SYS_NICE;")
     # the flowlet program wants bpf(): without CAP_BPF glbd starts and routes without it,
-    # saying why (a helper runs no program; a load balancer only when it is enabled)
+    # saying why (a helper runs no program; a load balancer unless it is turned off)
     on = "[flowlet]\nenabled = true\n"
     f.write_text(base + on)
     assert privileges.flowlet_problem(cfgmod.load(f), full) is None
     lb = base.replace("helper", "load-balancer")
-    f.write_text(lb)
+    f.write_text(lb + "[flowlet]\nenabled = false\n")
     assert privileges.flowlet_problem(cfgmod.load(f), full) is None
-    f.write_text(lb + on)
+    f.write_text(lb)  # on by default
     cfg = cfgmod.load(f)
     assert privileges.capability_problem(cfg, full) is None
     problem = privileges.flowlet_problem(cfg, full)

@@ -40,11 +40,11 @@ exchange; the order rotates from run to run):
 3. ``frr``: FRR 10.x on every node, eBGP, NNHN (``send-nexthop-characteristics`` spine->leaf)
    and ``bgp bestpath bandwidth ignore`` (static next-next-hop-count weights).
 
-Opt-in (``--only``): ``glb-fl`` (as shipped, plus ``[flowlet] enabled = true`` on the leaves),
+Opt-in (``--only``): ``glb-fl`` (``[flowlet] enabled = true`` said on the leaves: as shipped),
 ``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap moves its flow),
 ``glb-fl-random`` (``placement = "random"``), ``glb-fl-nomig`` (busy buckets never move at
 once), ``glb-place`` (the program places new flows only: ``move = "never"``), ``glb-nofl``
-(flowlets off, said explicitly);
+(flowlets off on the leaves: the default before);
 ``glb-ns``/``glb-fl-ns`` (as shipped, without/with flowlets, the band from the non-steerable
 class alone: ``link_quality.band_from = "foreign"`` with the background's class named);
 not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
@@ -132,11 +132,11 @@ LABELS = {
     "glb-nomig": "glbd as shipped, busy buckets wait (the default before migrate_share)",
     "glb-cap": "glbd as shipped, leaves weigh by residual capacity only (a flat weight table)",
     "glb-all": "glbd as shipped, band from all traffic (the default before the ingress counter)",
-    "glb-fl": "glbd as shipped + flowlets on",
+    "glb-fl": "glbd as shipped + flowlets on (said explicitly)",
     "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
     "glb-fl-random": "glbd as shipped + flowlets on, new flowlets hashed at random",
     "glb-fl-nomig": "glbd as shipped + flowlets on, busy buckets wait",
-    "glb-nofl": "glbd as shipped, flowlets off (said explicitly)",
+    "glb-nofl": "glbd as shipped, flowlets off (the default before)",
     "glb-place": "glbd as shipped + flowlet program placing new flows only (no gap moves)",
     "glb-ns": "glbd as shipped, band from the non-steerable class",
     "glb-fl-ns": "glbd as shipped + flowlets, band from the non-steerable class",

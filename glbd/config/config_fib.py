@@ -78,11 +78,10 @@ class FlowletSection(_Model):
     multipath selection may move it to another next hop (by glbd's weights) only where that
     cannot reorder it."""
 
-    #: flowlet switching on a load balancer (a helper alone runs no program). Off by default:
-    #: in the lab's fabric benchmark it is faster in every case but reorders more when a
-    #: hotspot starts under running flows with deep queues (docs/flowlet.md). Where the
+    #: flowlet switching on a load balancer (a helper alone runs no program): new flows spread
+    #: over a group's members by its weights, running ones moved only at gaps. Where the
     #: machine cannot run it (no bpftool, no CAP_BPF), glbd says so and routes without it
-    enabled: bool = False
+    enabled: bool = True
     #: the idle gap after which a flow may move (1..10000000); it must exceed the delay
     #: difference between the paths. "auto": the peak queueing delay measured on the two hops
     #: of the fabric's paths (the leaf's uplinks, the spines' downlinks from their heartbeats)

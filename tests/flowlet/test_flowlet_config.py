@@ -28,11 +28,11 @@ def _cfg(**flowlet_keys: Any) -> cfgmod.Config:
     return cfgmod.parse({**BASE, "flowlet": flowlet_keys})
 
 
-def test_defaults_off_auto_timeout_every_non_fabric_interface() -> None:
+def test_defaults_on_auto_timeout_every_non_fabric_interface() -> None:
     c = cfgmod.parse(BASE)
-    assert not c.flowlet.enabled and not c.flowlet_active
+    assert c.flowlet.enabled and c.flowlet_active
     assert c.flowlet.timeout_us == "auto" and c.flowlet.move == "on-change"
-    assert _cfg(enabled=True).flowlet_active
+    assert not _cfg(enabled=False).flowlet_active
     helper = cfgmod.parse({**BASE, "role": "helper", "flowlet": {"enabled": True}})
     assert helper.flowlet.enabled and not helper.flowlet_active  # no weighted groups to steer
     p = params.flowlet_params(c)  # "auto" before any measurement: the floor
