@@ -133,7 +133,15 @@ def tcp_streams(packets: list[Packet], src: str, dst: str, port: int = 179) -> l
         data = [p for p in segs if p.payload]
         if not data:
             continue
-        base = data[0].seq
+        # the stream starts after the SYN; without one, at the earliest sequence number (a
+        # capture on a busy machine may record two segments in the other order)
+        syn = next((p for p in segs if p.flags & _SYN), None)
+        first = data[0].seq
+        base = (
+            (syn.seq + 1) & 0xFFFFFFFF
+            if syn is not None
+            else min((p.seq for p in data), key=lambda s: (s - first + 2**31) & 0xFFFFFFFF)
+        )
         buf = bytearray()
         for p in sorted(data, key=lambda p: (p.seq - base) & 0xFFFFFFFF):
             rel = (p.seq - base) & 0xFFFFFFFF
@@ -221,10 +229,12 @@ def decode_bfd(p: bytes) -> dict[str, Any]:
 def _start_tcpdump(ns: Netns, ifname: str, out: Path) -> subprocess.Popen[bytes]:
     """tcpdump writing every packet as it arrives. ``--immediate-mode`` matters: without it
     libpcap's TPACKET_V3 ring hands a block to tcpdump only when it is full or 1 s old, and a
-    SIGTERM within that second loses the block (the UPDATEs, when FRR converges fast)."""
+    SIGTERM within that second loses the block (the UPDATEs, when FRR converges fast). Its
+    ring then has fixed-size frames: 4 KiB ones (a BGP message is at most 4 KiB) in 16 MiB
+    hold 4,000 packets where the default snap length's held 8, which a busy machine overran."""
     proc = ns.popen(
-        ["tcpdump", "-i", ifname, "-n", "-U", "--immediate-mode", "-s", "0", "-w", str(out),
-         "tcp port 179 or udp port 3784"],
+        ["tcpdump", "-i", ifname, "-n", "-U", "--immediate-mode", "-s", "4096", "-B", "16384",
+         "-w", str(out), "tcp port 179 or udp port 3784"],
         stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None

@@ -82,10 +82,13 @@ def aigp_of(frr: FrrInstance, prefix: str) -> list[Any]:
 
 def start_tcpdump(ns: Netns, out: Path) -> subprocess.Popen[bytes]:
     """tcpdump on every port of ``ns`` (Linux cooked headers, which ``parse_pcap`` reads), BGP
-    only, each packet written as it arrives; returned once it listens."""
+    only, each packet written as it arrives; returned once it listens. Immediate mode gives a
+    ring of fixed-size frames: at the default snap length (256 KiB) the default 2 MiB buffer
+    holds 8 packets, which a busy machine overran (a session's UPDATE was dropped); 4 KiB
+    frames in 16 MiB hold 4,000 (BGP messages are at most 4 KiB)."""
     proc = ns.popen(
-        ["tcpdump", "-i", "any", "-y", "LINUX_SLL", "-n", "-U", "--immediate-mode", "-s", "0",
-         "-w", str(out), "tcp port 179"],
+        ["tcpdump", "-i", "any", "-y", "LINUX_SLL", "-n", "-U", "--immediate-mode",
+         "-s", "4096", "-B", "16384", "-w", str(out), "tcp port 179"],
         stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None

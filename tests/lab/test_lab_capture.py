@@ -82,3 +82,15 @@ def test_a_syn_starts_a_new_stream_on_the_same_ports() -> None:
         seg(7_000_001, b"sec"),  # a retransmission
     ]
     assert tcp_streams(packets, "192.0.2.1", "192.0.2.2") == [b"first", b"second"]
+
+
+def test_segments_captured_out_of_order_still_make_the_stream() -> None:
+    """A capture on a busy machine may record a later segment first: the stream still starts
+    after the SYN (or at the earliest sequence number when the SYN was not captured)."""
+
+    def seg(seq: int, data: bytes, flags: int = 0x18) -> Packet:
+        return Packet(0.0, "192.0.2.1", "192.0.2.2", 6, 40000, 179, 64, seq, data, flags)
+
+    swapped = [seg(0xFFFFFFF0, b"", 0x02), seg(0xFFFFFFF4, b"ond"), seg(0xFFFFFFF1, b"sec")]
+    assert tcp_streams(swapped, "192.0.2.1", "192.0.2.2") == [b"second"]
+    assert tcp_streams(swapped[1:], "192.0.2.1", "192.0.2.2") == [b"second"]
