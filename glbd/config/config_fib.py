@@ -91,7 +91,8 @@ class FlowletSection(_Model):
     #: queues too short for the 10 ms link sampling to see)
     timeout_floor_us: Annotated[int, Field(ge=1, le=10_000_000)] = 500
     #: the least "auto" timeout for the first ``skew_window_s`` after start, before the window
-    #: has seen the fabric's queues (0: none); erring long only costs moves, never order
+    #: has seen the fabric's queues (0: none); erring long only costs moves, never order. A
+    #: restart that adopts the program holds the longer timeout its predecessor left instead
     timeout_start_us: Annotated[int, Field(ge=0, le=10_000_000)] = 100_000
     #: how long "auto" remembers the deepest queue it saw
     skew_window_s: Annotated[float, Field(gt=0, le=86_400)] = 60.0

@@ -387,6 +387,7 @@ def flowlet_params(cfg: cfgmod.Config, auto_timeout_ns: int | None = None) -> Fl
         move_on_change=f.move != "always",
         spread=f.placement == "spread",
         buckets=cfg.fib.resilient_buckets if cfg.fib.group_type == "resilient" else 0,
+        resume_timeout=f.timeout_us == "auto",
     )
 
 

@@ -478,15 +478,28 @@ class FlowletPart(_Part):
             if first or not self._started:  # adopt first, also when the first try failed
                 await self.att.start(p)
                 self._started = True
+                await self._resume_timeout()
             else:
                 await self.att.apply(p)
-            self.node.set_flowlet_timeout(p.timeout_ns / 1e9)
+            self.node.set_flowlet_timeout((self.att.params or p).timeout_ns / 1e9)
             self.error = None
         except (OSError, FlowletError) as e:
             self.att.state.events["errors"] += 1
             if self.error != str(e):
                 log.error("flowlet_failed", error=str(e))
             self.error = str(e)
+
+    async def _resume_timeout(self) -> None:
+        """A restart that adopted the program keeps the timeout its predecessor measured for
+        the first window (:meth:`SkewEstimator.resume`) rather than the start value."""
+        assert self.att is not None and self.att.params is not None
+        left = self.att.left_timeout_ns
+        if self.skew is None or not left:
+            return
+        self.skew.resume(left)
+        if self.skew.timeout_ns != self.att.params.timeout_ns:  # capped by this config
+            await self.att.set_timeout(self.skew.timeout_ns)
+        log.info("flowlet_timeout_resumed", timeout_us=self.skew.timeout_ns / 1e3)
 
     async def _run(self) -> None:
         """Counters every second. At each reconcile tick, the full check (processes: ``ip``,

@@ -200,6 +200,9 @@ class FlowletParams:
     spread: bool = True
     #: the resilient groups' bucket count, which the spread points aim at (0: hash-threshold)
     buckets: int = 0
+    #: an adopted program keeps its timeout where it is longer (the "auto" timeout, which
+    #: the previous glbd measured for the fabric's queues; a fixed one is written as set)
+    resume_timeout: bool = False
 
     def targets(self, links: Iterable[str]) -> list[str]:
         """The interfaces the filter belongs on, of those that exist."""
@@ -249,6 +252,8 @@ class FlowletAttachment:
         self.params: FlowletParams | None = None
         #: the chance that a gap moves a flow (written with the params by _write_config)
         self.move = ALWAYS
+        #: the timeout in the config map of the program :meth:`start` adopted, if any
+        self.left_timeout_ns: int | None = None
         self._config_lock = asyncio.Lock()
         self._links: dict[int, str] = {}
         #: the program's maps open by bpf(2) for the polls (a bpftool process each second
@@ -392,7 +397,8 @@ class FlowletAttachment:
 
     async def start(self, p: FlowletParams) -> None:
         """Adopt what a previous glbd left (its filters and their program) or load afresh,
-        then configure and attach (see :meth:`apply`)."""
+        then configure and attach (see :meth:`apply`). With ``p.resume_timeout``, an adopted
+        program keeps its timeout (:attr:`left_timeout_ns`) where it is longer than ``p``'s."""
         await self._tools.ensure_bpffs()
         links = await self.links()
         found = await self.filters(links.values())
@@ -404,7 +410,15 @@ class FlowletAttachment:
                 await self._repin(keep)
                 self.state.events["repinned"] += 1
             self.state.events["adopted"] += 1
-            log.info("flowlet_adopted", prog_id=keep, interfaces=[f.ifname for f in found])
+            left = self.left_timeout_ns = self._left_timeout_ns()
+            if p.resume_timeout and left is not None and left > p.timeout_ns:
+                p = replace(p, timeout_ns=left)  # not shortened, not even for a moment
+            log.info(
+                "flowlet_adopted",
+                prog_id=keep,
+                interfaces=[f.ifname for f in found],
+                timeout_us=None if left is None else left / 1e3,
+            )
         else:
             if pinned is not None or self.dir.exists():
                 log.info("flowlet_stale_pins_removed", dir=str(self.dir))
@@ -495,6 +509,21 @@ class FlowletAttachment:
         self.params = replace(self.params, timeout_ns=timeout_ns)
         await self._write_config()
         self.state.events["timeout_changed"] += 1
+
+    def _left_timeout_ns(self) -> int | None:
+        """The timeout in the config map of the program just adopted (kept on stop or left by
+        a crash), before :meth:`apply` rewrites it; None if there is none to read."""
+        try:
+            m = PinnedMap(self.map_pin("config"))
+        except OSError:
+            return None
+        try:
+            value = m.lookup(bytes(4)) if m.value_size == CONFIG_SIZE else None
+        except OSError:
+            value = None
+        finally:
+            m.close()
+        return struct.unpack_from("<Q", value)[0] if value else None
 
     def interfaces_moved(self) -> bool:
         """Whether an interface appeared, went or was renamed since the last apply or full

@@ -23,7 +23,7 @@ burst of traffic (seen in the fabric bench after a 40 s pause). It is never belo
 that a growing queue costs a handful of writes, not one per sample. Until one window has
 passed since the first reading it is at least ``start_ns``: before the window has seen the
 fabric's queues, the skew is unknown, and a timeout below it reorders every flow that moves
-(erring long only costs moves).
+(erring long only costs moves); after a restart, at least the timeout the previous glbd left.
 """
 
 from __future__ import annotations
@@ -63,11 +63,20 @@ class SkewEstimator:
         self._buckets: deque[tuple[int, float, float]] = deque()
         self._since: float | None = None  # the first reading
         self._window_buckets = max(1, math.ceil(self.params.window_s))
+        self._resumed_ns = 0
         self.timeout_ns = max(self.params.floor_ns, self._start_ns())
         self.changes = 0
 
     def _start_ns(self) -> int:
-        return min(self.params.start_ns, self.params.ceiling_ns)
+        return min(max(self.params.start_ns, self._resumed_ns), self.params.ceiling_ns)
+
+    def resume(self, timeout_ns: int) -> None:
+        """Before the first reading: the timeout a previous glbd left in the program it
+        measured the fabric for. It holds for the first window like ``start_ns`` (when
+        higher), so a restart does not shorten a timeout that the queues needed."""
+        if self._since is None and timeout_ns > 0:
+            self._resumed_ns = timeout_ns
+            self.timeout_ns = max(self.timeout_ns, self._start_ns())
 
     def observe(self, local_us: float, remote_us: float, now: float) -> int | None:
         """One reading of the deepest local and remote queue (in microseconds of drain
@@ -117,5 +126,6 @@ class SkewEstimator:
             "window_s": self.params.window_s,
             "floor_us": self.params.floor_ns / 1e3,
             "start_us": self.params.start_ns / 1e3,
+            "resumed_us": self._resumed_ns / 1e3,
             "changes": self.changes,
         }

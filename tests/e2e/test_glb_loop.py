@@ -398,11 +398,14 @@ def test_kill9_and_restart_keeps_and_readopts_kernel_state(
     leaf1 = nodes["leaf1"]
     ns = fab.ns("leaf1")
 
-    def nh_ids() -> list[tuple[object, object, object]]:
-        """Each nexthop's id, members and type (a resilient group's idle timer follows the
-        flowlet timeout, which a restarted glbd learns again)."""
+    def nh_ids() -> list[tuple[object, object, object, object]]:
+        """Each nexthop's id, members, type and idle timer (a resilient group's follows the
+        flowlet timeout, which a restarted glbd resumes)."""
         rows = json.loads(ns.ip("-j", "nexthop", "show").stdout)
-        return [(r.get("id"), r.get("group"), r.get("type")) for r in rows]
+        return [
+            (r.get("id"), r.get("group"), r.get("type"), r.get("resilient", {}).get("idle_timer"))
+            for r in rows
+        ]
 
     ids_before = nh_ids()
     before = {p: group(fab, "leaf1", p) for p in (P["leaf2"], P["leaf3"])}

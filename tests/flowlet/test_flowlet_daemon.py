@@ -153,7 +153,8 @@ def test_glbd_attaches_adopts_and_removes(rig: Rig, tmp_path: Path) -> None:
 def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path) -> None:
     """``timeout_us = "auto"`` (the default): held at ``timeout_start_us`` (100 ms) while the
     window has not yet seen the fabric (the link's queue is empty); once a queue builds there,
-    the timeout rises to cover its drain time."""
+    the timeout rises to cover its drain time. A restart resumes the timeout it left, not the
+    start value: the queues it measured are still there."""
     if object_path() is None:
         pytest.skip(
             "flowlet.bpf.o is not built (glbd/flowlet/bpf/build.sh; bootstrap.sh builds it)"
@@ -172,7 +173,7 @@ def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path)
                "burst", "4kb", "limit", "100kb"])  # fmt: skip
     g = Glbd(rig, tmp_path)
     try:
-        g.start(on_stop="remove", edit=edit)
+        g.start(on_stop="keep", edit=edit)
         first = wait_until(
             lambda: g.when(lambda s: s.get("attached") == ["r-h", "r-m2"]),
             60,
@@ -197,5 +198,16 @@ def test_auto_timeout_follows_a_queue_on_a_fabric_link(rig: Rig, tmp_path: Path)
         assert risen["skew"]["peak_local_us"] >= 400_000
         assert risen["events"]["timeout_changed"] >= 1 and risen["error"] is None
         assert '"event": "flowlet_timeout"' in g.log() or "flowlet_timeout" in g.log()
+
+        g.stop()  # on_stop = "keep": the program and its config map stay
+        g.start(on_stop="remove", edit=edit)
+        again = wait_until(
+            lambda: g.when(lambda s: s.get("attached") == ["r-h", "r-m2"]),
+            60,
+            what="the program adopted",
+        )
+        assert again["events"]["adopted"] == 1
+        assert again["timeout_us"] >= risen["timeout_us"]  # not back at 100 ms
+        assert again["skew"]["resumed_us"] == again["timeout_us"]
     finally:
         g.stop()

@@ -291,3 +291,22 @@ async def test_random_placement_is_the_control(rig: Rig, flowlet: Start) -> None
         for d in range(2, 10)
     ]
     assert per_dest != [1] * 8, per_dest
+
+
+async def test_an_adopted_auto_timeout_is_kept_a_fixed_one_written(
+    rig: Rig, flowlet: Start
+) -> None:
+    """Adopting a running program, an "auto" timeout (``resume_timeout``) keeps the longer
+    one the previous glbd left in the config map; a fixed one is written as configured."""
+    first = await flowlet(timeout_us=300_000)
+    assert first.left_timeout_ns is None and first.params is not None  # nothing to adopt
+    auto = FlowletAttachment(netns=rig.r.name)
+    await auto.start(dataclasses.replace(first.params, timeout_ns=10**8, resume_timeout=True))
+    assert auto.state.events["adopted"] == 1 and auto.left_timeout_ns == 300_000_000
+    assert auto.params is not None and auto.params.timeout_ns == 300_000_000
+    fixed = await flowlet(timeout_us=100_000)
+    assert fixed.left_timeout_ns == 300_000_000
+    assert fixed.params is not None and fixed.params.timeout_ns == 100_000_000
+    again = FlowletAttachment(netns=rig.r.name)  # what the map holds now: the fixed one
+    await again.start(dataclasses.replace(first.params, timeout_ns=10**6, resume_timeout=True))
+    assert again.left_timeout_ns == 100_000_000

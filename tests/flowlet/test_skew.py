@@ -96,3 +96,23 @@ def test_starts_conservative_for_one_window_then_follows_the_queues() -> None:
     est2 = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=1_000_000))
     up = est2.observe(0.0, 5_000.0, 0.0)
     assert up is not None and up >= 5_000_000
+
+
+def test_a_restart_resumes_the_timeout_it_left_for_one_window() -> None:
+    """A restarted glbd has not measured the fabric yet: the timeout its predecessor left in
+    the program holds for the first window (not the shorter start value), then the queues
+    decide again."""
+    est = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=100_000_000))
+    est.resume(505_000_000)
+    assert est.timeout_ns == 505_000_000 and est.to_dict()["resumed_us"] == 505_000.0
+    assert est.observe(50.0, 100.0, 0.0) is None
+    assert est.observe(50.0, 100.0, 9.9) is None
+    assert est.observe(50.0, 100.0, 10.0) == 500_000  # one window later: the queues again
+    est.resume(700_000_000)  # only before the first reading
+    assert est.timeout_ns == 500_000
+    low = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=100_000_000))
+    low.resume(2_000_000)  # below the start value: the start value holds
+    assert low.timeout_ns == 100_000_000
+    capped = SkewEstimator(SkewParams(floor_ns=500_000, ceiling_ns=1_000_000_000))
+    capped.resume(5_000_000_000)
+    assert capped.timeout_ns == 1_000_000_000
