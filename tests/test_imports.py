@@ -59,7 +59,7 @@ LAYERS: dict[str, dict[str, tuple[str, ...]]] = {
     "config": {"app": ("config", "config_base", "config_bfd", "config_colours", "config_control",
                        "config_fib", "config_peers", "config_quality", "confref", "params",
                        "secrets")},
-    "daemon": {"core": ("loopprio",),
+    "daemon": {"core": ("loopprio", "recheck"),
                "io": ("bpftools", "caps", "netns", "paths", "sched", "systemd"),
                "app": ("component", "daemon", "log", "node", "parts", "privileges")},
 }  # fmt: skip

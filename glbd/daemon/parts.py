@@ -22,10 +22,10 @@ from glbd.control.protocol import ArgsError
 from glbd.daemon import privileges
 from glbd.daemon.component import Component, Host
 from glbd.daemon.node import Node
+from glbd.daemon.recheck import Recheck
 from glbd.flowlet.loader import FlowletAttachment, FlowletError
 from glbd.flowlet.movegate import MoveChance, MoveGate
 from glbd.flowlet.skew import SkewEstimator
-from glbd.quality.foreignservice import FULL_CHECK_EVERY
 from glbd.quality.pathchanges import Changes
 from glbd.unnumbered.part import UnnumberedPart
 
@@ -344,12 +344,6 @@ def _address(text: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
-def retry_ticks(misses: int) -> int:
-    """Reconcile ticks to the next check after ``misses`` failed applies in a row: 1 while
-    they succeed, then 1, 2, 4 ... up to 64."""
-    return min(64, 1 << (misses - 1)) if misses > 0 else 1
-
-
 class FlowletPart(_Part):
     """glbd's flowlet program (:mod:`glbd.flowlet.loader`): attached on start when
     ``[flowlet] enabled``, checked every ``fib.reconcile_interval_s`` (new interfaces, a filter
@@ -502,37 +496,32 @@ class FlowletPart(_Part):
         log.info("flowlet_timeout_resumed", timeout_us=self.skew.timeout_ns / 1e3)
 
     async def _run(self) -> None:
-        """Counters every second. At each reconcile tick, the full check (processes: ``ip``,
-        ``tc`` per interface) only when an interface moved, every :data:`FULL_CHECK_EVERY`
-        ticks (a filter someone removed) or after an error; a failing apply is retried ever
-        less often (up to every 64 ticks): a machine that cannot run the program does not
-        start tools every few seconds."""
-        assert self.att is not None
-        n, ticks, misses = 0, 0, 0
-        due = self._every()
+        """Counters every second; at each reconcile tick, the full check (processes: ``ip``,
+        ``tc`` per interface) as :class:`Recheck` schedules it: when an interface moved,
+        every 12th tick (a filter someone removed), after an error, and
+        while applying fails, at ever longer intervals (up to 64 ticks)."""
+        att = self.att
+        assert att is not None
+        rc = Recheck()
+        rc.done(self.error is None)
+        n, due = 0, self._every()
         while True:
             await asyncio.sleep(self.POLL_S)  # the poll period
             n += 1
-            if self.error is not None and not misses:
+            if self.error is not None and not rc.failing:
                 due = n  # an error a poll or a write saw: repaired now
             if n >= due:
-                ticks += 1
-                if (
-                    misses
-                    or self.error is not None
-                    or ticks % FULL_CHECK_EVERY == 0
-                    or self.att.interfaces_moved()
-                ):
+                due = n + self._every()
+                if rc.tick(lambda: self.error is not None or att.interfaces_moved()):
                     await self._apply()
-                    misses = misses + 1 if self.error is not None else 0
-                due = n + self._every() * retry_ticks(misses)
+                    rc.done(self.error is None)
                 continue
-            if misses:
+            if rc.failing:
                 continue
             try:
-                await self.att.poll(full=False)
+                await att.poll(full=False)
             except (OSError, FlowletError) as e:
-                self.att.state.events["errors"] += 1
+                att.state.events["errors"] += 1
                 self.error = str(e)
 
     def _every(self) -> int:

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from glbd.daemon.recheck import Recheck
 from glbd.quality.foreigncount import (
     FOREIGN,
     STEERED,
@@ -29,10 +30,7 @@ from glbd.quality.foreigncount import (
 )
 from glbd.quality.linkq import LinkMonParams
 
-__all__ = ["FULL_CHECK_EVERY", "ForeignService", "port_classes"]
-
-#: the reconcile intervals between two full checks while counting
-FULL_CHECK_EVERY = 12
+__all__ = ["ForeignService", "port_classes"]
 
 log = structlog.get_logger(__name__)
 
@@ -112,19 +110,21 @@ class ForeignService:
             self._on_state()
 
     async def _run(self) -> None:
-        """Every reconcile interval, a full check (processes: ``ip``, ``tc`` per interface)
-        only while not counting, when an interface moved (an ioctl per name) or every
-        :data:`FULL_CHECK_EVERY` intervals (a filter someone removed): on a spine with 64
-        leaves a full check every 5 s would cost ~5 % of a core."""
-        n = 0
+        """Every reconcile interval, the full check (processes: ``ip``, ``tc`` per interface)
+        as :class:`Recheck` schedules it: when an interface moved (an ioctl per name), every
+        12th interval (a filter someone removed) and, while the counter cannot run, at ever
+        longer intervals: on a spine with 64 leaves a full check every 5 s would cost ~5 %
+        of a core."""
+        rc = Recheck()
+        rc.done(self.counting)
         while True:
             await asyncio.sleep(self._every_s)  # the reconcile period
-            n += 1
-            c = self.counter
-            quiet = self.counting and c is not None and not c.interfaces_moved()
-            if quiet and n % FULL_CHECK_EVERY:
-                continue
-            await self._apply()
+            if rc.tick(self._moved):
+                await self._apply()
+                rc.done(self.counting)
+
+    def _moved(self) -> bool:
+        return self.counter is None or self.counter.interfaces_moved()
 
     def read(self) -> Mapping[int, int] | None:
         """The foreign bytes by egress ifindex (the link monitor's reading), or None while

@@ -180,11 +180,3 @@ def test_occupancy_and_evictions_follow_the_flows_inserted() -> None:
     att.state.counters["eth1"]["new_flows"] = 5
     snap = att.snapshot()
     assert (snap["table_entries"], snap["evictions"]) == (4, 3)
-
-
-def test_a_failing_load_is_retried_ever_less_often() -> None:
-    """A machine that cannot run the program (no bpftool, say) is not asked again every
-    second: the wait doubles with each failure in a row, up to 64 reconcile ticks."""
-    from glbd.daemon.parts import retry_ticks
-
-    assert [retry_ticks(m) for m in range(9)] == [1, 1, 2, 4, 8, 16, 32, 64, 64]
