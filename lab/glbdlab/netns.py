@@ -466,9 +466,17 @@ class Lab:
         if node in self.namespaces:
             raise LabError(f"namespace for node {node!r} already exists in this lab")
         name = self.ns_name(node)
-        _run(["ip", "netns", "add", name])
+        if os.path.exists(f"/run/netns/{name}"):  # another run's: never ours to delete
+            raise LabError(f"namespace {name} exists already")
         ns = Netns(node=node, name=name, lab=self)
-        self.namespaces[node] = ns  # registered before anything else can fail
+        # registered before it is made: an interrupt (Ctrl-C) during the add, after the
+        # kernel made it, still leaves it to close(), which skips one that never came
+        self.namespaces[node] = ns
+        try:
+            _run(["ip", "netns", "add", name])
+        except LabError:
+            del self.namespaces[node]
+            raise
         cmds = ["link set lo up"]
         ns.ip_batch(cmds)
         # No IPv6 DAD: addresses (incl. link-local) are usable at once, no 1-2 s "tentative".

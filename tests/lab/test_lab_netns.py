@@ -71,6 +71,17 @@ def test_two_labs_do_not_clash() -> None:
     assert list_lab_namespaces(one.tag) == list_lab_namespaces(two.tag) == []
 
 
+def test_a_namespace_of_another_run_is_refused_and_left_alone() -> None:
+    """Names are unique per run, but should one exist already (a run with the same tag), a
+    lab refuses it and its teardown does not delete what it did not make."""
+    with Lab() as mine:
+        mine.netns("a")
+        with Lab(tag=mine.tag) as other, pytest.raises(LabError, match="exists already"):
+            other.netns("a")
+        assert list_lab_namespaces(mine.tag) == [mine.ns_name("a")]
+    assert list_lab_namespaces(mine.tag) == []
+
+
 def test_errors_are_one_line() -> None:
     with pytest.raises(LabError, match="bad interface name"):
         check_ifname("x" * 16)
