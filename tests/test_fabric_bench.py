@@ -12,7 +12,7 @@ from glbdlab.nodes import GlbdOptions, glbd_config
 from glbdlab.topology import leaf_spine
 
 from bench.fabric import model
-from bench.fabric.run import FOREIGN_CLASSES, Params, leaf_extra, parse
+from bench.fabric.run import FOREIGN_CLASSES, Params, leaf_extra, parse, shipped_flowlet
 from glbd.config import config as cfgmod
 
 
@@ -109,6 +109,34 @@ def test_shipped_contender_config_is_the_default(tmp_path: Path) -> None:
         assert cfg.link_quality.foreign_classes == []
         assert set(cfg.link_quality.capacity_mbps.values()) == {10.0}
         assert len(cfg.neighbors) == 4
+
+
+def test_flowlet_keys_go_to_the_leaves_and_a_fixed_timeout_to_every_flowlet_contender(
+    tmp_path: Path,
+) -> None:
+    """``--flowlet-timeout-ms`` reaches ``glb`` (flowlets on by default) as well as the
+    contenders that say so, never one that turns them off; spines get no [flowlet] table."""
+    topo = leaf_spine(4, 4)
+    fixed = Params(flowlet_timeout_ms=200.0)
+    assert shipped_flowlet("glb", Params()) == {}
+    assert shipped_flowlet("glb", fixed) == {"timeout_us": "200000"}
+    assert shipped_flowlet("glb-nofl", fixed) == {"enabled": "false"}
+    for key, enabled in (("glb", True), ("glb-fl-always", True), ("glb-nofl", False)):
+        opts = GlbdOptions(
+            capacity_mbps=10.0, defaults_only=True, flowlet=shipped_flowlet(key, fixed)
+        )
+        cfgs = {}
+        for node in ("leaf1", "spine1"):
+            f = tmp_path / f"{key}-{node}.toml"
+            f.write_text(glbd_config(topo, node, tmp_path, opts))
+            cfgs[node] = cfgmod.load(f)
+        leaf = cfgs["leaf1"].flowlet
+        assert leaf.enabled is enabled
+        assert leaf.timeout_us == (200_000 if enabled else "auto")
+        spine = cfgs["spine1"]
+        default = {"router_id": spine.router_id, "local_as": spine.local_as, "role": spine.role}
+        assert spine.flowlet == cfgmod.Config.model_validate(default).flowlet
+    assert cfgmod.load(tmp_path / "glb-fl-always-leaf1.toml").flowlet.move == "always"
 
 
 @pytest.mark.parametrize(

@@ -109,6 +109,24 @@ SHIPPED = (
     "glb-ns",
     "glb-fl-ns",
 )
+#: the leaves' [flowlet] keys of the shipped contenders that set any (flowlets are on by
+#: default on a load balancer; ``--flowlet-timeout-ms`` adds ``timeout_us`` to every one that
+#: runs them, ``glb`` included)
+SHIPPED_FLOWLET: dict[str, dict[str, str]] = {
+    "glb-fl": {"enabled": "true"},
+    "glb-fl-always": {"enabled": "true", "move": '"always"'},
+    "glb-fl-random": {"enabled": "true", "placement": '"random"'},
+    "glb-fl-nomig": {"enabled": "true"},
+    "glb-nofl": {"enabled": "false"},
+    "glb-place": {"enabled": "true", "move": '"never"'},
+    "glb-fl-ns": {"enabled": "true"},
+}
+#: extra TOML per role of the shipped contenders that need more than [flowlet] keys
+SHIPPED_EXTRA: dict[str, dict[str, str]] = {
+    "glb-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
+    "glb-cap": {"leaf": "[path_quality]\nweight_table = [27, 27, 27, 27, 27, 27, 27, 27]"},
+    "glb-fl-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
+}
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
     *SHIPPED[1:],
@@ -303,13 +321,14 @@ class Exchange:
 
 
 def fib_migrations(node: GlbdNode) -> int:
-    """How often the glbd moved busy resilient buckets at once (``fib.resilient_migrate_share``)."""
+    """How often the glbd moved busy resilient buckets at once (``fib.resilient_migrate_share``):
+    ``glbctl counters``, which reads the FIB's counters without walking its routes."""
     try:
-        snap = node.request("profiles", timeout=2.0)
+        snap = node.request("counters", timeout=2.0)
     except Exception:  # busy: not counted
         return 0
-    counters = snap.get("counters") if isinstance(snap, dict) else None
-    return int((counters or {}).get("migrations", 0))
+    fib = snap.get("fib") if isinstance(snap, dict) else None
+    return int((fib or {}).get("migrations", 0))
 
 
 def flowlet_totals(nodes: dict[str, GlbdNode]) -> dict[str, int]:
@@ -567,6 +586,15 @@ def fib_extra(key: str, p: Params) -> dict[str, str]:
     return out
 
 
+def shipped_flowlet(key: str, p: Params) -> dict[str, str]:
+    """The leaves' [flowlet] keys of shipped contender ``key``, with ``--flowlet-timeout-ms``
+    on every one that runs the program."""
+    out = dict(SHIPPED_FLOWLET.get(key, {}))
+    if p.flowlet_timeout_s is not None and out.get("enabled") != "false":
+        out["timeout_us"] = str(round(p.flowlet_timeout_s * 1e6))
+    return out
+
+
 class ControlPlane:
     """Starts and stops one contender's routing on a built fabric."""
 
@@ -600,37 +628,14 @@ class ControlPlane:
                 ).values()
             )
         elif self.key in SHIPPED:
-            flowlets = {"leaf": "[flowlet]\nenabled = true"}
-            extra = {
-                "glb": {},
-                "glb-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
-                "glb-cap": {
-                    "leaf": "[path_quality]\nweight_table = [27, 27, 27, 27, 27, 27, 27, 27]"
-                },
-                "glb-all": {},
-                "glb-fl": flowlets,
-                "glb-fl-always": {"leaf": '[flowlet]\nenabled = true\nmove = "always"'},
-                "glb-fl-random": {"leaf": '[flowlet]\nenabled = true\nplacement = "random"'},
-                "glb-fl-nomig": {
-                    "leaf": "[flowlet]\nenabled = true\n[fib]\nresilient_migrate_share = 0"
-                },
-                "glb-nofl": {"leaf": "[flowlet]\nenabled = false"},
-                "glb-place": {"leaf": '[flowlet]\nenabled = true\nmove = "never"'},
-                "glb-ns": {},
-                "glb-fl-ns": flowlets,
-            }[self.key]
-            fixed = self.p.flowlet_timeout_s
-            if fixed is not None:  # --flowlet-timeout-ms: the flowlet contenders' timeout
-                on = "[flowlet]\nenabled = true"
-                extra = {
-                    k: v.replace(on, f"{on}\ntimeout_us = {round(fixed * 1e6)}")
-                    for k, v in extra.items()
-                }
+            flowlet = shipped_flowlet(self.key, self.p)
+            extra = SHIPPED_EXTRA.get(self.key, {})
             ns = self.key.endswith("-ns")
             opts = GlbdOptions(
                 capacity_mbps=self.p.rate,
                 defaults_only=True,
                 extra=extra,
+                flowlet=flowlet,
                 foreign_classes=FOREIGN_CLASSES if ns else (),
                 band_from_foreign=ns,
                 link_quality=({"foreign_from": '"none"'} if self.key == "glb-all" else {}),
@@ -1123,7 +1128,8 @@ def parse(argv: Sequence[str] | None) -> tuple[Params, list[str], argparse.Names
     )  # fmt: skip
     ap.add_argument(
         "--flowlet-timeout-ms", type=float, default=d.flowlet_timeout_ms,
-        help='fixed flowlet timeout of the flowlet contenders (default: glbd\'s "auto")',
+        help='fixed flowlet timeout of every contender that runs flowlets, glb included '
+        '(default: glbd\'s "auto")',
     )  # fmt: skip
     ap.add_argument(
         "--no-rps", action="store_true",

@@ -55,6 +55,8 @@ class GlbdOptions:
     band_from_foreign: bool = False
     #: extra keys of the generated [link_quality] table, e.g. {"band_from": '"all"'}
     link_quality: Mapping[str, str] = field(default_factory=dict)
+    #: keys of a [flowlet] table on the load balancers (leaves), e.g. {"enabled": "false"}
+    flowlet: Mapping[str, str] = field(default_factory=dict)
     #: glbd as shipped: the config says only what the topology requires (neighbours, what a
     #: leaf originates, link capacities, the control socket); every other option is the
     #: default, and the timer, group and heartbeat fields above are not written
@@ -112,7 +114,7 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
             lines += [f'"{i}" = {opts.capacity_mbps}' for i in fabric_ifs]
         lines += ["", "[control]", f'socket = "{run_dir / node / "glbd.sock"}"']
         lines += ["", "[logging]", 'format = "json"']
-        return "\n".join(lines) + "\n" + _extra(opts, node, n.role)
+        return "\n".join(lines + _flowlet(opts, n.role)) + "\n" + _extra(opts, node, n.role)
     lines += [
         "",
         "[bgp]",
@@ -152,7 +154,14 @@ def glbd_config(topo: Topology, node: str, run_dir: Path, opts: GlbdOptions) -> 
         f'level = "{opts.log_level}"',
         'format = "json"',
     ]
-    return "\n".join(lines) + "\n" + _extra(opts, node, n.role)
+    return "\n".join(lines + _flowlet(opts, n.role)) + "\n" + _extra(opts, node, n.role)
+
+
+def _flowlet(opts: GlbdOptions, role: str) -> list[str]:
+    """The leaves' [flowlet] table, if ``opts.flowlet`` says anything."""
+    if role != "leaf" or not opts.flowlet:
+        return []
+    return ["", "[flowlet]", *(f"{k} = {v}" for k, v in opts.flowlet.items())]
 
 
 def _extra(opts: GlbdOptions, node: str, role: str) -> str:
