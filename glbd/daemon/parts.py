@@ -490,16 +490,16 @@ class FlowletPart(_Part):
         left = self.att.left_timeout_ns
         if self.skew is None or not left:
             return
-        self.skew.resume(left)
-        if self.skew.timeout_ns != self.att.params.timeout_ns:  # capped by this config
+        if self.skew.resume(left):
+            log.info("flowlet_timeout_resumed", timeout_us=self.skew.timeout_ns / 1e3)
+        if self.skew.timeout_ns != self.att.params.timeout_ns:  # capped, or measured since
             await self.att.set_timeout(self.skew.timeout_ns)
-        log.info("flowlet_timeout_resumed", timeout_us=self.skew.timeout_ns / 1e3)
 
     async def _run(self) -> None:
         """Counters every second; at each reconcile tick, the full check (processes: ``ip``,
-        ``tc`` per interface) as :class:`Recheck` schedules it: when an interface moved,
-        every 12th tick (a filter someone removed), after an error, and
-        while applying fails, at ever longer intervals (up to 64 ticks)."""
+        ``tc`` per interface) as :class:`Recheck` schedules it: when an interface moved or
+        an error was seen, every 12th tick (a filter someone removed), and while applying
+        fails, at ever longer intervals (up to 64 ticks)."""
         att = self.att
         assert att is not None
         rc = Recheck()

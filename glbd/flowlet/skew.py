@@ -70,13 +70,16 @@ class SkewEstimator:
     def _start_ns(self) -> int:
         return min(max(self.params.start_ns, self._resumed_ns), self.params.ceiling_ns)
 
-    def resume(self, timeout_ns: int) -> None:
+    def resume(self, timeout_ns: int) -> bool:
         """Before the first reading: the timeout a previous glbd left in the program it
         measured the fabric for. It holds for the first window like ``start_ns`` (when
-        higher), so a restart does not shorten a timeout that the queues needed."""
-        if self._since is None and timeout_ns > 0:
-            self._resumed_ns = timeout_ns
-            self.timeout_ns = max(self.timeout_ns, self._start_ns())
+        higher), so a restart does not shorten a timeout that the queues needed. False (and
+        nothing changes) once readings have begun."""
+        if self._since is not None or timeout_ns <= 0:
+            return False
+        self._resumed_ns = timeout_ns
+        self.timeout_ns = max(self.timeout_ns, self._start_ns())
+        return True
 
     def observe(self, local_us: float, remote_us: float, now: float) -> int | None:
         """One reading of the deepest local and remote queue (in microseconds of drain

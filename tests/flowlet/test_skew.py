@@ -103,12 +103,12 @@ def test_a_restart_resumes_the_timeout_it_left_for_one_window() -> None:
     the program holds for the first window (not the shorter start value), then the queues
     decide again."""
     est = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=100_000_000))
-    est.resume(505_000_000)
+    assert est.resume(505_000_000)
     assert est.timeout_ns == 505_000_000 and est.to_dict()["resumed_us"] == 505_000.0
     assert est.observe(50.0, 100.0, 0.0) is None
     assert est.observe(50.0, 100.0, 9.9) is None
     assert est.observe(50.0, 100.0, 10.0) == 500_000  # one window later: the queues again
-    est.resume(700_000_000)  # only before the first reading
+    assert not est.resume(700_000_000)  # only before the first reading
     assert est.timeout_ns == 500_000
     low = SkewEstimator(SkewParams(floor_ns=500_000, window_s=10.0, start_ns=100_000_000))
     low.resume(2_000_000)  # below the start value: the start value holds
