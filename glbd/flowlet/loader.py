@@ -514,15 +514,10 @@ class FlowletAttachment:
         """The timeout in the config map of the program just adopted (kept on stop or left by
         a crash), before :meth:`apply` rewrites it; None if there is none to read."""
         try:
-            m = PinnedMap(self.map_pin("config"))
-        except OSError:
-            return None
-        try:
+            m = self._map("config")  # the fd the config writes use next
             value = m.lookup(bytes(4)) if m.value_size == CONFIG_SIZE else None
         except OSError:
-            value = None
-        finally:
-            m.close()
+            return None
         return struct.unpack_from("<Q", value)[0] if value else None
 
     def interfaces_moved(self) -> bool:

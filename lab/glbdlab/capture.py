@@ -49,7 +49,7 @@ from glbdlab.frr import FrrInstance, fabric_bgp_config
 from glbdlab.netns import LabError, Netns
 from glbdlab.topology import Fabric, leaf_spine
 
-__all__ = ["capture", "main", "parse_pcap"]
+__all__ = ["capture", "main", "parse_pcap", "start_tcpdump"]
 
 ANYCAST = "198.19.200.0/24"
 BGP_ATTR_NHC = 39
@@ -226,21 +226,26 @@ def decode_bfd(p: bytes) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _start_tcpdump(ns: Netns, ifname: str, out: Path) -> subprocess.Popen[bytes]:
-    """tcpdump writing every packet as it arrives. ``--immediate-mode`` matters: without it
-    libpcap's TPACKET_V3 ring hands a block to tcpdump only when it is full or 1 s old, and a
-    SIGTERM within that second loses the block (the UPDATEs, when FRR converges fast). Its
-    ring then has fixed-size frames: 4 KiB ones (a BGP message is at most 4 KiB) in 16 MiB
-    hold 4,000 packets where the default snap length's held 8, which a busy machine overran."""
+def start_tcpdump(
+    ns: Netns, out: Path, bpf_filter: str, *, ifname: str = "any", link_type: str | None = None
+) -> subprocess.Popen[bytes]:
+    """tcpdump in ``ns`` writing every packet as it arrives; returned once it listens.
+    ``--immediate-mode`` matters: without it libpcap's TPACKET_V3 ring hands a block to
+    tcpdump only when it is full or 1 s old, and a SIGTERM within that second loses the block
+    (the UPDATEs, when FRR converges fast). Its ring then has fixed-size frames: 4 KiB ones (a
+    BGP message is at most 4 KiB) in 16 MiB hold 4,000 packets where the default snap length's
+    held 8, which a busy machine overran. ``link_type``: e.g. LINUX_SLL on "any"."""
     proc = ns.popen(
-        ["tcpdump", "-i", ifname, "-n", "-U", "--immediate-mode", "-s", "4096", "-B", "16384",
-         "-w", str(out), "tcp port 179 or udp port 3784"],
+        ["tcpdump", "-i", ifname, *(["-y", link_type] if link_type else []), "-n", "-U",
+         "--immediate-mode", "-s", "4096", "-B", "16384", "-w", str(out), bpf_filter],
         stderr=subprocess.PIPE,
     )  # fmt: skip
     assert proc.stderr is not None
-    line = proc.stderr.readline().decode(errors="replace")
-    if "listening on" not in line:
-        raise LabError(f"tcpdump did not start: {line.strip()}")
+    said = [proc.stderr.readline().decode(errors="replace")]
+    while said[-1] and "listening on" not in said[-1]:  # "" once tcpdump has exited
+        said.append(proc.stderr.readline().decode(errors="replace"))
+    if "listening on" not in said[-1]:
+        raise LabError(f"tcpdump did not start: {' / '.join(x.strip() for x in said)}")
     return proc
 
 
@@ -282,7 +287,12 @@ def capture(
             time.sleep(0.2)
         say("spine1 has 2 multipaths for the anycast prefix; starting tcpdump and leaf1")
         pcap = Path(tmp) / "leaf1.pcap"
-        dump = _start_tcpdump(fab.ns("leaf1"), fab.ifname("leaf1", "spine1"), pcap)
+        dump = start_tcpdump(
+            fab.ns("leaf1"),
+            pcap,
+            "tcp port 179 or udp port 3784",
+            ifname=fab.ifname("leaf1", "spine1"),
+        )
         try:
             leaf1 = frr["leaf1"] = FrrInstance(fab.ns("leaf1"), hostname="leaf1").start(
                 conf["leaf1"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -30,9 +29,9 @@ from typing import Any
 
 import pytest
 from bgp_helpers import A, N, frr_bgp_conf, frr_paths, link, make_node, stop_all, wait_for
-from glbdlab.capture import bgp_messages, parse_pcap, parse_update, tcp_streams
+from glbdlab.capture import bgp_messages, parse_pcap, parse_update, start_tcpdump, tcp_streams
 from glbdlab.frr import FrrInstance
-from glbdlab.netns import Lab, LabError, Netns
+from glbdlab.netns import Lab, LabError
 
 from glbd.bgp.ribtypes import NextHopsChanged, Role
 from glbd.colours.colours import Origination
@@ -80,26 +79,6 @@ def aigp_of(frr: FrrInstance, prefix: str) -> list[Any]:
     return [p.get("aigpMetric", "absent") for p in frr_paths(frr, prefix)]
 
 
-def start_tcpdump(ns: Netns, out: Path) -> subprocess.Popen[bytes]:
-    """tcpdump on every port of ``ns`` (Linux cooked headers, which ``parse_pcap`` reads), BGP
-    only, each packet written as it arrives; returned once it listens. Immediate mode gives a
-    ring of fixed-size frames: at the default snap length (256 KiB) the default 2 MiB buffer
-    holds 8 packets, which a busy machine overran (a session's UPDATE was dropped); 4 KiB
-    frames in 16 MiB hold 4,000 (BGP messages are at most 4 KiB)."""
-    proc = ns.popen(
-        ["tcpdump", "-i", "any", "-y", "LINUX_SLL", "-n", "-U", "--immediate-mode",
-         "-s", "4096", "-B", "16384", "-w", str(out), "tcp port 179"],
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    said = [proc.stderr.readline().decode(errors="replace")]
-    while said[-1] and "listening on" not in said[-1]:  # "" once tcpdump has exited
-        said.append(proc.stderr.readline().decode(errors="replace"))
-    if "listening on" not in said[-1]:
-        raise LabError(f"tcpdump did not start: {' / '.join(x.strip() for x in said)}")
-    return proc
-
-
 def sent_aigp(pcap: Path, src: str, dst: str, prefix: str) -> list[bytes | None]:
     """The AIGP attribute (whole, None: absent) of each UPDATE ``src`` sent ``dst`` announcing
     ``prefix``."""
@@ -142,7 +121,7 @@ async def test_aigp_between_glbd_and_frr(netns_lab: Lab, tmp_path: Path) -> None
     coloured = tuple(replace(n, colour=c) for n, c in zip(p.neighbors, SESSIONS, strict=True))
     node.speaker.reconfigure(replace(p, neighbors=coloured))
     pcap = tmp_path / "leaf1.pcap"
-    dump = start_tcpdump(l1, pcap)
+    dump = start_tcpdump(l1, pcap, "tcp port 179", link_type="LINUX_SLL")  # every port
     try:
         frrs = [
             FrrInstance(ns, hostname=f"spine{i}").start(spine_conf(i, own, colour, nets))
