@@ -328,7 +328,7 @@ def contenders() -> dict[str, Contender]:
     nh, nhs, nhn = _glbd(heartbeat=False)
     off = {"leaf": "[flowlet]\nenabled = false"}
     bb, bbs, bbn = _glbd(heartbeat=False, sample_ms=10_000, extra=off)
-    fl, fls, fln = _glbd(extra=off)
+    nofl, nofls, nofln = _glbd(extra=off)
     nf, nfs, nfn = _glbd(link_quality={"foreign_from": '"none"'})
     f, fs = _frr()
     return {
@@ -337,7 +337,7 @@ def contenders() -> dict[str, Contender]:
         "glbd-nofc": Contender(
             "glbd-nofc", "glbd, no foreign-load counter (foreign_from none)", nf, nfs, nfn
         ),
-        "glbd-nofl": Contender("glbd-nofl", "glbd, flowlets off", fl, fls, fln),
+        "glbd-nofl": Contender("glbd-nofl", "glbd, flowlets off", nofl, nofls, nofln),
         "glbd-bgp-bfd": Contender(
             "glbd-bgp-bfd",
             "glbd, heartbeats and flowlets off, link sampling every 10 s",
