@@ -49,7 +49,10 @@ def test_profiles_and_verdicts() -> None:
 
     p, _, _ = parse(["--runs", "1"])
     sh = p.for_profile("shallow")
-    assert (sh.latency, sh.cc, sh.flows) == ("8ms", "bbr", 4)
+    assert (sh.latency, sh.cc, sh.flows, sh.ecn) == ("8ms", "cubic", 4, True)
+    bbr = p.for_profile("shallow-bbr")
+    assert (bbr.latency, bbr.cc, bbr.flows, bbr.ecn) == ("8ms", "bbr", 4, False)
+    assert not p.for_profile("deep").ecn
     assert p.for_profile("deep").flows == 16
     assert parse(["--flows", "2"])[0].for_profile("deep").flows == 2
 

@@ -21,10 +21,12 @@ Figure: the time until the last byte of the last flow arrived. Source ports are 
 Traffic profiles (both reported):
 
 * ``deep``: deep buffers, 100 ms pfifo per class at the link rate, TCP cubic in the hosts;
-* ``shallow``: what an AI backend fabric looks like: queues of 5 ms at the link rate, TCP BBR
-  in the hosts. Such fabrics mark ECN early (RED-like, 55-90 % of a shallow buffer) with
-  DCQCN at the hosts; this kernel has no RED/CoDel/PIE qdisc and no DCTCP, so the profile uses
-  shallow drop-tail queues and BBR (rate-based like DCQCN) instead of ECN marking.
+* ``shallow``: what an AI backend fabric looks like: queues of 8 ms at the link rate that mark
+  ECN early, as such fabrics do (probability 0 at 55 % of the queue to 1 at 90 %, on the
+  instantaneous queue). This kernel has no RED qdisc, so a tc BPF program of the bench's keeps
+  each link's queue and marks (bench/fabric/ecn.py); the hosts negotiate ECN and run cubic,
+  which halves on an echoed mark (no DCTCP in this kernel, BBR ignores ECN). Opt-in
+  ``shallow-bbr``: the same queues drop-tail with BBR in the hosts (the profile up to run K).
 
 Cases: ``none`` (no hotspot), ``before`` (UDP background of ``--hot`` x rate from spine1 into
 its link to leaf2, from ``--settle`` s before the exchange), ``during`` (the same from
@@ -83,7 +85,7 @@ from glbdlab.netns import LabError, list_lab_namespaces
 from glbdlab.nodes import GlbdNode, GlbdOptions, kernel_group_for, start_glbd, stop_all
 from glbdlab.topology import Fabric, Topology, leaf_spine
 
-from bench.fabric import failcase, isolate, model
+from bench.fabric import ecn, failcase, isolate, model
 from bench.fabric.traffic import (
     LinkSampler,
     UdpBlaster,
@@ -196,6 +198,9 @@ class Profile:
     cc: str  # the hosts' TCP congestion control
     flows: int  # TCP flows per ordered host pair
     note: str
+    #: ECN: every fabric link end marks CE as a WRED/ECN profile would (bench/fabric/ecn.py)
+    #: and the hosts negotiate ECN
+    ecn: bool = False
 
 
 PROFILES = {
@@ -206,16 +211,27 @@ PROFILES = {
         16,
         "deep buffers: 100 ms pfifo queues, TCP cubic, 16 flows per host pair",
     ),
-    # few flows per pair, as RDMA queue pairs are: 192 flows over 5-packet queues at 10 Mbit/s
+    # few flows per pair, as RDMA queue pairs are: 192 flows over 7-packet queues at 10 Mbit/s
     # are past any TCP's minimum window and measure only losses
     "shallow": Profile(
         "shallow",
         "8ms",
+        "cubic",
+        4,
+        "AI-backend-like: 8 ms queues (7 packets at the link rate) marking ECN from 55 % to "
+        "90 % of the queue (a tc BPF marker of the bench's: this kernel has no RED qdisc), TCP "
+        "cubic with ECN in the hosts (this kernel has no DCTCP; BBR ignores ECN), 4 flows per "
+        "host pair",
+        ecn=True,
+    ),
+    # the shallow profile up to run K (opt-in): drop-tail, no congestion signal but loss
+    "shallow-bbr": Profile(
+        "shallow-bbr",
+        "8ms",
         "bbr",
         4,
-        "AI-backend-like: 8 ms drop-tail queues (7 packets at the link rate), TCP BBR in the "
-        "hosts (rate-based like DCQCN; no ECN marking: this kernel has no RED/CoDel/PIE qdisc "
-        "and no DCTCP), 4 flows per host pair",
+        "8 ms drop-tail queues (7 packets at the link rate), TCP BBR in the hosts, 4 flows per "
+        "host pair: no ECN (the shallow profile up to run K)",
     ),
 }
 
@@ -254,6 +270,7 @@ class Params:
     flowlet_timeout_ms: float = 0.0
     #: every veth's receive work steered to the traffic CPUs (``isolate.steer_receive``)
     rps: bool = True
+    ecn: bool = False  # set per profile
 
     @property
     def pair_bytes(self) -> int:
@@ -274,7 +291,9 @@ class Params:
     def for_profile(self, name: str) -> Params:
         pr = PROFILES[name]
         flows = self.flows_override or pr.flows
-        return dataclasses.replace(self, profile=name, latency=pr.latency, cc=pr.cc, flows=flows)
+        return dataclasses.replace(
+            self, profile=name, latency=pr.latency, cc=pr.cc, flows=flows, ecn=pr.ecn
+        )
 
 
 @dataclass
@@ -295,6 +314,7 @@ class Exchange:
     retrans: int = 0
     reorder: int = 0
     rto: int = 0
+    ce: int = 0  # packets the hosts received marked CE
     cpu_idle_pct: float = float("nan")  # the traffic CPUs' idle share
     router_cpu_idle_pct: float = float("nan")  # the router CPUs' idle share
     #: share (%) of the machine's received packets that the router CPUs processed
@@ -799,7 +819,12 @@ def prepare(fab: Fabric, p: Params) -> None:
     qdiscs of their own have per-class byte counters, like a switch's per-queue counters, which
     glbd's ``foreign_classes`` reads."""
     topo = fab.topo
-    qlen = max(2, math.ceil(p.rate * 1e6 / 8 * _secs(p.latency) / 1514))
+    qlen = max(2, math.ceil(p.rate * 1e6 / 8 * _secs(p.latency) / ecn.MTU_WIRE))
+    marker = None
+    if p.ecn:
+        marker = ecn.build_object(
+            ecn.Marker(int(p.rate * 1e6), ecn.tc_size_bytes(p.burst), qlen * ecn.MTU_WIRE)
+        )
     for node in topo.names("spine") + topo.names("leaf"):
         ns = fab.ns(node)
         cmds = []
@@ -819,6 +844,8 @@ def prepare(fab: Fabric, p: Params) -> None:
                     f"prio {b - 1} quantum 1514",
                     f"qdisc add dev {ifname} parent 10:{b} handle {10 + b}: pfifo limit {qlen}",
                 ]
+            if marker is not None:
+                cmds += ecn.tc_lines(ifname, marker)
         ns.run(["tc", "-batch", "-"], input="\n".join(cmds) + "\n")
         ns.run(["nft", "-f", "-"], input=_NFT_CONTROL)
         if topo.node(node).role == "leaf":
@@ -836,6 +863,8 @@ def prepare(fab: Fabric, p: Params) -> None:
         fab.ns(h).ip(
             "link", "set", "dev", fab.ifname(h, f"leaf{topo.node(h).index}"), "gso_max_segs", "1"
         )
+        if p.ecn:
+            fab.ns(h).run(["sysctl", "-q", "-w", "net.ipv4.tcp_ecn=1"])
 
 
 def hash_sysctls(p: Params, index: int) -> list[str]:
@@ -948,7 +977,7 @@ def run_profile(
                         f"{p.profile:7} {key:8} run {run + 1}/{p.runs} {case:6}: "
                         + (f"{ex.completion_s:6.2f} s" if ex.ok else f"FAILED {ex.error}")
                         + f" ({ex.completion_s / ex.bound_s:4.2f} x bound)"
-                        f"  reorder {ex.reorder:4d} retrans {ex.retrans:5d}"
+                        f"  reorder {ex.reorder:4d} retrans {ex.retrans:5d} ce {ex.ce:5d}"
                         + (
                             f"  changed {ex.fail_changed}/{ex.fail_running}"
                             if case == "fail"
@@ -1061,6 +1090,7 @@ def one_exchange(
     ex.retrans = c1["retrans"] - c0["retrans"]
     ex.reorder = c1["reorder"] - c0["reorder"]
     ex.rto = c1["rto"] - c0["rto"]
+    ex.ce = c1["ce"] - c0["ce"]
     ex.bench_cpu_pct = 100.0 * ex_cpu / max(res.completion_s, 1e-3)
     ex.loadavg = loadavg()
     ex.weights = ww.rows

@@ -400,8 +400,9 @@ def _proc_pairs(text: str) -> dict[str, int]:
 
 
 def tcp_counters(namespaces: Sequence[Netns]) -> dict[str, int]:
-    """Summed over ``namespaces``: retransmitted segments, reordering detections, timeouts."""
-    tot = {"retrans": 0, "reorder": 0, "rto": 0}
+    """Summed over ``namespaces``: retransmitted segments, reordering detections, timeouts,
+    packets received marked CE."""
+    tot = {"retrans": 0, "reorder": 0, "rto": 0, "ce": 0}
     for ns in namespaces:
         with ns.entered():  # /proc/thread-self/net shows the calling thread's namespace
             with open("/proc/thread-self/net/snmp") as f:
@@ -413,6 +414,7 @@ def tcp_counters(namespaces: Sequence[Netns]) -> dict[str, int]:
             v for k, v in ext.items() if k.startswith("TcpExt") and "Reorder" in k
         )
         tot["rto"] += ext.get("TcpExtTCPTimeouts", 0)
+        tot["ce"] += ext.get("IpExtInCEPkts", 0)
     return tot
 
 

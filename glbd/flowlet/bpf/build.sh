@@ -6,6 +6,7 @@
 #
 # Needs clang (the bpf target) and libbpf-dev (bpf_helpers.h); bootstrap.sh and the Debian
 # package build run it. -g keeps BTF, which bpftool and the kernel use to show the maps' types.
+# BPF_DEFINES (e.g. "-DRATE_BPS=10000000") sets a program's compile-time constants.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 case ${1:-} in
@@ -18,6 +19,7 @@ command -v clang >/dev/null || { echo "build.sh: clang is missing: apt-get insta
 [ -r "$src" ] || { echo "build.sh: $src: no such source" >&2; exit 1; }
 # linux/types.h needs asm/types.h from the multiarch include directory
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -dumpmachine)
-clang -O2 -g -Wall -Werror -target bpf -I"/usr/include/$multiarch" \
+# shellcheck disable=SC2086 # BPF_DEFINES is a list of words
+clang -O2 -g -Wall -Werror -target bpf -I"/usr/include/$multiarch" ${BPF_DEFINES:-} \
   -c "$src" -o "$out.tmp"
 mv "$out.tmp" "$out"

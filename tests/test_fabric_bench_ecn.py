@@ -1,0 +1,136 @@
+"""bench.fabric.ecn: the shallow profile's ECN marker marks as a switch's WRED/ECN profile
+would, in the real kernel: never below the queue's threshold, nearly every packet of a full
+queue, never a packet that is not ECN-capable, with a valid IPv4 checksum."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from glbdlab.netns import Lab, Netns
+
+from bench.fabric import ecn
+
+RATE_BPS = 2_000_000
+BURST = 8000
+QLEN = 20  # packets of the pfifo under the tbf
+SIZE = 1472  # UDP payload: full-size frames, as the pfifo limit counts them
+WIRE = SIZE + 8 + 20 + 14
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+ECT0, CE = 0x02, 0x03
+
+
+def _shape(a: Netns, marker: ecn.Marker | None) -> None:
+    lines = [
+        f"qdisc replace dev a-b root handle 1: tbf rate {RATE_BPS} burst {BURST} latency 1s",
+        f"qdisc replace dev a-b parent 1:1 handle 10: pfifo limit {QLEN}",
+    ]
+    if marker is not None:
+        lines += ecn.tc_lines("a-b", ecn.build_object(marker))
+    a.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n")
+
+
+def _send(a: Netns, dst: tuple[str, int], n: int, pps: float, tos: int) -> None:
+    """``n`` datagrams numbered 0.., one every 1/pps s; a late sender never catches up, so
+    the queue can only be shorter than planned, never longer."""
+    with a.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        for i in range(n):
+            tx.sendto(i.to_bytes(4, "big") + bytes(SIZE - 4), dst)
+            time.sleep(1 / pps)
+
+
+def _receive(rx: socket.socket, want: int) -> list[tuple[int, int]]:
+    """(sequence number, ECN bits) of what arrives, until ``want`` or a quiet second."""
+    got: list[tuple[int, int]] = []
+    rx.settimeout(1.0)
+    while len(got) < want:
+        try:
+            data, anc, _, _ = rx.recvmsg(SIZE, socket.CMSG_SPACE(4))
+        except TimeoutError:
+            break
+        tos = next((c[2][0] for c in anc if c[0] == socket.IPPROTO_IP), 0)
+        got.append((int.from_bytes(data[:4], "big"), tos & 3))
+    return got
+
+
+def _exchange(
+    lab: Lab, marker: ecn.Marker | None, n: int, pps: float, tos: int
+) -> list[tuple[int, int]]:
+    a, b = lab.pair()
+    _shape(a, marker)
+    with b.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        rx.bind(("198.18.0.2", 0))
+        _send(a, rx.getsockname(), n, pps, tos)
+        return _receive(rx, n)
+
+
+MARKER = ecn.Marker(RATE_BPS, BURST, QLEN * ecn.MTU_WIRE)
+LINE_PPS = RATE_BPS / 8 / WIRE  # 165 packets a second fill the link
+
+
+def test_marker_thresholds_and_build() -> None:
+    assert MARKER.min_bytes == int(QLEN * 1514 * 0.55)
+    assert MARKER.max_bytes == int(QLEN * 1514 * 0.90)
+    assert "-DMIN_BYTES=16654ULL" in MARKER.defines()
+    assert ecn.build_object(MARKER).stat().st_size > 0
+    # the bench's tbf burst, as tc reads it
+    assert ecn.tc_size_bytes("64kbit") == 8000 and ecn.tc_size_bytes("8kb") == 8192
+    assert ecn.tc_size_bytes("1500") == ecn.tc_size_bytes("1500b") == 1500
+
+
+@pytest.mark.netns
+def test_a_queue_below_the_threshold_is_never_marked(netns_lab: Lab) -> None:
+    got = _exchange(netns_lab, MARKER, 120, LINE_PPS / 2, ECT0)
+    assert len(got) == 120
+    assert all(e == ECT0 for _, e in got)
+
+
+@pytest.mark.netns
+def test_a_full_queue_marks_ecn_capable_packets(netns_lab: Lab) -> None:
+    got = _exchange(netns_lab, MARKER, 600, 3 * LINE_PPS, ECT0)
+    marked = [seq for seq, e in got if e == CE]
+    # the queue fills and drops: what arrives is at least the link's share, checksums valid
+    assert 600 / 3 * 0.5 < len(got) < 600
+    assert len(marked) > 0.6 * len(got)
+    # a queue that never held the threshold marks nothing: the tbf's burst leaves at once,
+    # and the first packets of the overload find less than MIN_BYTES queued behind it
+    first = (BURST + MARKER.min_bytes) // WIRE
+    assert min(marked) >= first
+    a_marks = ecn.counters(netns_lab.namespaces["a"], "a-b")
+    assert a_marks["marked"] >= len(marked) and a_marks["over"] > 0
+
+
+@pytest.mark.netns
+def test_packets_that_are_not_ecn_capable_are_dropped_not_marked(netns_lab: Lab) -> None:
+    got = _exchange(netns_lab, MARKER, 600, 3 * LINE_PPS, 0)
+    assert 600 / 3 * 0.5 < len(got) < 600
+    assert all(e == 0 for _, e in got)
+
+
+@pytest.mark.netns
+def test_without_the_marker_a_full_queue_only_drops(netns_lab: Lab) -> None:
+    got = _exchange(netns_lab, None, 600, 3 * LINE_PPS, ECT0)
+    assert len(got) < 600
+    assert all(e == ECT0 for _, e in got)
+
+
+@pytest.mark.netns
+def test_the_marker_hands_every_packet_to_the_next_filter(netns_lab: Lab) -> None:
+    # glbd's foreign-load counter sits behind the marker on the same egress hook: a marker
+    # that ended classification would hide the hotspot's traffic from it
+    a, b = netns_lab.pair()
+    _shape(a, MARKER)
+    mac = b.run(["cat", "/sys/class/net/b-a/address"]).stdout.strip()
+    a.ip("neigh", "replace", "198.18.0.2", "lladdr", mac, "dev", "a-b", "nud", "permanent")
+    # a classic BPF filter behind it that drops everything (direct action, returns TC_ACT_SHOT)
+    drop = ["filter", "add", "dev", "a-b", "egress", "pref", "2", "bpf", "da", "bytecode"]
+    a.run(["tc", *drop, "1,6 0 0 2,"])
+    with b.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind(("198.18.0.2", 0))
+        _send(a, rx.getsockname(), 20, LINE_PPS, ECT0)
+        assert _receive(rx, 20) == []
+    assert ecn.counters(a, "a-b")["packets"] >= 20
