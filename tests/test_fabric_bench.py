@@ -83,6 +83,12 @@ def test_profiles_and_verdicts() -> None:
         "needs `glb` <= 0.75 s; it took 1.20 s, and 1.00 s with no hotspot (the target is below"
         in text
     )
+    assert "CE received" not in text  # deep buffers mark nothing
+    # an ECN profile's table says how many marked packets the hosts received
+    marked = [dataclasses.replace(e, profile="shallow", ce=700 + i) for i, e in enumerate(rows)]
+    text = report(dataclasses.replace(q, profiles=("shallow",)), marked, meta)
+    assert "| reorder | retrans | CE received |" in text
+    assert "| 0 | 0 | 701 |" in text  # ECMP with no hotspot
 
 
 def test_options() -> None:

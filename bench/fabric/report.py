@@ -80,10 +80,15 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
             f"### {TITLES[case]} (fluid bound {bound.fmt()} s)",
             "",
             "| contender | completion s, median [min-max] | x bound | speed-up vs ECMP "
-            "| reorder | retrans | routers' CPU, % of a core per router | traffic CPU idle % "
+            "| reorder | retrans "
+            + ("| CE received " if pr.ecn else "")
+            + "| routers' CPU, % of a core per router | traffic CPU idle % "
             + ("| flows that changed spine " if case == "fail" else "")
             + "| ok |",
-            "|---|---|---|---|---|---|---|---|" + ("---|" if case == "fail" else "") + "---|",
+            "|---|---|---|---|---|---|---|---|"
+            + ("---|" if pr.ecn else "")
+            + ("---|" if case == "fail" else "")
+            + "---|",
         ]
         for k in keys:
             ex = by[k]
@@ -94,6 +99,7 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
             vs = f"{ecmp.median / t.median:.2f}x" if ecmp.n and t.n else "-"
             ro = _med([float(e.reorder) for e in ex])
             rt = _med([float(e.retrans) for e in ex])
+            ce = f"| {_med([float(e.ce) for e in ex]).median:.0f} " if pr.ecn else ""
             cp = _med([e.cp_cpu_pct for e in ex])
             idle = _med([e.cpu_idle_pct for e in ex])
             fail = ""
@@ -107,7 +113,7 @@ def _profile(p: Params, prof: str, rows: list[Exchange]) -> list[str]:
             okn = sum(1 for e in ex if e.ok)
             lines.append(
                 f"| {LABELS[k]} | {t.fmt()} | {xb.median:.2f} | {vs} | {ro.median:.0f} "
-                f"| {rt.median:.0f} | {cp.median:.1f} | {idle.median:.0f} {fail}"
+                f"| {rt.median:.0f} {ce}| {cp.median:.1f} | {idle.median:.0f} {fail}"
                 f"| {okn}/{len(ex)} |"
             )
         lines.append("")
