@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -279,6 +280,33 @@ async def test_spread_placement_splits_each_destinations_flows_by_weight(
         per_dest.append(sum(_member_of_new_flow(rig, dst, v6) for _ in range(4)))
     # flows on m2 per destination: a quarter of 4
     assert per_dest == [1] * 8, per_dest
+
+
+def _bare_ack(rig: Rig, dst: str, sport: int) -> None:
+    """One TCP segment with ACK set and no data to ``dst`` (a port the sink does not count):
+    the first packet of an ACK stream, a flow the other way's traffic."""
+    hdr = struct.pack("!HHIIBBHHH", sport, PORT + 1, 1, 1, 5 << 4, 0x10, 65535, 0, 0)
+    with rig.h.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as s:
+        s.sendto(hdr, (dst, 0))
+
+
+async def test_spread_gives_bare_tcp_segments_a_sequence_of_their_own(
+    rig: Rig, flowlet: Start
+) -> None:
+    """Data flows to a destination alternating with ACK streams to it (a TCP exchange both
+    ways) still split by the weights: were the ACK streams to take every other point, the
+    data flows would all take points of one half of the hash space, i.e. one member of two."""
+    rig.group((1, 1), "resilient")
+    await flowlet(timeout_us=2_000_000, buckets=64)
+    per_dest = []
+    for d in range(2, 10):
+        dst = f"203.0.113.{d}"
+        on_m2 = 0
+        for i in range(4):
+            _bare_ack(rig, dst, 40_000 + 10 * d + i)
+            on_m2 += _member_of_new_flow(rig, dst, False)
+        per_dest.append(on_m2)
+    assert per_dest == [2] * 8, per_dest
 
 
 async def test_random_placement_is_the_control(rig: Rig, flowlet: Start) -> None:

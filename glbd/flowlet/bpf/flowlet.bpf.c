@@ -13,7 +13,8 @@
  * Placement "spread": a new flowlet's hash is not drawn at random but is the next point of a
  * low-discrepancy sequence kept per destination, so the flows to one destination fill the
  * hash space (and so the group's members, in proportion to their weights) evenly instead of
- * by chance.
+ * by chance. Flowlets that start with a bare TCP control segment (the ACK streams of flows
+ * the other way) take a sequence of their own, so they do not split the data flows' points.
  * Every packet passes (TC_ACT_OK); what it does not touch is counted by reason.
  *
  * The counter and config layouts are read by glbd/flowlet/loader.py: keep them in step.
@@ -90,11 +91,14 @@ struct {
 	__type(value, struct flow_state);
 } flows SEC(".maps");
 
-/* one sequence per destination address */
+/* one sequence per destination address and kind of flowlet: those that start with data and
+ * those that start with a bare TCP control segment (the ACK stream of a flow the other way) */
 struct dest_key {
 	__u32 daddr[4];
-	__u32 family;
+	__u32 family; /* 4 or 6, | KIND_ACKS << 8 for the second sequence */
 };
+
+#define KIND_ACKS 1
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -215,9 +219,10 @@ static __always_inline __u32 bitrev32(__u32 x)
  * the space once, so a destination's flows spread over the members by their weights within a
  * flow or two, where a random draw leaves a member ~sqrt(n) flows off. Each destination starts
  * at a random index, so destinations with few flows each do not all begin on one member. */
-static __always_inline __u32 spread_hash(const struct flow_key *k, const struct config *cfg)
+static __always_inline __u32 spread_hash(const struct flow_key *k, __u32 kind,
+					 const struct config *cfg)
 {
-	struct dest_key d = { .family = k->family };
+	struct dest_key d = { .family = k->family | kind << 8 };
 	__u32 *next, i, x, h, n = cfg->buckets;
 
 	__builtin_memcpy(d.daddr, k->daddr, sizeof(d.daddr));
@@ -244,10 +249,11 @@ static __always_inline __u32 spread_hash(const struct flow_key *k, const struct 
 }
 
 /* a new flowlet's salt: the hash it gets is key_hash ^ salt */
-static __always_inline __u32 new_salt(const struct flow_key *k, __u32 kh, const struct config *cfg)
+static __always_inline __u32 new_salt(const struct flow_key *k, __u32 kind, __u32 kh,
+				      const struct config *cfg)
 {
 	if (cfg->placement == PLACE_SPREAD)
-		return kh ^ spread_hash(k, cfg);
+		return kh ^ spread_hash(k, kind, cfg);
 	return bpf_get_prandom_u32();
 }
 
@@ -267,11 +273,14 @@ static __always_inline __u64 move_chance(const struct config *cfg, __u64 now)
 }
 
 /* the 5-tuple, or a counter index saying why there is none; offsets from the network header,
- * so devices without a link-layer header (tun, wireguard) work as well */
-static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k)
+ * so devices without a link-layer header (tun, wireguard) work as well. *kind is KIND_ACKS for
+ * a TCP segment without data that is not a bare SYN (an ACK, a SYN-ACK, a FIN): the traffic
+ * of a flow the other way, which a destination's data flows must not share a sequence with,
+ * or alternating data and ACK flows would each take every other point (half the space). */
+static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k, __u32 *kind)
 {
-	__u32 l4off;
-	__u8 proto;
+	__u32 l4off, l3len;
+	__u8 proto, tcp[2];
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr ip;
@@ -287,6 +296,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k)
 		k->saddr[0] = ip.saddr;
 		k->daddr[0] = ip.daddr;
 		l4off = ip.ihl * 4;
+		l3len = bpf_ntohs(ip.tot_len);
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr ip6;
 
@@ -297,6 +307,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k)
 		__builtin_memcpy(k->saddr, &ip6.saddr, 16);
 		__builtin_memcpy(k->daddr, &ip6.daddr, 16);
 		l4off = sizeof(ip6);
+		l3len = sizeof(ip6) + bpf_ntohs(ip6.payload_len);
 	} else {
 		return C_SKIP_NOT_IP;
 	}
@@ -306,6 +317,14 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k)
 	/* the source and destination ports lead both headers */
 	if (bpf_skb_load_bytes_relative(skb, l4off, &k->sport, 4, BPF_HDR_START_NET) < 0)
 		return C_SKIP_SHORT;
+	*kind = 0;
+	if (proto == IPPROTO_TCP) {
+		/* data offset (high nibble) and flags; a bare SYN is 0x02 */
+		if (bpf_skb_load_bytes_relative(skb, l4off + 12, tcp, 2, BPF_HDR_START_NET) < 0)
+			return C_SKIP_SHORT;
+		if (l3len <= l4off + (tcp[0] >> 4) * 4 && (tcp[1] & 0x12) != 0x02)
+			*kind = KIND_ACKS;
+	}
 	return -1;
 }
 
@@ -316,11 +335,11 @@ int glbd_flowlet(struct __sk_buff *skb)
 	struct flow_key k = {};
 	struct flow_state *st;
 	struct config *cfg;
-	__u32 zero = 0, salt, kh;
+	__u32 zero = 0, salt, kh, kind = 0;
 	__u64 now, gap;
 	int why;
 
-	why = parse(skb, &k);
+	why = parse(skb, &k, &kind);
 	if (why >= 0) {
 		count_skip(c, why);
 		return TC_ACT_OK;
@@ -337,13 +356,13 @@ int glbd_flowlet(struct __sk_buff *skb)
 		gap = now - st->last_ns;
 		if (gap > cfg->aging_ns) {
 			/* a new flow on an old entry: placed by the weights, like any new flow */
-			st->salt = new_salt(&k, kh, cfg);
+			st->salt = new_salt(&k, kind, kh, cfg);
 			count(c, C_FLOWLETS);
 			count(c, C_AGED);
 		} else if (gap > cfg->timeout_ns) {
 			/* a racing CPU may draw too; a flow arrives on one queue (one CPU) as a rule */
 			if ((__u64)bpf_get_prandom_u32() < move_chance(cfg, now)) {
-				st->salt = new_salt(&k, kh, cfg);
+				st->salt = new_salt(&k, kind, kh, cfg);
 				count(c, C_FLOWLETS);
 				count(c, C_MOVED);
 			} else {
@@ -353,7 +372,7 @@ int glbd_flowlet(struct __sk_buff *skb)
 		st->last_ns = now;
 		salt = st->salt;
 	} else {
-		struct flow_state fresh = { .last_ns = now, .salt = new_salt(&k, kh, cfg) };
+		struct flow_state fresh = { .last_ns = now, .salt = new_salt(&k, kind, kh, cfg) };
 
 		if (bpf_map_update_elem(&flows, &k, &fresh, BPF_ANY) < 0) {
 			count(c, C_SKIP_TABLE_FULL);
