@@ -4,7 +4,7 @@ profiles, against the topology's fluid bound.
 
 Run as root from the repository root (creates and deletes its own namespaces)::
 
-    .venv/bin/python -m bench.fabric                     # 5 runs, both profiles, ~25 min
+    .venv/bin/python -m bench.fabric                     # 5 runs, both profiles, ~12-20 min
     .venv/bin/python -m bench.fabric --runs 1            # quick look
     .venv/bin/python -m bench.fabric --profiles shallow --cases before --only glb,ecmp
 
