@@ -817,7 +817,9 @@ def prepare(fab: Fabric, p: Params) -> None:
     the full rate: the tbf above is the only limit, so HTB always serves the lowest priority
     number first (strict priority, as pfifo_fast's bands were before). Classes with leaf
     qdiscs of their own have per-class byte counters, like a switch's per-queue counters, which
-    glbd's ``foreign_classes`` reads."""
+    glbd's ``foreign_classes`` reads. An ECN profile adds the bench's marker on each link end's
+    egress (bench/fabric/ecn.py: it keeps the tbf's queue, all classes together, as the
+    strict-priority classes above the exchange's hold little) and turns ECN on in the hosts."""
     topo = fab.topo
     qlen = max(2, math.ceil(p.rate * 1e6 / 8 * _secs(p.latency) / ecn.MTU_WIRE))
     marker = None
