@@ -31,6 +31,12 @@ def _shape(a: Netns, marker: ecn.Marker | None) -> None:
     a.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n")
 
 
+def _known_neighbour(a: Netns, b: Netns, addr: str) -> None:
+    """``addr`` (b's end) resolved on a's link for good: nothing is sent to find it."""
+    mac = b.run(["cat", "/sys/class/net/b-a/address"]).stdout.strip()
+    a.ip("neigh", "replace", addr, "lladdr", mac, "dev", "a-b", "nud", "permanent")
+
+
 def _send(a: Netns, dst: tuple[str, int], n: int, pps: float, tos: int) -> None:
     """``n`` datagrams numbered 0.., one every 1/pps s; a late sender never catches up, so
     the queue can only be shorter than planned, never longer."""
@@ -124,8 +130,7 @@ def test_the_marker_hands_every_packet_to_the_next_filter(netns_lab: Lab) -> Non
     # that ended classification would hide the hotspot's traffic from it
     a, b = netns_lab.pair()
     _shape(a, MARKER)
-    mac = b.run(["cat", "/sys/class/net/b-a/address"]).stdout.strip()
-    a.ip("neigh", "replace", "198.18.0.2", "lladdr", mac, "dev", "a-b", "nud", "permanent")
+    _known_neighbour(a, b, "198.18.0.2")
     # a classic BPF filter behind it that drops everything (direct action, returns TC_ACT_SHOT)
     drop = ["filter", "add", "dev", "a-b", "egress", "pref", "2", "bpf", "da", "bytecode"]
     a.run(["tc", *drop, "1,6 0 0 2,"])
@@ -134,3 +139,32 @@ def test_the_marker_hands_every_packet_to_the_next_filter(netns_lab: Lab) -> Non
         _send(a, rx.getsockname(), 20, LINE_PPS, ECT0)
         assert _receive(rx, 20) == []
     assert ecn.counters(a, "a-b")["packets"] >= 20
+
+
+@pytest.mark.netns
+def test_ipv6_packets_are_marked_in_their_traffic_class(netns_lab: Lab) -> None:
+    a, b = netns_lab.pair(a_addr="fd00:ec::1/64", b_addr="fd00:ec::2/64")
+    _shape(a, MARKER)
+    _known_neighbour(a, b, "fd00:ec::2")  # no datagram waits for (and is lost to) discovery
+    recv_tclass = getattr(socket, "IPV6_RECVTCLASS", 66)
+    with b.socket(socket.AF_INET6, socket.SOCK_DGRAM) as rx:
+        rx.setsockopt(socket.IPPROTO_IPV6, recv_tclass, 1)
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        rx.bind(("fd00:ec::2", 0))
+        with a.socket(socket.AF_INET6, socket.SOCK_DGRAM) as tx:
+            tx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, ECT0)
+            for i in range(600):  # 3x the link rate: a full queue, as above
+                tx.sendto(i.to_bytes(4, "big") + bytes(SIZE - 24), rx.getsockname()[:2])
+                time.sleep(1 / (3 * LINE_PPS))
+        rx.settimeout(1.0)
+        ecn_bits = []
+        while True:
+            try:
+                _, anc, _, _ = rx.recvmsg(SIZE, socket.CMSG_SPACE(4))
+            except TimeoutError:
+                break
+            tc = next((int.from_bytes(c[2][:4], "little") for c in anc), 0)
+            ecn_bits.append(tc & 3)
+    assert 600 / 3 * 0.5 < len(ecn_bits) < 600
+    assert ecn_bits.count(CE) > 0.6 * len(ecn_bits)
+    assert set(ecn_bits) <= {ECT0, CE}
