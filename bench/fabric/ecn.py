@@ -27,6 +27,7 @@ from glbdlab.netns import Netns
 __all__ = [
     "COUNTERS",
     "MTU_WIRE",
+    "PROG_NAME",
     "Marker",
     "build_object",
     "counters",
@@ -36,6 +37,8 @@ __all__ = [
 
 SOURCE = Path(__file__).with_name("bpf") / "ecnmark.bpf.c"
 BUILD = Path(__file__).resolve().parents[2] / "glbd" / "flowlet" / "bpf" / "build.sh"
+#: the program's function name, as tc shows its filter
+PROG_NAME = "ecnmark"
 #: the marker's counters (``enum counter`` in the program), in order
 COUNTERS = ("packets", "ect", "marked", "over")
 #: bytes a full-size frame occupies in a queue (what the pfifo's packet limit is sized by)
@@ -66,12 +69,6 @@ class Marker:
             f"-DRATE_BPS={self.rate_bps}ULL -DBURST_BYTES={self.burst_bytes}ULL "
             f"-DLIMIT_BYTES={self.limit_bytes}ULL -DMIN_BYTES={self.min_bytes}ULL "
             f"-DMAX_BYTES={self.max_bytes}ULL"
-        )
-
-    def describe(self) -> str:
-        return (
-            f"CE from {self.min_share:.0%} ({self.min_bytes} B) to {self.max_share:.0%} "
-            f"({self.max_bytes} B) of a {self.limit_bytes} B queue"
         )
 
 
@@ -117,7 +114,12 @@ def tc_lines(ifname: str, obj: Path) -> list[str]:
 def counters(ns: Netns, ifname: str) -> dict[str, int]:
     """The marker's counters on ``ifname`` (empty when none is attached)."""
     filters = json.loads(ns.run(["tc", "-j", "filter", "show", "dev", ifname, "egress"]).stdout)
-    ids = [f["options"]["prog"]["id"] for f in filters if "prog" in f.get("options", {})]
+    # the marker's filter, not another program on the same hook (glbd's foreign-load counter)
+    ids = [
+        f["options"]["prog"]["id"]
+        for f in filters
+        if f.get("options", {}).get("prog", {}).get("name") == PROG_NAME
+    ]
     if not ids:
         return {}
     prog = json.loads(_bpftool("prog", "show", "id", str(ids[0])))

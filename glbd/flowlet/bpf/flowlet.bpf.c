@@ -296,7 +296,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct flow_key *k, __u3
 		k->saddr[0] = ip.saddr;
 		k->daddr[0] = ip.daddr;
 		l4off = ip.ihl * 4;
-		l3len = bpf_ntohs(ip.tot_len);
+		/* 0 in a GRO packet past 64 KB (BIG TCP): that much is data */
+		l3len = ip.tot_len ? bpf_ntohs(ip.tot_len) : skb->len;
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr ip6;
 
