@@ -5,6 +5,7 @@ queue, never a packet that is not ECN-capable, with a valid IPv4 checksum."""
 from __future__ import annotations
 
 import socket
+import sys
 import time
 
 import pytest
@@ -37,14 +38,32 @@ def _known_neighbour(a: Netns, b: Netns, addr: str) -> None:
     a.ip("neigh", "replace", addr, "lladdr", mac, "dev", "a-b", "nud", "permanent")
 
 
+#: per family: the socket options that set and receive the ECN bits, and the payload that
+#: makes a full-size frame (IPv6's header is 20 octets longer)
+_FAMILY = {
+    socket.AF_INET: ((socket.IPPROTO_IP, socket.IP_TOS), (socket.IPPROTO_IP, IP_RECVTOS), SIZE),
+    socket.AF_INET6: (
+        (socket.IPPROTO_IPV6, socket.IPV6_TCLASS),
+        (socket.IPPROTO_IPV6, getattr(socket, "IPV6_RECVTCLASS", 66)),
+        SIZE - 20,
+    ),
+}
+
+
+def _family(addr: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
 def _send(a: Netns, dst: tuple[str, int], n: int, pps: float, tos: int) -> None:
     """``n`` datagrams numbered 0.., one every 1/pps s; a late sender never catches up, so
     the queue can only be shorter than planned, never longer."""
-    with a.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-        tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    family = _family(dst[0])
+    (level, opt), _, size = _FAMILY[family]
+    with a.socket(family, socket.SOCK_DGRAM) as tx:
+        tx.setsockopt(level, opt, tos)
         for i in range(n):
-            tx.sendto(i.to_bytes(4, "big") + bytes(SIZE - 4), dst)
-            time.sleep(1 / pps)
+            tx.sendto(i.to_bytes(4, "big") + bytes(size - 4), dst)
+            time.sleep(1 / pps)  # pacing the offered load, not waiting for a condition
 
 
 def _receive(rx: socket.socket, want: int) -> list[tuple[int, int]]:
@@ -56,21 +75,32 @@ def _receive(rx: socket.socket, want: int) -> list[tuple[int, int]]:
             data, anc, _, _ = rx.recvmsg(SIZE, socket.CMSG_SPACE(4))
         except TimeoutError:
             break
-        tos = next((c[2][0] for c in anc if c[0] == socket.IPPROTO_IP), 0)
+        # IPv4's TOS arrives as one octet, IPv6's traffic class as a host-order int
+        tos = next((int.from_bytes(c[2][:4], sys.byteorder) for c in anc), 0)
         got.append((int.from_bytes(data[:4], "big"), tos & 3))
     return got
 
 
 def _exchange(
-    lab: Lab, marker: ecn.Marker | None, n: int, pps: float, tos: int
+    lab: Lab,
+    marker: ecn.Marker | None,
+    n: int,
+    pps: float,
+    tos: int,
+    addrs: tuple[str, str] = ("198.18.0.1/30", "198.18.0.2/30"),
 ) -> list[tuple[int, int]]:
-    a, b = lab.pair()
+    """``n`` datagrams from a to b through a's shaped link: what b receives."""
+    a, b = lab.pair(a_addr=addrs[0], b_addr=addrs[1])
     _shape(a, marker)
-    with b.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
-        rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+    dst = addrs[1].split("/")[0]
+    _known_neighbour(a, b, dst)  # no datagram waits for (and is lost to) address resolution
+    family = _family(dst)
+    _, (level, opt), _ = _FAMILY[family]
+    with b.socket(family, socket.SOCK_DGRAM) as rx:
+        rx.setsockopt(level, opt, 1)
         rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
-        rx.bind(("198.18.0.2", 0))
-        _send(a, rx.getsockname(), n, pps, tos)
+        rx.bind((dst, 0))
+        _send(a, rx.getsockname()[:2], n, pps, tos)
         return _receive(rx, n)
 
 
@@ -143,28 +173,8 @@ def test_the_marker_hands_every_packet_to_the_next_filter(netns_lab: Lab) -> Non
 
 @pytest.mark.netns
 def test_ipv6_packets_are_marked_in_their_traffic_class(netns_lab: Lab) -> None:
-    a, b = netns_lab.pair(a_addr="fd00:ec::1/64", b_addr="fd00:ec::2/64")
-    _shape(a, MARKER)
-    _known_neighbour(a, b, "fd00:ec::2")  # no datagram waits for (and is lost to) discovery
-    recv_tclass = getattr(socket, "IPV6_RECVTCLASS", 66)
-    with b.socket(socket.AF_INET6, socket.SOCK_DGRAM) as rx:
-        rx.setsockopt(socket.IPPROTO_IPV6, recv_tclass, 1)
-        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
-        rx.bind(("fd00:ec::2", 0))
-        with a.socket(socket.AF_INET6, socket.SOCK_DGRAM) as tx:
-            tx.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, ECT0)
-            for i in range(600):  # 3x the link rate: a full queue, as above
-                tx.sendto(i.to_bytes(4, "big") + bytes(SIZE - 24), rx.getsockname()[:2])
-                time.sleep(1 / (3 * LINE_PPS))
-        rx.settimeout(1.0)
-        ecn_bits = []
-        while True:
-            try:
-                _, anc, _, _ = rx.recvmsg(SIZE, socket.CMSG_SPACE(4))
-            except TimeoutError:
-                break
-            tc = next((int.from_bytes(c[2][:4], "little") for c in anc), 0)
-            ecn_bits.append(tc & 3)
-    assert 600 / 3 * 0.5 < len(ecn_bits) < 600
-    assert ecn_bits.count(CE) > 0.6 * len(ecn_bits)
-    assert set(ecn_bits) <= {ECT0, CE}
+    addrs = ("fd00:ec::1/64", "fd00:ec::2/64")
+    got = _exchange(netns_lab, MARKER, 600, 3 * LINE_PPS, ECT0, addrs)
+    assert 600 / 3 * 0.5 < len(got) < 600
+    assert sum(e == CE for _, e in got) > 0.6 * len(got)
+    assert {e for _, e in got} <= {ECT0, CE}
