@@ -75,7 +75,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -96,42 +96,68 @@ from bench.fabric.traffic import (
 
 #: the default run: glbd as shipped first, then the baselines
 CONTENDERS = ("glb", "ecmp", "frr")
-#: glbd as shipped, and variants of it that change only what their extra TOML says
-SHIPPED = (
-    "glb",
-    "glb-nomig",
-    "glb-cap",
-    "glb-all",
-    "glb-fl",
-    "glb-fl-always",
-    "glb-fl-random",
-    "glb-fl-nomig",
-    "glb-nofl",
-    "glb-place",
-    "glb-ns",
-    "glb-fl-ns",
-)
-#: the leaves' [flowlet] keys of the shipped contenders that set any (flowlets are on by
-#: default on a load balancer; ``--flowlet-timeout-ms`` adds ``timeout_us`` to every one that
-#: runs them, ``glb`` included)
-SHIPPED_FLOWLET: dict[str, dict[str, str]] = {
-    "glb-fl": {"enabled": "true"},
-    "glb-fl-always": {"enabled": "true", "move": '"always"'},
-    "glb-fl-random": {"enabled": "true", "placement": '"random"'},
-    "glb-fl-nomig": {"enabled": "true"},
-    "glb-nofl": {"enabled": "false"},
-    "glb-place": {"enabled": "true", "move": '"never"'},
-    "glb-fl-ns": {"enabled": "true"},
-}
-#: extra TOML per role of the shipped contenders that need more than [flowlet] keys
-SHIPPED_EXTRA: dict[str, dict[str, str]] = {
-    "glb-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
-    "glb-cap": {"leaf": "[path_quality]\nweight_table = [27, 27, 27, 27, 27, 27, 27, 27]"},
-    "glb-fl-nomig": {"leaf": "[fib]\nresilient_migrate_share = 0"},
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """glbd as shipped, changed only by what these fields say (nothing: ``glb`` itself)."""
+
+    label: str
+    #: the leaves' [flowlet] keys (flowlets are on by default on a load balancer;
+    #: ``--flowlet-timeout-ms`` adds ``timeout_us`` to every contender that runs them)
+    flowlet: Mapping[str, str] = field(default_factory=dict)
+    #: extra TOML per role
+    extra: Mapping[str, str] = field(default_factory=dict)
+    #: [link_quality] keys
+    link_quality: Mapping[str, str] = field(default_factory=dict)
+    #: helpers told the background's class, and the band taken from it
+    band_from_foreign: bool = False
+
+
+_FL_ON = {"enabled": "true"}
+_NOMIG = {"leaf": "[fib]\nresilient_migrate_share = 0"}
+#: glbd as shipped, and variants of it
+SHIPPED: dict[str, Shipped] = {
+    "glb": Shipped("glbd as shipped"),
+    "glb-nomig": Shipped(
+        "glbd as shipped, busy buckets wait (the default before migrate_share)", extra=_NOMIG
+    ),
+    "glb-cap": Shipped(
+        "glbd as shipped, leaves weigh by residual capacity only (a flat weight table)",
+        extra={"leaf": "[path_quality]\nweight_table = [27, 27, 27, 27, 27, 27, 27, 27]"},
+    ),
+    "glb-all": Shipped(
+        "glbd as shipped, band from all traffic (the default before the ingress counter)",
+        link_quality={"foreign_from": '"none"'},
+    ),
+    "glb-fl": Shipped("glbd as shipped + flowlets on (said explicitly)", flowlet=_FL_ON),
+    "glb-fl-always": Shipped(
+        "glbd as shipped + flowlets on, every gap moves", flowlet=_FL_ON | {"move": '"always"'}
+    ),
+    "glb-fl-random": Shipped(
+        "glbd as shipped + flowlets on, new flowlets hashed at random",
+        flowlet=_FL_ON | {"placement": '"random"'},
+    ),
+    "glb-fl-nomig": Shipped(
+        "glbd as shipped + flowlets on, busy buckets wait", flowlet=_FL_ON, extra=_NOMIG
+    ),
+    "glb-nofl": Shipped(
+        "glbd as shipped, flowlets off (the default before)", flowlet={"enabled": "false"}
+    ),
+    "glb-place": Shipped(
+        "glbd as shipped + flowlet program placing new flows only (no gap moves)",
+        flowlet=_FL_ON | {"move": '"never"'},
+    ),
+    "glb-ns": Shipped("glbd as shipped, band from the non-steerable class", band_from_foreign=True),
+    "glb-fl-ns": Shipped(
+        "glbd as shipped + flowlets, band from the non-steerable class",
+        flowlet=_FL_ON,
+        band_from_foreign=True,
+    ),
 }
 #: opt-in contenders (``--only``): tuned glbd variants, the oracle, diagnostics
 EXTRA_CONTENDERS = (
-    *SHIPPED[1:],
+    *list(SHIPPED)[1:],
     "glb-res",
     "glb-ht",
     "glb-flowlet",
@@ -148,18 +174,7 @@ FLOWLET = ("glb-flowlet", "glb-flowlet-ht")
 #: contenders with static routes (re-installed after the spine failure)
 STATIC = ("ecmp", "optimum", "ecmp-res", "placed")
 LABELS = {
-    "glb": "glbd as shipped",
-    "glb-nomig": "glbd as shipped, busy buckets wait (the default before migrate_share)",
-    "glb-cap": "glbd as shipped, leaves weigh by residual capacity only (a flat weight table)",
-    "glb-all": "glbd as shipped, band from all traffic (the default before the ingress counter)",
-    "glb-fl": "glbd as shipped + flowlets on (said explicitly)",
-    "glb-fl-always": "glbd as shipped + flowlets on, every gap moves",
-    "glb-fl-random": "glbd as shipped + flowlets on, new flowlets hashed at random",
-    "glb-fl-nomig": "glbd as shipped + flowlets on, busy buckets wait",
-    "glb-nofl": "glbd as shipped, flowlets off (the default before)",
-    "glb-place": "glbd as shipped + flowlet program placing new flows only (no gap moves)",
-    "glb-ns": "glbd as shipped, band from the non-steerable class",
-    "glb-fl-ns": "glbd as shipped + flowlets, band from the non-steerable class",
+    **{k: v.label for k, v in SHIPPED.items()},
     "ecmp": "ECMP (static, equal)",
     "frr": "FRR 10 NNHN + bw ignore",
     "dlb": "glbd DLB-only (tuned)",
@@ -609,7 +624,7 @@ def fib_extra(key: str, p: Params) -> dict[str, str]:
 def shipped_flowlet(key: str, p: Params) -> dict[str, str]:
     """The leaves' [flowlet] keys of shipped contender ``key``, with ``--flowlet-timeout-ms``
     on every one that runs the program."""
-    out = dict(SHIPPED_FLOWLET.get(key, {}))
+    out = dict(SHIPPED[key].flowlet)
     if p.flowlet_timeout_s is not None and out.get("enabled") != "false":
         out["timeout_us"] = str(round(p.flowlet_timeout_s * 1e6))
     return out
@@ -648,17 +663,15 @@ class ControlPlane:
                 ).values()
             )
         elif self.key in SHIPPED:
-            flowlet = shipped_flowlet(self.key, self.p)
-            extra = SHIPPED_EXTRA.get(self.key, {})
-            ns = self.key.endswith("-ns")
+            v = SHIPPED[self.key]
             opts = GlbdOptions(
                 capacity_mbps=self.p.rate,
                 defaults_only=True,
-                extra=extra,
-                flowlet=flowlet,
-                foreign_classes=FOREIGN_CLASSES if ns else (),
-                band_from_foreign=ns,
-                link_quality=({"foreign_from": '"none"'} if self.key == "glb-all" else {}),
+                extra=v.extra,
+                flowlet=shipped_flowlet(self.key, self.p),
+                foreign_classes=FOREIGN_CLASSES if v.band_from_foreign else (),
+                band_from_foreign=v.band_from_foreign,
+                link_quality=v.link_quality,
             )
             self.glbd = start_glbd(fab, self.run_dir / self.key, opts)
         else:
