@@ -9,9 +9,10 @@ start, on a reload or on a check, never per packet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from glbd.daemon.netns import NETNS_RUN_DIR
@@ -22,6 +23,7 @@ __all__ = [
     "find_object",
     "is_bpffs",
     "missing_tools",
+    "remove_pins",
     "tool",
 ]
 
@@ -55,6 +57,16 @@ def is_bpffs(mountinfo_line: str) -> bool:
     """A /proc/self/mountinfo line of a bpffs mounted on :data:`BPFFS`."""
     f = mountinfo_line.split()
     return len(f) > 4 and f[4] == str(BPFFS) and " - bpf " in mountinfo_line
+
+
+def remove_pins(pins: Iterable[Path], dirs: Iterable[Path]) -> None:
+    """Unlink ``pins`` (those already gone are fine), then remove each of ``dirs``, innermost
+    first, if it is empty: a directory still holding someone else's pins stays."""
+    for p in pins:
+        p.unlink(missing_ok=True)
+    for d in dirs:
+        with contextlib.suppress(OSError):  # not empty, or gone
+            d.rmdir()
 
 
 class Tools:

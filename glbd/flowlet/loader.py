@@ -23,7 +23,6 @@ pins that no filter uses are stale and removed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import json
 import os
@@ -37,7 +36,7 @@ from typing import Any
 
 import structlog
 
-from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools
+from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools, remove_pins
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
 from glbd.quality.bpfmap import PinnedMap, pinned_id, possible_cpus
@@ -315,13 +314,10 @@ class FlowletAttachment:
     # -- bpffs
     def _remove_pins(self) -> None:
         self._close_maps()
-        for p in (self.map_pin(n) for n in MAP_NAMES):
-            p.unlink(missing_ok=True)
-        for p in (self.prog_pin, self.table_pin):
-            p.unlink(missing_ok=True)
-        for d in (self.dir / "maps", self.dir, self.dir.parent):
-            with contextlib.suppress(OSError):  # not empty (another instance) or gone
-                d.rmdir()
+        remove_pins(
+            [*(self.map_pin(n) for n in MAP_NAMES), self.prog_pin, self.table_pin],
+            [self.dir / "maps", self.dir, self.dir.parent],
+        )
 
     # -- filters
     def _ours(self, links: Mapping[int, str]) -> list[str]:

@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools
+from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools, remove_pins
 from glbd.daemon.netns import NETNS_RUN_DIR
 from glbd.quality.bpfmap import SYSCALL_NR, PinnedMap, possible_cpus
 
@@ -232,12 +232,10 @@ class ForeignCounter:
     def _remove_pins(self) -> None:
         """Our pins, then our directories and the shared ones above them if empty (the
         flowlet program's pins live in net-<inode>/ too: never touched)."""
-        for name in MAPS:
-            self.map_pin(name).unlink(missing_ok=True)
-        self.prog_pin.unlink(missing_ok=True)
-        for d in (self.dir / "maps", self.dir, self.dir.parent, self.dir.parent.parent):
-            with contextlib.suppress(OSError):  # not empty (someone else's pins) or gone
-                d.rmdir()
+        remove_pins(
+            [*(self.map_pin(name) for name in MAPS), self.prog_pin],
+            [self.dir / "maps", self.dir, self.dir.parent, self.dir.parent.parent],
+        )
 
     def _open_maps(self) -> None:
         self._close_maps()
