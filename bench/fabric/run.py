@@ -46,7 +46,8 @@ Opt-in (``--only``): ``glb-fl`` (``[flowlet] enabled = true`` said on the leaves
 ``glb-fl-always`` (the same with ``move = "always"``: every flowlet gap moves its flow),
 ``glb-fl-random`` (``placement = "random"``), ``glb-fl-nomig`` (busy buckets never move at
 once), ``glb-place`` (the program places new flows only: ``move = "never"``), ``glb-nofl``
-(flowlets off on the leaves: the default before);
+(flowlets off on the leaves: the default before), ``glb-htg`` (hash-threshold groups, whose
+hash regions stay contiguous per member, so spread placement is exact);
 ``glb-ns``/``glb-fl-ns`` (as shipped, without/with flowlets, the band from the non-steerable
 class alone: ``link_quality.band_from = "foreign"`` with the background's class named);
 not glbd's defaults: ``glb-res``/``glb-ht``/``glb-flowlet``/``dlb`` (the
@@ -147,6 +148,10 @@ SHIPPED: dict[str, Shipped] = {
     "glb-place": Shipped(
         "glbd as shipped + flowlet program placing new flows only (no gap moves)",
         flowlet=_FL_ON | {"move": '"never"'},
+    ),
+    "glb-htg": Shipped(
+        "glbd as shipped, hash-threshold groups",
+        extra={"leaf": '[fib]\ngroup_type = "hash-threshold"'},
     ),
     "glb-ns": Shipped("glbd as shipped, band from the non-steerable class", band_from_foreign=True),
     "glb-fl-ns": Shipped(
