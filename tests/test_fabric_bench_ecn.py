@@ -50,6 +50,9 @@ _FAMILY = {
 }
 
 
+_ECN_LEVELS = (socket.IPPROTO_IP, socket.IPPROTO_IPV6)
+
+
 def _family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
@@ -76,7 +79,7 @@ def _receive(rx: socket.socket, want: int) -> list[tuple[int, int]]:
         except TimeoutError:
             break
         # IPv4's TOS arrives as one octet, IPv6's traffic class as a host-order int
-        tos = next((int.from_bytes(c[2][:4], sys.byteorder) for c in anc), 0)
+        tos = next((int.from_bytes(c[2][:4], sys.byteorder) for c in anc if c[0] in _ECN_LEVELS), 0)
         got.append((int.from_bytes(data[:4], "big"), tos & 3))
     return got
 
