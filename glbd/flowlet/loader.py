@@ -31,6 +31,7 @@ import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ import structlog
 from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools, remove_pins
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
+from glbd.flowlet.placement import MAX_BUCKETS
 from glbd.quality.bpfmap import PinnedMap, pinned_id, possible_cpus
 
 log = structlog.get_logger(__name__)
@@ -81,7 +83,7 @@ VALUE_SIZE = 16
 #: struct config's size; a pinned program whose config map differs is an older build: reloaded
 CONFIG_SIZE = 48
 #: the program's maps, pinned by name under the namespace's directory
-MAP_NAMES = ("flows", "config", "stats", "dests")
+MAP_NAMES = ("flows", "config", "stats", "dests", "layouts")
 HASH_POLICY_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv6.fib_multipath_hash_policy")
 
 
@@ -171,6 +173,19 @@ def config_value(
     )
 
 
+def layout_key(net: IPv4Network | IPv6Network) -> bytes:
+    """struct layout_key of a destination prefix: the family word counts in the prefix."""
+    fam = 4 if net.version == 4 else 6
+    return struct.pack("<II", 32 + net.prefixlen, fam) + net.network_address.packed.ljust(16, b"\0")
+
+
+def layout_value(order: Sequence[int]) -> bytes:
+    """struct layout: the bucket count, then the buckets member by member."""
+    if not 0 < len(order) <= MAX_BUCKETS:
+        raise ValueError(f"a layout holds 1..{MAX_BUCKETS} buckets, not {len(order)}")
+    return struct.pack(f"<I{MAX_BUCKETS}H", len(order), *order, *[0] * (MAX_BUCKETS - len(order)))
+
+
 def parse_links(ip_json: str) -> dict[int, str]:
     """``ip -j link show``: ifindex -> name."""
     return {int(link["ifindex"]): str(link["ifname"]) for link in json.loads(ip_json or "[]")}
@@ -232,6 +247,7 @@ class State:
                 "detached",
                 "timeout_changed",
                 "move_chance_set",
+                "layouts_written",
                 "errors",
             ),
             0,
@@ -258,6 +274,8 @@ class FlowletAttachment:
         #: the program's maps open by bpf(2) for the polls (a bpftool process each second
         #: cost more than the rest of the poll); closed whenever the pins change
         self._maps: dict[str, PinnedMap] = {}
+        #: the layouts map as last written (key -> value), so a refresh writes only changes
+        self._layouts: dict[bytes, bytes] = {}
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
 
@@ -301,6 +319,7 @@ class FlowletAttachment:
         for m in self._maps.values():
             m.close()
         self._maps.clear()
+        self._layouts.clear()  # other pins: written again in full
 
     def _map_info(self, path: Path) -> tuple[int, int]:
         """(value size, max entries) of a pinned map; (0, 0) if it cannot be read."""
@@ -446,6 +465,7 @@ class FlowletAttachment:
             pinned is None
             or await self._table_size() != p.table_size
             or await self._config_size() != CONFIG_SIZE
+            or not self.map_pin("layouts").exists()  # an older build: no bucket orders
         ):
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()
@@ -505,6 +525,31 @@ class FlowletAttachment:
         self.params = replace(self.params, timeout_ns=timeout_ns)
         await self._write_config()
         self.state.events["timeout_changed"] += 1
+
+    def set_layouts(self, layouts: Mapping[IPv4Network | IPv6Network, Sequence[int]]) -> int:
+        """The bucket order of each destination prefix of glbd's resilient groups
+        (:func:`glbd.flowlet.placement.bucket_order`): entries written where new or changed,
+        deleted where gone; a group larger than the program's list is left out (its points
+        aim as without one). Returns the entries written or deleted."""
+        if self.params is None:
+            raise FlowletError("the program is not loaded")
+        want = {layout_key(n): layout_value(o) for n, o in layouts.items() if len(o) <= MAX_BUCKETS}
+        try:
+            m = self._map("layouts")
+            changed = [k for k, v in want.items() if self._layouts.get(k) != v]
+            for k in changed:
+                m.update(k, want[k])
+            # after a (re)open, what the map holds is not known here: read its keys once
+            held = self._layouts.keys() if self._layouts else set(m.keys())
+            gone = [k for k in held if k not in want]
+            for k in gone:
+                m.delete(k)
+        except OSError:
+            self._close_maps()  # written again in full at the next call
+            raise
+        self._layouts = want
+        self.state.events["layouts_written"] += len(changed) + len(gone)
+        return len(changed) + len(gone)
 
     def _left_timeout_ns(self) -> int | None:
         """The timeout in the config map of the program just adopted (kept on stop or left by
@@ -592,6 +637,8 @@ class FlowletAttachment:
             "timeout_us": self.params.timeout_ns / 1e3 if self.params else None,
             "aging_s": self.params.aging_ns / 1e9 if self.params else None,
             "move_chance": round(self.move.at(time.monotonic_ns()), 3),
+            # destination prefixes with a bucket order in the program (spread placement)
+            "layouts": len(self._layouts),
             "table_size": st.table_size,
             "attached": st.attached,
             "missing": st.missing,
