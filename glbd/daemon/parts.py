@@ -371,7 +371,7 @@ class FlowletPart(_Part):
         self._move_pending: MoveChance | None = None
         #: spread placement on resilient groups: which bucket tables to read, their orders
         self.layouts = LayoutTracker()
-        self._layout_prefixes: set[Any] = set()
+        self._routes_due = 0.0  # when the prefixes' groups are next read
 
     async def start(self) -> None:
         cfg = self.node.cfg
@@ -530,23 +530,22 @@ class FlowletPart(_Part):
                 self.error = str(e)
 
     async def _follow_layouts(self) -> None:
-        """Spread placement on resilient groups: each destination prefix's bucket order, from
-        the bucket tables the tracker says to read (glbd/flowlet/placement.py); the program's
-        map is written where an order or the set of prefixes changed."""
+        """Spread placement on resilient groups: each group's bucket order, from the bucket
+        tables the tracker says to read (glbd/flowlet/placement.py), and the group of each
+        destination prefix (a walk over the routes: when an order changed, else once per
+        reconcile tick); the program's maps are written where something changed."""
         fib, att = self.node.fib_service.fib, self.att
         p = None if att is None else att.params
         if fib is None or att is None or p is None or not (p.spread and p.buckets):
             return
-        routes = fib.resilient_routes()
+        groups = fib.resilient_groups()
         now = time.monotonic()
         changed = False
-        for gid in self.layouts.due({g.id: g.entries for g in routes.values()}, now):
+        for gid in self.layouts.due({g: k.entries for g, k in groups.items()}, now):
             changed |= self.layouts.observed(gid, await fib.read_buckets(gid), now)
-        orders = self.layouts.orders
-        want = {pfx: orders[g.id] for pfx, g in routes.items() if g.id in orders}
-        if changed or want.keys() != self._layout_prefixes:
-            att.set_layouts(want)
-            self._layout_prefixes = set(want)
+        if changed or now >= self._routes_due:
+            self._routes_due = now + self.node.cfg.fib.reconcile_interval_s
+            att.set_layouts(fib.resilient_routes(), self.layouts.orders)
 
     def _every(self) -> int:
         """Poll periods per reconcile tick (``fib.reconcile_interval_s``, read each time: a

@@ -559,12 +559,14 @@ class FibProgrammer:
         streams them; the whole mapping of a big FIB is not built)."""
         return RouteLookup.of(self.cache, self._clock(), self._weight_bits)
 
-    def resilient_routes(self) -> dict[IPNetwork, KGroup]:
-        """glbd's routes over one of its resilient groups, with the group as last written or
-        read back (the prefixes whose new flowlets the flowlet program aims at buckets)."""
-        o = self.cache.obs
-        groups = {r.prefix: o.groups.get(r.nhid) for r in o.routes.values() if r.nhid}
-        return {p: g for p, g in groups.items() if g is not None and g.resilient is not None}
+    def resilient_groups(self) -> dict[int, KGroup]:
+        """glbd's resilient groups as last written or read back."""
+        return {gid: g for gid, g in self.cache.obs.groups.items() if g.resilient is not None}
+
+    def resilient_routes(self) -> dict[IPNetwork, int]:
+        """glbd's routes over one of its resilient groups: prefix -> group id (O(routes))."""
+        res = self.resilient_groups()
+        return {r.prefix: r.nhid for r in self.cache.obs.routes.values() if r.nhid in res}
 
     async def read_buckets(self, group_id: int) -> tuple[int, ...]:
         """The member of each bucket of resilient group ``group_id`` (() before start)."""

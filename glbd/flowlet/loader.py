@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import os
 import socket
@@ -83,7 +84,7 @@ VALUE_SIZE = 16
 #: struct config's size; a pinned program whose config map differs is an older build: reloaded
 CONFIG_SIZE = 48
 #: the program's maps, pinned by name under the namespace's directory
-MAP_NAMES = ("flows", "config", "stats", "dests", "layouts")
+MAP_NAMES = ("flows", "config", "stats", "dests", "layouts", "orders")
 HASH_POLICY_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv6.fib_multipath_hash_policy")
 
 
@@ -173,6 +174,7 @@ def config_value(
     )
 
 
+@functools.lru_cache(maxsize=1 << 17)
 def layout_key(net: IPv4Network | IPv6Network) -> bytes:
     """struct layout_key of a destination prefix: the family word counts in the prefix."""
     fam = 4 if net.version == 4 else 6
@@ -274,8 +276,10 @@ class FlowletAttachment:
         #: the program's maps open by bpf(2) for the polls (a bpftool process each second
         #: cost more than the rest of the poll); closed whenever the pins change
         self._maps: dict[str, PinnedMap] = {}
-        #: the layouts map as last written (key -> value), so a refresh writes only changes
+        #: the layouts and orders maps as last written (key -> value): a refresh writes changes
         self._layouts: dict[bytes, bytes] = {}
+        self._orders: dict[bytes, bytes] = {}
+        self._given: tuple[Mapping[Any, int], Mapping[int, Sequence[int]]] = ({}, {})
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
 
@@ -319,7 +323,7 @@ class FlowletAttachment:
         for m in self._maps.values():
             m.close()
         self._maps.clear()
-        self._layouts.clear()  # other pins: written again in full
+        self._layouts, self._orders = {}, {}  # other pins: written again in full
 
     def _map_info(self, path: Path) -> tuple[int, int]:
         """(value size, max entries) of a pinned map; (0, 0) if it cannot be read."""
@@ -465,7 +469,7 @@ class FlowletAttachment:
             pinned is None
             or await self._table_size() != p.table_size
             or await self._config_size() != CONFIG_SIZE
-            or not self.map_pin("layouts").exists()  # an older build: no bucket orders
+            or not self.map_pin("orders").exists()  # an older build: no bucket orders
         ):
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()
@@ -526,30 +530,60 @@ class FlowletAttachment:
         await self._write_config()
         self.state.events["timeout_changed"] += 1
 
-    def set_layouts(self, layouts: Mapping[IPv4Network | IPv6Network, Sequence[int]]) -> int:
-        """The bucket order of each destination prefix of glbd's resilient groups
-        (:func:`glbd.flowlet.placement.bucket_order`): entries written where new or changed,
-        deleted where gone; a group larger than the program's list is left out (its points
-        aim as without one). Returns the entries written or deleted."""
+    def set_layouts(
+        self,
+        routes: Mapping[IPv4Network | IPv6Network, int],
+        orders: Mapping[int, Sequence[int]],
+    ) -> int:
+        """Spread placement on glbd's resilient groups: each group's bucket order
+        (:func:`glbd.flowlet.placement.bucket_order`, by group id) and the group of each
+        destination prefix over one. Entries are written where new or changed and deleted
+        where gone; a group larger than the program's list is left out (its points aim as
+        without one). Returns the entries written or deleted."""
         if self.params is None:
             raise FlowletError("the program is not loaded")
-        want = {layout_key(n): layout_value(o) for n, o in layouts.items() if len(o) <= MAX_BUCKETS}
+        if self._layouts and routes == self._given[0] and orders == self._given[1]:
+            return 0  # the usual tick: nothing moved
+        want_o = {
+            struct.pack("<I", g): layout_value(o)
+            for g, o in orders.items()
+            if 0 < len(o) <= MAX_BUCKETS
+        }
+        want_l = {
+            layout_key(n): struct.pack("<I", g)
+            for n, g in routes.items()
+            if struct.pack("<I", g) in want_o
+        }
         try:
-            m = self._map("layouts")
-            changed = [k for k, v in want.items() if self._layouts.get(k) != v]
-            for k in changed:
-                m.update(k, want[k])
-            # after a (re)open, what the map holds is not known here: read its keys once
-            held = self._layouts.keys() if self._layouts else set(m.keys())
-            gone = [k for k in held if k not in want]
-            for k in gone:
-                m.delete(k)
+            # lists first and last gone: a prefix never names a group without one
+            n = self._write_map("orders", self._orders, want_o)
+            n += self._write_map("layouts", self._layouts, want_l)
+            n += self._delete_from("layouts", self._layouts, want_l)
+            n += self._delete_from("orders", self._orders, want_o)
         except OSError:
             self._close_maps()  # written again in full at the next call
             raise
-        self._layouts = want
-        self.state.events["layouts_written"] += len(changed) + len(gone)
-        return len(changed) + len(gone)
+        self._orders, self._layouts = want_o, want_l
+        self._given = (dict(routes), dict(orders))
+        self.state.events["layouts_written"] += n
+        return n
+
+    def _write_map(self, name: str, held: dict[bytes, bytes], want: dict[bytes, bytes]) -> int:
+        """Write the entries of ``want`` that map ``name`` does not hold as ``held`` says."""
+        m = self._map(name)
+        new = [k for k, v in want.items() if held.get(k) != v]
+        for k in new:
+            m.update(k, want[k])
+        return len(new)
+
+    def _delete_from(self, name: str, held: dict[bytes, bytes], want: dict[bytes, bytes]) -> int:
+        """Delete what map ``name`` holds beyond ``want`` (``held`` empty: not known, after a
+        (re)open: the map's keys are read once)."""
+        m = self._map(name)
+        gone = [k for k in (held.keys() if held else list(m.keys())) if k not in want]
+        for k in gone:
+            m.delete(k)
+        return len(gone)
 
     def _left_timeout_ns(self) -> int | None:
         """The timeout in the config map of the program just adopted (kept on stop or left by

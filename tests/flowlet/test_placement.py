@@ -84,7 +84,9 @@ async def _placed(rig: Rig, flowlet: Start, layout: bool) -> list[int]:
         finally:
             s.close()
         assert len(members) == 64 and len(list(itertools.groupby(members))) > 2
-        assert att.set_layouts({ip_network("203.0.113.0/24"): bucket_order(members)}) == 1
+        net = ip_network("203.0.113.0/24")
+        assert att.set_layouts({net: 10}, {10: bucket_order(members)}) == 2
+        assert att.set_layouts({net: 10}, {10: bucket_order(members)}) == 0  # nothing moved
     return [
         sum(member_of_new_flow(rig, f"203.0.113.{d}", False) for _ in range(4))
         for d in range(2, 14)

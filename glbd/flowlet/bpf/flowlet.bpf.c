@@ -114,10 +114,11 @@ struct {
 	__type(value, struct config);
 } config SEC(".maps");
 
-/* Per destination prefix of glbd's resilient groups: the group's buckets listed member by
- * member (glbd/flowlet/placement.py). A point aimed at position p of the list lands on the
- * member holding that bucket, so points spread evenly over the list spread over the members
- * by their bucket counts, however the kernel has scattered the buckets. */
+/* glbd's resilient groups, each with its buckets listed member by member
+ * (glbd/flowlet/placement.py), and the group of each destination prefix routed over one. A
+ * point aimed at position p of a group's list lands on the member holding that bucket, so
+ * points spread evenly over the list spread over the members by their bucket counts,
+ * however the kernel has scattered the buckets. */
 #define LAYOUT_MAX 1024
 
 struct layout_key {
@@ -126,18 +127,26 @@ struct layout_key {
 	__u32 addr[4];   /* as flow_key.daddr: IPv4 in the first word */
 };
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct layout_key);
+	__type(value, __u32); /* the group's nexthop id */
+} layouts SEC(".maps");
+
 struct layout {
 	__u32 buckets;           /* the group's bucket count */
 	__u16 order[LAYOUT_MAX]; /* its bucket indices, member by member (the first `buckets`) */
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct layout_key);
+	__type(key, __u32); /* the group's nexthop id */
 	__type(value, struct layout);
-} layouts SEC(".maps");
+} orders SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -242,10 +251,13 @@ static __always_inline __u32 aim(const struct flow_key *k, __u32 n, __u32 b)
 {
 	struct layout_key lk = { .prefixlen = 32 + 128, .family = k->family };
 	struct layout *lo;
-	__u32 at;
+	__u32 *group, at;
 
 	__builtin_memcpy(lk.addr, k->daddr, sizeof(lk.addr));
-	lo = bpf_map_lookup_elem(&layouts, &lk);
+	group = bpf_map_lookup_elem(&layouts, &lk);
+	if (!group)
+		return b;
+	lo = bpf_map_lookup_elem(&orders, group);
 	if (!lo || lo->buckets != n || b >= LAYOUT_MAX)
 		return b;
 	at = lo->order[b];
