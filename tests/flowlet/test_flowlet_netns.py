@@ -186,6 +186,10 @@ async def test_the_move_chance_sets_the_share_of_gaps_that_move(rig: Rig, flowle
     assert min(m1, m2) > 0, (m1, m2)
 
 
+#: what a loaded program leaves on bpffs: its maps by name (under maps/), program and table
+PINS = ["config", "dests", "flows", "layouts", "maps", "orders", "prog", "stats", "table"]
+
+
 def _pins(att: FlowletAttachment) -> list[str]:
     return sorted(p.name for p in att.dir.rglob("*")) if att.dir.exists() else []
 
@@ -195,7 +199,7 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     first = await flowlet()
     assert first.state.attached == ["r-h"]
     assert first.state.events["loaded"] == 1
-    assert _pins(first) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
+    assert _pins(first) == PINS
     prog = first.state.prog_id
     # bpf(2) on the pins names the objects bpftool loaded
     assert pinned_id(first.prog_pin) == prog
@@ -217,7 +221,7 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     third = await flowlet()
     assert third.state.prog_id == prog
     assert third.state.events["repinned"] == 1
-    assert _pins(third) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
+    assert _pins(third) == PINS
 
     # pins deleted under a running glbd: the next apply pins the same program again
     for p in sorted(third.dir.rglob("*"), key=lambda p: -len(p.parts)):
