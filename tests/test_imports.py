@@ -51,7 +51,7 @@ LAYERS: dict[str, dict[str, tuple[str, ...]]] = {
                          "pathview", "pathweight"),
                 "io": ("bpfmap", "foreigncount", "linkrunner", "linkstats"),
                 "app": ("foreignservice",)},
-    "flowlet": {"core": ("movegate", "skew"), "io": ("loader",)},
+    "flowlet": {"core": ("movegate", "placement", "skew"), "io": ("loader",)},
     "colours": {"codec": ("colour",), "core": ("colourpaths", "colours"), "app": ("service",)},
     "unnumbered": {"codec": ("ndp",), "core": ("ndpeers",), "io": ("ndpsock",), "app": ("part",)},
     "control": {"codec": ("protocol",), "io": ("metrics", "server"),

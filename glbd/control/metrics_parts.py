@@ -113,6 +113,7 @@ class FlowletView(TypedDict, total=False):
     skew: dict[str, Any] | None
     table_entries: int
     evictions: int
+    layouts: int
     move: str
     move_chance: float
     move_gate: dict[str, Any] | None
@@ -695,6 +696,14 @@ FLOWLET_METRICS: tuple[Entry, ...] = (
                 "counter",
                 "flows the full flowlet table pushed out (least recently seen first)",
                 num("evictions"),
+            ),
+            One(
+                "glbd_flowlet_layouts",
+                "gauge",
+                "destination prefixes whose new flowlets aim at their resilient group's "
+                "buckets member by member (spread placement)",
+                num("layouts"),
+                when=is_set("layouts"),
             ),
         ),
     ),

@@ -25,6 +25,7 @@ from glbd.daemon.node import Node
 from glbd.daemon.recheck import Recheck
 from glbd.flowlet.loader import FlowletAttachment, FlowletError
 from glbd.flowlet.movegate import MoveChance, MoveGate
+from glbd.flowlet.placement import LayoutTracker
 from glbd.flowlet.skew import SkewEstimator
 from glbd.quality.pathchanges import Changes
 from glbd.unnumbered.part import UnnumberedPart
@@ -368,6 +369,9 @@ class FlowletPart(_Part):
         self._skew_task: asyncio.Task[None] | None = None
         self._move_task: asyncio.Task[None] | None = None
         self._move_pending: MoveChance | None = None
+        #: spread placement on resilient groups: which bucket tables to read, their orders
+        self.layouts = LayoutTracker()
+        self._routes_due = 0.0  # when the prefixes' groups are next read
 
     async def start(self) -> None:
         cfg = self.node.cfg
@@ -520,9 +524,28 @@ class FlowletPart(_Part):
                 continue
             try:
                 await att.poll(full=False)
+                await self._follow_layouts()
             except (OSError, FlowletError) as e:
                 att.state.events["errors"] += 1
                 self.error = str(e)
+
+    async def _follow_layouts(self) -> None:
+        """Spread placement on resilient groups: each group's bucket order, from the bucket
+        tables the tracker says to read (glbd/flowlet/placement.py), and the group of each
+        destination prefix (a walk over the routes: when an order changed, else once per
+        reconcile tick); the program's maps are written where something changed."""
+        fib, att = self.node.fib_service.fib, self.att
+        p = None if att is None else att.params
+        if fib is None or att is None or p is None or not (p.spread and p.buckets):
+            return
+        groups = fib.resilient_groups()
+        now = time.monotonic()
+        changed = False
+        for gid in self.layouts.due({g: k.entries for g, k in groups.items()}, now):
+            changed |= self.layouts.observed(gid, await fib.read_buckets(gid), now)
+        if changed or now >= self._routes_due:
+            self._routes_due = now + self.node.cfg.fib.reconcile_interval_s
+            att.set_layouts(fib.resilient_routes(), self.layouts.orders)
 
     def _every(self) -> int:
         """Poll periods per reconcile tick (``fib.reconcile_interval_s``, read each time: a

@@ -18,12 +18,19 @@ from glbd.fib import fibmsg
 from glbd.fib.fibcache import FibCache
 from glbd.fib.fibmodel import KRoute, Observed, RouteKey
 from glbd.fib.fibplan import IdRanges
-from glbd.fib.fibwire import LINK_KEEP, ROUTE_WANT, RowMemo, routes_from_rows
+from glbd.fib.fibwire import LINK_KEEP, ROUTE_WANT, RowMemo, parse_bucket, routes_from_rows
 from glbd.netlink.codec import IfInfoMsg, Message, RtMsg, Selected
-from glbd.netlink.rtnl import link_dump, nexthop_dump, route_dump
+from glbd.netlink.rtnl import link_dump, nexthop_bucket_dump, nexthop_dump, route_dump
 from glbd.netlink.rtsocket import NetlinkError, NetlinkSocket
 
-__all__ = ["AUDIT_SLICE", "Audit", "Read", "detect_weight_bits", "read_kernel"]
+__all__ = [
+    "AUDIT_SLICE",
+    "Audit",
+    "Read",
+    "detect_weight_bits",
+    "read_buckets",
+    "read_kernel",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -69,6 +76,23 @@ async def read_kernel(
         audit[1].update(f)
         await asyncio.sleep(0)
     return (links, nhs, audit), new_memo
+
+
+async def read_buckets(req: NetlinkSocket, group_id: int) -> tuple[int, ...]:
+    """The member nexthop id of each bucket of resilient group ``group_id``, by bucket
+    index; () if the group has no buckets (it is gone, or not resilient)."""
+    try:
+        rows = await req.dump(nexthop_bucket_dump(group_id))
+    except NetlinkError as e:
+        log.debug("fib_bucket_dump", group=group_id, error=str(e))
+        return ()
+    found = [b for b in map(parse_bucket, rows) if b is not None and b[0] == group_id]
+    out = [0] * len(found)
+    for _gid, index, member in found:
+        if index >= len(out):  # a hole: the dump raced a change of the bucket count
+            return ()
+        out[index] = member
+    return tuple(out)
 
 
 async def detect_weight_bits(

@@ -50,6 +50,7 @@ __all__ = [
     "op_message",
     "op_wire",
     "ops_wire",
+    "parse_bucket",
     "parse_link",
     "parse_nexthop",
     "parse_route",
@@ -182,6 +183,24 @@ def parse_nexthop(msg: Message) -> tuple[KNexthop | KGroup | None, bool]:
     gw = a[c.NHA_GATEWAY].as_addr() if c.NHA_GATEWAY in a else None
     oif = a[c.NHA_OIF].as_u32() if c.NHA_OIF in a else 0
     return KNexthop(nid, h.protocol, gw, oif, bool(h.flags & c.RTNH_F_ONLINK)), flag16
+
+
+def parse_bucket(msg: Message) -> tuple[int, int, int] | None:
+    """(group id, bucket index, member nexthop id) of an RTM_NEWNEXTHOPBUCKET message, or
+    None if it is not one or lacks a field."""
+    if msg.type != c.RTM_NEWNEXTHOPBUCKET or not isinstance(msg.header, NhMsg):
+        return None
+    a = msg.attr_map()
+    if c.NHA_ID not in a or c.NHA_RES_BUCKET not in a:
+        return None
+    sub = {x.type: x for x in a[c.NHA_RES_BUCKET].children()}
+    if c.NHA_RES_BUCKET_INDEX not in sub or c.NHA_RES_BUCKET_NH_ID not in sub:
+        return None
+    return (
+        a[c.NHA_ID].as_u32(),
+        sub[c.NHA_RES_BUCKET_INDEX].as_u16(),
+        sub[c.NHA_RES_BUCKET_NH_ID].as_u32(),
+    )
 
 
 def parse_route(msg: Message) -> KRoute | None:

@@ -56,6 +56,7 @@ from glbd.fib.fibmodel import (
     GroupSpec,
     IPAddress,
     IPNetwork,
+    KGroup,
     KLink,
     Member,
     Resilient,
@@ -72,7 +73,7 @@ from glbd.fib.fibplan import (
     assign_ids,
     plan,
 )
-from glbd.fib.fibread import Audit, Read, detect_weight_bits, read_kernel
+from glbd.fib.fibread import Audit, Read, detect_weight_bits, read_buckets, read_kernel
 from glbd.fib.fibsnap import RouteLookup, snapshot
 from glbd.fib.fibstep import (
     RouteMaps,
@@ -557,6 +558,19 @@ class FibProgrammer:
         """Per-prefix rows of ``snapshot()["routes"]``, read one at a time (``glbctl routes``
         streams them; the whole mapping of a big FIB is not built)."""
         return RouteLookup.of(self.cache, self._clock(), self._weight_bits)
+
+    def resilient_groups(self) -> dict[int, KGroup]:
+        """glbd's resilient groups as last written or read back."""
+        return {gid: g for gid, g in self.cache.obs.groups.items() if g.resilient is not None}
+
+    def resilient_routes(self) -> dict[IPNetwork, int]:
+        """glbd's routes over one of its resilient groups: prefix -> group id (O(routes))."""
+        res = self.resilient_groups()
+        return {r.prefix: r.nhid for r in self.cache.obs.routes.values() if r.nhid in res}
+
+    async def read_buckets(self, group_id: int) -> tuple[int, ...]:
+        """The member of each bucket of resilient group ``group_id`` (() before start)."""
+        return () if self._req is None else await read_buckets(self._req, group_id)
 
     # -- sync ---------------------------------------------------------------------------------
     def _params(self, now: float) -> PlanParams:

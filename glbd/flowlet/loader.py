@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import os
 import socket
@@ -31,6 +32,7 @@ import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ import structlog
 from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools, remove_pins
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
+from glbd.flowlet.placement import MAX_BUCKETS
 from glbd.quality.bpfmap import PinnedMap, pinned_id, possible_cpus
 
 log = structlog.get_logger(__name__)
@@ -81,7 +84,7 @@ VALUE_SIZE = 16
 #: struct config's size; a pinned program whose config map differs is an older build: reloaded
 CONFIG_SIZE = 48
 #: the program's maps, pinned by name under the namespace's directory
-MAP_NAMES = ("flows", "config", "stats", "dests")
+MAP_NAMES = ("flows", "config", "stats", "dests", "layouts", "orders")
 HASH_POLICY_SYSCTLS = ("net.ipv4.fib_multipath_hash_policy", "net.ipv6.fib_multipath_hash_policy")
 
 
@@ -171,6 +174,20 @@ def config_value(
     )
 
 
+@functools.lru_cache(maxsize=1 << 17)
+def layout_key(net: IPv4Network | IPv6Network) -> bytes:
+    """struct layout_key of a destination prefix: the family word counts in the prefix."""
+    fam = 4 if net.version == 4 else 6
+    return struct.pack("<II", 32 + net.prefixlen, fam) + net.network_address.packed.ljust(16, b"\0")
+
+
+def layout_value(order: Sequence[int]) -> bytes:
+    """struct layout: the bucket count, then the buckets member by member."""
+    if not 0 < len(order) <= MAX_BUCKETS:
+        raise ValueError(f"a layout holds 1..{MAX_BUCKETS} buckets, not {len(order)}")
+    return struct.pack(f"<I{MAX_BUCKETS}H", len(order), *order, *[0] * (MAX_BUCKETS - len(order)))
+
+
 def parse_links(ip_json: str) -> dict[int, str]:
     """``ip -j link show``: ifindex -> name."""
     return {int(link["ifindex"]): str(link["ifname"]) for link in json.loads(ip_json or "[]")}
@@ -232,6 +249,7 @@ class State:
                 "detached",
                 "timeout_changed",
                 "move_chance_set",
+                "layouts_written",
                 "errors",
             ),
             0,
@@ -258,6 +276,10 @@ class FlowletAttachment:
         #: the program's maps open by bpf(2) for the polls (a bpftool process each second
         #: cost more than the rest of the poll); closed whenever the pins change
         self._maps: dict[str, PinnedMap] = {}
+        #: the layouts and orders maps as last written (key -> value): a refresh writes changes
+        self._layouts: dict[bytes, bytes] = {}
+        self._orders: dict[bytes, bytes] = {}
+        self._given: tuple[Mapping[Any, int], Mapping[int, Sequence[int]]] = ({}, {})
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
 
@@ -301,6 +323,7 @@ class FlowletAttachment:
         for m in self._maps.values():
             m.close()
         self._maps.clear()
+        self._layouts, self._orders = {}, {}  # other pins: written again in full
 
     def _map_info(self, path: Path) -> tuple[int, int]:
         """(value size, max entries) of a pinned map; (0, 0) if it cannot be read."""
@@ -446,6 +469,7 @@ class FlowletAttachment:
             pinned is None
             or await self._table_size() != p.table_size
             or await self._config_size() != CONFIG_SIZE
+            or not self.map_pin("orders").exists()  # an older build: no bucket orders
         ):
             await self._load(p.table_size)  # the filters move to it as they are replaced below
             pinned = await self._pinned_prog_id()
@@ -505,6 +529,61 @@ class FlowletAttachment:
         self.params = replace(self.params, timeout_ns=timeout_ns)
         await self._write_config()
         self.state.events["timeout_changed"] += 1
+
+    def set_layouts(
+        self,
+        routes: Mapping[IPv4Network | IPv6Network, int],
+        orders: Mapping[int, Sequence[int]],
+    ) -> int:
+        """Spread placement on glbd's resilient groups: each group's bucket order
+        (:func:`glbd.flowlet.placement.bucket_order`, by group id) and the group of each
+        destination prefix over one. Entries are written where new or changed and deleted
+        where gone; a group larger than the program's list is left out (its points aim as
+        without one). Returns the entries written or deleted."""
+        if self.params is None:
+            raise FlowletError("the program is not loaded")
+        if self._layouts and routes == self._given[0] and orders == self._given[1]:
+            return 0  # the usual tick: nothing moved
+        want_o = {
+            struct.pack("<I", g): layout_value(o)
+            for g, o in orders.items()
+            if 0 < len(o) <= MAX_BUCKETS
+        }
+        want_l = {
+            layout_key(n): struct.pack("<I", g)
+            for n, g in routes.items()
+            if struct.pack("<I", g) in want_o
+        }
+        try:
+            # lists first and last gone: a prefix never names a group without one
+            n = self._write_map("orders", self._orders, want_o)
+            n += self._write_map("layouts", self._layouts, want_l)
+            n += self._delete_from("layouts", self._layouts, want_l)
+            n += self._delete_from("orders", self._orders, want_o)
+        except OSError:
+            self._close_maps()  # written again in full at the next call
+            raise
+        self._orders, self._layouts = want_o, want_l
+        self._given = (dict(routes), dict(orders))
+        self.state.events["layouts_written"] += n
+        return n
+
+    def _write_map(self, name: str, held: dict[bytes, bytes], want: dict[bytes, bytes]) -> int:
+        """Write the entries of ``want`` that map ``name`` does not hold as ``held`` says."""
+        m = self._map(name)
+        new = [k for k, v in want.items() if held.get(k) != v]
+        for k in new:
+            m.update(k, want[k])
+        return len(new)
+
+    def _delete_from(self, name: str, held: dict[bytes, bytes], want: dict[bytes, bytes]) -> int:
+        """Delete what map ``name`` holds beyond ``want`` (``held`` empty: not known, after a
+        (re)open: the map's keys are read once)."""
+        m = self._map(name)
+        gone = [k for k in (held.keys() if held else list(m.keys())) if k not in want]
+        for k in gone:
+            m.delete(k)
+        return len(gone)
 
     def _left_timeout_ns(self) -> int | None:
         """The timeout in the config map of the program just adopted (kept on stop or left by
@@ -592,6 +671,8 @@ class FlowletAttachment:
             "timeout_us": self.params.timeout_ns / 1e3 if self.params else None,
             "aging_s": self.params.aging_ns / 1e9 if self.params else None,
             "move_chance": round(self.move.at(time.monotonic_ns()), 3),
+            # destination prefixes with a bucket order in the program (spread placement)
+            "layouts": len(self._layouts),
             "table_size": st.table_size,
             "attached": st.attached,
             "missing": st.missing,

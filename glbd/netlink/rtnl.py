@@ -47,6 +47,7 @@ __all__ = [
     "link_dump",
     "link_state",
     "link_stats",
+    "nexthop_bucket_dump",
     "nexthop_dump",
     "qdisc_backlog_fields",
     "qdisc_dump",
@@ -137,6 +138,17 @@ def nexthop_event_filter(protocol: int) -> list[tuple[int, int, int, int]]:
 
 def nexthop_dump(family: int = 0) -> Message:
     return Message(c.RTM_GETNEXTHOP, c.NLM_F_REQUEST | c.NLM_F_DUMP, header=NhMsg(family=family))
+
+
+def nexthop_bucket_dump(group_id: int) -> Message:
+    """Every bucket of resilient group ``group_id``: one RTM_NEWNEXTHOPBUCKET reply each,
+    with its index, idle time and member (the kernel filters by NHA_ID)."""
+    return Message(
+        c.RTM_GETNEXTHOPBUCKET,
+        c.NLM_F_REQUEST | c.NLM_F_DUMP,
+        header=NhMsg(),
+        attrs=(Attr.u32(c.NHA_ID, group_id),),
+    )
 
 
 @dataclass(frozen=True, slots=True)

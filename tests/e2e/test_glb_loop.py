@@ -117,6 +117,12 @@ def test_every_leaf_has_weighted_group_via_both_spines(
     # NNHN validated: each spine says leaf2 (198.18.0.102) lies behind it
     assert {tuple(nh["nnh"]) for nh in r2["next_hops"]} == {(TOPO.node("leaf2").router_id,)}
     assert fab.ns("host1").ping("198.19.2.2", count=5, wait=1.0)
+    # spread placement: the flowlet program holds each remote prefix's bucket order
+    wait_until(
+        lambda: nodes["leaf1"].request("flowlet").get("layouts") == len(P) - 1,
+        10,
+        what="leaf1's bucket orders in the flowlet program",
+    )
 
 
 def udp_flood(fab: Fabric, src: str, dst_node: str, dst: str) -> tuple[Any, Any]:

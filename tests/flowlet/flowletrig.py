@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from glbdlab.netns import Lab, Netns
+from glbdlab.nodes import wait_until
 
 from glbd.flowlet.loader import FlowletAttachment
 
@@ -105,6 +106,23 @@ def bursts(send: socket.socket, n: int, size: int, pause_s: float, payload: int 
         for _ in range(size):
             send.send(data)
         time.sleep(pause_s)  # the stimulus: the idle gap
+
+
+def member_of_new_flow(rig: Rig, dst: str, v6: bool) -> int:
+    """Send one new flow of 3 packets to ``dst``: the member (0: m1, 1: m2) it arrived over."""
+    b = rig.counts()
+    with rig.udp(v6, dst) as s:
+        for _ in range(3):
+            s.send(b"x" * 100)
+
+    def arrived() -> tuple[int, int] | None:
+        c = rig.counts()
+        return c if sum(c) - sum(b) >= 3 else None
+
+    after = wait_until(arrived, 10, what="3 packets at the sink")
+    d1, d2 = after[0] - b[0], after[1] - b[1]
+    assert (d1, d2) in ((3, 0), (0, 3)), (d1, d2)
+    return 0 if d1 else 1
 
 
 def build(lab: Lab) -> Rig:

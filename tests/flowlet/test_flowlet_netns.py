@@ -19,8 +19,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from flowletrig import DST4, DST6, PORT, Rig, Start, bursts
-from glbdlab.nodes import wait_until
+from flowletrig import DST4, DST6, PORT, Rig, Start, bursts, member_of_new_flow
 
 from glbd.flowlet.loader import FlowletAttachment
 from glbd.flowlet.movegate import ONE, MoveChance
@@ -187,6 +186,10 @@ async def test_the_move_chance_sets_the_share_of_gaps_that_move(rig: Rig, flowle
     assert min(m1, m2) > 0, (m1, m2)
 
 
+#: what a loaded program leaves on bpffs: its maps by name (under maps/), program and table
+PINS = ["config", "dests", "flows", "layouts", "maps", "orders", "prog", "stats", "table"]
+
+
 def _pins(att: FlowletAttachment) -> list[str]:
     return sorted(p.name for p in att.dir.rglob("*")) if att.dir.exists() else []
 
@@ -196,7 +199,7 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     first = await flowlet()
     assert first.state.attached == ["r-h"]
     assert first.state.events["loaded"] == 1
-    assert _pins(first) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
+    assert _pins(first) == PINS
     prog = first.state.prog_id
     # bpf(2) on the pins names the objects bpftool loaded
     assert pinned_id(first.prog_pin) == prog
@@ -218,7 +221,7 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     third = await flowlet()
     assert third.state.prog_id == prog
     assert third.state.events["repinned"] == 1
-    assert _pins(third) == ["config", "dests", "flows", "maps", "prog", "stats", "table"]
+    assert _pins(third) == PINS
 
     # pins deleted under a running glbd: the next apply pins the same program again
     for p in sorted(third.dir.rglob("*"), key=lambda p: -len(p.parts)):
@@ -247,23 +250,6 @@ async def test_stop_removes_filter_and_pins_restart_adopts(rig: Rig, flowlet: St
     assert "glbd_flowlet" not in out
 
 
-def _member_of_new_flow(rig: Rig, dst: str, v6: bool) -> int:
-    """Send one new flow of 3 packets to ``dst``: the member (0: m1, 1: m2) it arrived over."""
-    b = rig.counts()
-    with rig.udp(v6, dst) as s:
-        for _ in range(3):
-            s.send(b"x" * 100)
-
-    def arrived() -> tuple[int, int] | None:
-        c = rig.counts()
-        return c if sum(c) - sum(b) >= 3 else None
-
-    after = wait_until(arrived, 10, what="3 packets at the sink")
-    d1, d2 = after[0] - b[0], after[1] - b[1]
-    assert (d1, d2) in ((3, 0), (0, 3)), (d1, d2)
-    return 0 if d1 else 1
-
-
 @pytest.mark.parametrize(
     ("kind", "v6"), [("hash-threshold", False), ("resilient", False), ("resilient", True)]
 )
@@ -277,7 +263,7 @@ async def test_spread_placement_splits_each_destinations_flows_by_weight(
     per_dest = []
     for d in range(2, 10):
         dst = f"2001:db8:ff::{d:x}" if v6 else f"203.0.113.{d}"
-        per_dest.append(sum(_member_of_new_flow(rig, dst, v6) for _ in range(4)))
+        per_dest.append(sum(member_of_new_flow(rig, dst, v6) for _ in range(4)))
     # flows on m2 per destination: a quarter of 4
     assert per_dest == [1] * 8, per_dest
 
@@ -304,7 +290,7 @@ async def test_spread_gives_bare_tcp_segments_a_sequence_of_their_own(
         on_m2 = 0
         for i in range(4):
             _bare_ack(rig, dst, 40_000 + 10 * d + i)
-            on_m2 += _member_of_new_flow(rig, dst, False)
+            on_m2 += member_of_new_flow(rig, dst, False)
         per_dest.append(on_m2)
     assert per_dest == [2] * 8, per_dest
 
@@ -315,7 +301,7 @@ async def test_random_placement_is_the_control(rig: Rig, flowlet: Start) -> None
     rig.group((3, 1), "resilient")
     await flowlet(timeout_us=2_000_000, spread=False, buckets=64)
     per_dest = [
-        sum(_member_of_new_flow(rig, f"203.0.113.{d}", False) for _ in range(4))
+        sum(member_of_new_flow(rig, f"203.0.113.{d}", False) for _ in range(4))
         for d in range(2, 10)
     ]
     assert per_dest != [1] * 8, per_dest

@@ -114,6 +114,40 @@ struct {
 	__type(value, struct config);
 } config SEC(".maps");
 
+/* glbd's resilient groups, each with its buckets listed member by member
+ * (glbd/flowlet/placement.py), and the group of each destination prefix routed over one. A
+ * point aimed at position p of a group's list lands on the member holding that bucket, so
+ * points spread evenly over the list spread over the members by their bucket counts,
+ * however the kernel has scattered the buckets. */
+#define LAYOUT_MAX 1024
+
+struct layout_key {
+	__u32 prefixlen; /* 32 (the family word) + the prefix length */
+	__u32 family;    /* 4 or 6 */
+	__u32 addr[4];   /* as flow_key.daddr: IPv4 in the first word */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct layout_key);
+	__type(value, __u32); /* the group's nexthop id */
+} layouts SEC(".maps");
+
+struct layout {
+	__u32 buckets;           /* the group's bucket count */
+	__u16 order[LAYOUT_MAX]; /* its bucket indices, member by member (the first `buckets`) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32); /* the group's nexthop id */
+	__type(value, struct layout);
+} orders SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1024);
@@ -211,6 +245,25 @@ static __always_inline __u32 bitrev32(__u32 x)
 	return (x >> 16) | (x << 16);
 }
 
+/* The bucket at position b of the list of k's destination's group (b itself when glbd
+ * wrote no list for it, or one for another bucket count). */
+static __always_inline __u32 aim(const struct flow_key *k, __u32 n, __u32 b)
+{
+	struct layout_key lk = { .prefixlen = 32 + 128, .family = k->family };
+	struct layout *lo;
+	__u32 *group, at;
+
+	__builtin_memcpy(lk.addr, k->daddr, sizeof(lk.addr));
+	group = bpf_map_lookup_elem(&layouts, &lk);
+	if (!group)
+		return b;
+	lo = bpf_map_lookup_elem(&orders, group);
+	if (!lo || lo->buckets != n || b >= LAYOUT_MAX)
+		return b;
+	at = lo->order[b];
+	return at < n ? at : b;
+}
+
 /* The packet hash for the next flowlet to k's destination. The kernel selects with
  * hash >> 1: a hash-threshold group compares it with weight-proportional bounds over
  * [0, 2^31), a resilient group takes bucket (hash >> 1) % buckets, and a group's buckets are
@@ -241,7 +294,10 @@ static __always_inline __u32 spread_hash(const struct flow_key *k, __u32 kind,
 	x = bitrev32(i);
 	h = x >> 1;
 	if (n) {
-		h = h - h % n + (__u32)(((__u64)x * n) >> 32);
+		__u32 b = (__u32)(((__u64)x * n) >> 32);
+
+		b = aim(k, n, b);
+		h = h - h % n + b;
 		if (h > 0x7fffffff)
 			h -= n;
 	}

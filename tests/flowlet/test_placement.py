@@ -1,0 +1,152 @@
+"""glbd.flowlet.placement: a group's buckets listed member by member, and the kernel's bucket
+table read back as the member of each bucket (real kernel, a resilient group scattered by a
+weight change)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from ipaddress import ip_network
+
+import pytest
+from flowletrig import Rig, Start, member_of_new_flow
+from glbdlab.netns import Lab
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from glbd.fib.fibread import read_buckets
+from glbd.flowlet.placement import MAX_BUCKETS, LayoutTracker, bucket_order, shared
+from glbd.netlink.rtsocket import NetlinkSocket
+
+
+def test_buckets_are_listed_member_by_member() -> None:
+    assert bucket_order([7, 5, 7, 5, 9]) == (1, 3, 0, 2, 4)
+    assert bucket_order([]) == ()
+
+
+@given(hs.lists(hs.integers(1, 6), max_size=200), hs.integers(1, 64))
+def test_evenly_spread_positions_land_on_members_by_their_bucket_counts(
+    members: list[int], points: int
+) -> None:
+    order = bucket_order(members)
+    assert sorted(order) == list(range(len(members)))
+    n = len(members)
+    if not n:
+        return
+    # positions floor(j * n / points) for j < points: a member with k buckets gets
+    # within one of k * points / n of them, wherever its buckets are
+    got = [members[order[j * n // points]] for j in range(points)]
+    for m in set(members):
+        want = members.count(m) * points / n
+        assert abs(got.count(m) - want) <= 1
+
+
+@pytest.mark.netns
+async def test_the_bucket_table_is_read_back_from_the_kernel(netns_lab: Lab) -> None:
+    a, _b = netns_lab.pair()
+    for i in range(1, 5):
+        a.ip("nexthop", "add", "id", str(i), "via", "198.18.0.2", "dev", "a-b")
+    group = ["id", "10", "group", "1/2/3/4", "type", "resilient", "buckets", "32"]
+    a.ip("nexthop", "add", *group, "idle_timer", "0")
+    # weights that move buckets, then back: the members' buckets are no longer runs
+    a.ip("nexthop", "replace", "id", "10", "group", "1/2/3/4,3", "type", "resilient")
+    a.ip("nexthop", "replace", "id", "10", "group", "1/2/3/4", "type", "resilient")
+    shown = a.run(["ip", "nexthop", "bucket", "show", "id", "10"]).stdout
+    want = {int(i): int(m) for i, m in re.findall(r"index (\d+) .*?nhid (\d+)", shown)}
+    s = await NetlinkSocket.open(netns=a.name)
+    try:
+        got = await read_buckets(s, 10)
+        assert await read_buckets(s, 1) == ()  # a plain nexthop has none
+    finally:
+        s.close()
+    assert got == tuple(want[i] for i in range(32))
+    assert sorted(got) == sorted([1, 2, 3, 4] * 8)
+    runs = [m for m, _ in itertools.groupby(got)]
+    assert len(runs) > 4  # scattered: a quarter of the buckets is no longer a member's
+
+
+def _scatter(rig: Rig) -> None:
+    """The router's IPv4 group at 1:1 with its buckets scattered by weight changes and back
+    (64 buckets: member 2 holds 0-7 and 24-47; 1 holds 8-23 and 48-63): each quarter of the
+    bucket space no longer belongs to one member."""
+    rig.group((1, 1), "resilient")
+    for w in ("1,3/2", "1/2", "1/2,3", "1/2", "1,5/2,3", "1/2"):
+        rig.r.ip("nexthop", "replace", "id", "10", "group", w, "type", "resilient")
+
+
+async def _placed(rig: Rig, flowlet: Start, layout: bool) -> list[int]:
+    """Flows on m2 of 4 new flows to each of 12 destinations."""
+    att = await flowlet(timeout_us=2_000_000, buckets=64)
+    if layout:
+        s = await NetlinkSocket.open(netns=rig.r.name)
+        try:
+            members = await read_buckets(s, 10)
+        finally:
+            s.close()
+        assert len(members) == 64 and len(list(itertools.groupby(members))) > 2
+        net = ip_network("203.0.113.0/24")
+        assert att.set_layouts({net: 10}, {10: bucket_order(members)}) == 2
+        assert att.set_layouts({net: 10}, {10: bucket_order(members)}) == 0  # nothing moved
+    return [
+        sum(member_of_new_flow(rig, f"203.0.113.{d}", False) for _ in range(4))
+        for d in range(2, 14)
+    ]
+
+
+@pytest.mark.netns
+async def test_a_layout_makes_spread_placement_exact_on_scattered_buckets(
+    rig: Rig, flowlet: Start
+) -> None:
+    _scatter(rig)
+    assert await _placed(rig, flowlet, layout=True) == [2] * 12
+
+
+@pytest.mark.netns
+async def test_without_a_layout_scattered_buckets_split_unevenly(rig: Rig, flowlet: Start) -> None:
+    """The control: the points of the quarters that both members share land on either, so a
+    destination's 4 flows split 2:2 only half the time (all twelve: 2e-4)."""
+    _scatter(rig)
+    assert await _placed(rig, flowlet, layout=False) != [2] * 12
+
+
+E = ((1, 1), (2, 1))  # a group's (member, weight) entries
+
+
+def test_a_group_is_read_when_new_or_changed_and_while_it_settles() -> None:
+    t = LayoutTracker(settle_s=2.0, recheck_s=5.0)
+    assert t.due({10: E}, 0.0) == [10]
+    assert t.observed(10, [1, 1, 2, 2], 0.0) is True
+    assert t.orders == {10: (0, 1, 2, 3)}
+    assert t.due({10: E}, 1.0) == [10]  # within settle_s: the kernel may still move buckets
+    assert t.observed(10, [1, 1, 2, 2], 1.0) is False  # the same order: nothing to write
+    assert t.due({10: E}, 2.5) == []  # settled and shared by the weights: not read again
+    assert t.due({10: ((1, 3), (2, 1))}, 3.0) == [10]  # new weights: read again
+    assert t.due({}, 4.0) == [] and t.orders == {}  # a group gone is forgotten
+
+
+def test_a_group_whose_buckets_lag_its_weights_is_read_again_every_recheck() -> None:
+    t = LayoutTracker(settle_s=1.0, recheck_s=5.0)
+    w31 = ((1, 3), (2, 1))
+    t.due({10: w31}, 0.0)
+    t.observed(10, [1, 1, 2, 2], 0.0)  # busy buckets not moved yet: 2:2 for 3:1
+    assert t.due({10: w31}, 2.0) == []
+    assert t.due({10: w31}, 5.0) == [10]
+    assert t.observed(10, [2, 1, 1, 1], 5.0) is True  # bucket 0 moved, to 1's share
+    assert t.orders[10] == (1, 2, 3, 0)
+    assert t.due({10: w31}, 20.0) == []
+
+
+def test_an_unreadable_or_oversized_table_has_no_order() -> None:
+    t = LayoutTracker()
+    t.due({10: E}, 0.0)
+    t.observed(10, [1, 2], 0.0)
+    assert t.observed(10, (), 1.0) is True and t.orders == {}
+    t.observed(10, [1, 2] * (MAX_BUCKETS // 2 + 1), 2.0)
+    assert t.orders == {}
+
+
+def test_buckets_are_shared_by_the_weights_within_one_each() -> None:
+    assert shared([1, 1, 1, 2], ((1, 3), (2, 1)))
+    assert not shared([1, 1, 2, 2], ((1, 3), (2, 1)))
+    assert shared([1] * 43 + [2] * 21, ((1, 2), (2, 1)))
+    assert not shared([1, 1, 1, 2], ((1, 1), (2, 1), (3, 1)))
