@@ -65,48 +65,52 @@ async def test_the_bucket_table_is_read_back_from_the_kernel(netns_lab: Lab) -> 
     assert len(runs) > 4  # scattered: a quarter of the buckets is no longer a member's
 
 
-def _scatter(rig: Rig) -> None:
-    """The router's IPv4 group at 1:1 with its buckets scattered by weight changes and back
-    (64 buckets: member 2 holds 0-7 and 24-47; 1 holds 8-23 and 48-63): each quarter of the
-    bucket space no longer belongs to one member."""
+def _scatter(rig: Rig, v6: bool) -> None:
+    """The router's group of one family at 1:1 with its buckets scattered by weight changes
+    and back (64 buckets: the second member holds 0-7 and 24-47, the first 8-23 and 48-63):
+    each quarter of the bucket space no longer belongs to one member."""
     rig.group((1, 1), "resilient")
-    for w in ("1,3/2", "1/2", "1/2,3", "1/2", "1,5/2,3", "1/2"):
-        rig.r.ip("nexthop", "replace", "id", "10", "group", w, "type", "resilient")
+    gid, a, b = ("20", "3", "4") if v6 else ("10", "1", "2")
+    for w in ("{a},3/{b}", "{a}/{b}", "{a}/{b},3", "{a}/{b}", "{a},5/{b},3", "{a}/{b}"):
+        w = w.format(a=a, b=b)
+        rig.r.ip("nexthop", "replace", "id", gid, "group", w, "type", "resilient")
 
 
-async def _placed(rig: Rig, flowlet: Start, layout: bool) -> list[int]:
-    """Flows on m2 of 4 new flows to each of 12 destinations."""
+async def _placed(rig: Rig, flowlet: Start, layout: bool, v6: bool) -> list[int]:
+    """Flows on m2 of 4 new flows to each of 12 destinations of one family."""
     att = await flowlet(timeout_us=2_000_000, buckets=64)
+    gid = 20 if v6 else 10
+    net = ip_network("2001:db8:ff::/64" if v6 else "203.0.113.0/24")
     if layout:
         s = await NetlinkSocket.open(netns=rig.r.name)
         try:
-            members = await read_buckets(s, 10)
+            members = await read_buckets(s, gid)
         finally:
             s.close()
         assert len(members) == 64 and len(list(itertools.groupby(members))) > 2
-        net = ip_network("203.0.113.0/24")
-        assert att.set_layouts({net: 10}, {10: bucket_order(members)}) == 2
-        assert att.set_layouts({net: 10}, {10: bucket_order(members)}) == 0  # nothing moved
-    return [
-        sum(member_of_new_flow(rig, f"203.0.113.{d}", False) for _ in range(4))
-        for d in range(2, 14)
-    ]
+        assert att.set_layouts({net: gid}, {gid: bucket_order(members)}) == 2
+        assert att.set_layouts({net: gid}, {gid: bucket_order(members)}) == 0  # nothing moved
+    return [sum(member_of_new_flow(rig, str(net[d]), v6) for _ in range(4)) for d in range(2, 14)]
 
 
 @pytest.mark.netns
+@pytest.mark.parametrize("v6", [False, True], ids=["ipv4", "ipv6"])
 async def test_a_layout_makes_spread_placement_exact_on_scattered_buckets(
-    rig: Rig, flowlet: Start
+    rig: Rig, flowlet: Start, v6: bool
 ) -> None:
-    _scatter(rig)
-    assert await _placed(rig, flowlet, layout=True) == [2] * 12
+    _scatter(rig, v6)
+    assert await _placed(rig, flowlet, layout=True, v6=v6) == [2] * 12
 
 
 @pytest.mark.netns
-async def test_without_a_layout_scattered_buckets_split_unevenly(rig: Rig, flowlet: Start) -> None:
+@pytest.mark.parametrize("v6", [False, True], ids=["ipv4", "ipv6"])
+async def test_without_a_layout_scattered_buckets_split_unevenly(
+    rig: Rig, flowlet: Start, v6: bool
+) -> None:
     """The control: the points of the quarters that both members share land on either, so a
     destination's 4 flows split 2:2 only half the time (all twelve: 2e-4)."""
-    _scatter(rig)
-    assert await _placed(rig, flowlet, layout=False) != [2] * 12
+    _scatter(rig, v6)
+    assert await _placed(rig, flowlet, layout=False, v6=v6) != [2] * 12
 
 
 E = ((1, 1), (2, 1))  # a group's (member, weight) entries
