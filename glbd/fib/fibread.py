@@ -18,8 +18,15 @@ from glbd.fib import fibmsg
 from glbd.fib.fibcache import FibCache
 from glbd.fib.fibmodel import KRoute, Observed, RouteKey
 from glbd.fib.fibplan import IdRanges
-from glbd.fib.fibwire import LINK_KEEP, ROUTE_WANT, RowMemo, parse_bucket, routes_from_rows
-from glbd.netlink.codec import IfInfoMsg, Message, RtMsg, Selected
+from glbd.fib.fibwire import (
+    BUCKET_WANT,
+    LINK_KEEP,
+    ROUTE_WANT,
+    RowMemo,
+    parse_bucket,
+    routes_from_rows,
+)
+from glbd.netlink.codec import IfInfoMsg, Message, NhMsg, RtMsg, Selected
 from glbd.netlink.rtnl import link_dump, nexthop_bucket_dump, nexthop_dump, route_dump
 from glbd.netlink.rtsocket import NetlinkError, NetlinkSocket
 
@@ -82,7 +89,7 @@ async def read_buckets(req: NetlinkSocket, group_id: int) -> tuple[int, ...]:
     """The member nexthop id of each bucket of resilient group ``group_id``, by bucket
     index; () if the group has no buckets (it is gone, or not resilient)."""
     try:
-        rows = await req.dump(nexthop_bucket_dump(group_id))
+        rows = await req.dump_select(nexthop_bucket_dump(group_id), NhMsg, BUCKET_WANT)
     except NetlinkError as e:
         log.debug("fib_bucket_dump", group=group_id, error=str(e))
         return ()

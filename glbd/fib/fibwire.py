@@ -39,9 +39,11 @@ from glbd.netlink.codec import (
     RtMsg,
     Selected,
     decode,
+    pick_attrs,
 )
 
 __all__ = [
+    "BUCKET_WANT",
     "ENCODERS",
     "LINK_KEEP",
     "ROUTE_WANT",
@@ -185,21 +187,42 @@ def parse_nexthop(msg: Message) -> tuple[KNexthop | KGroup | None, bool]:
     return KNexthop(nid, h.protocol, gw, oif, bool(h.flags & c.RTNH_F_ONLINK)), flag16
 
 
-def parse_bucket(msg: Message) -> tuple[int, int, int] | None:
-    """(group id, bucket index, member nexthop id) of an RTM_NEWNEXTHOPBUCKET message, or
-    None if it is not one or lacks a field."""
+_U16 = struct.Struct("=H")
+_U32 = struct.Struct("=I")
+
+#: what the FIB reads of a bucket: the fast dump (:func:`parse_bucket` of a :class:`Selected`)
+BUCKET_WANT = frozenset({c.NHA_ID, c.NHA_RES_BUCKET})
+_BUCKET_SUB = frozenset({c.NHA_RES_BUCKET_INDEX, c.NHA_RES_BUCKET_NH_ID})
+
+
+def parse_bucket(msg: Message | Selected) -> tuple[int, int, int] | None:
+    """(group id, bucket index, member nexthop id) of an RTM_NEWNEXTHOPBUCKET message (or a
+    row of the fast dump, :data:`BUCKET_WANT`), or None if it is not one, lacks a field or
+    its nested attributes are malformed."""
     if msg.type != c.RTM_NEWNEXTHOPBUCKET or not isinstance(msg.header, NhMsg):
         return None
+    if isinstance(msg, Selected):
+        gid, nest = msg.attrs.get(c.NHA_ID), msg.attrs.get(c.NHA_RES_BUCKET)
+        if gid is None or nest is None or len(gid) < 4:
+            return None
+        try:
+            sub = pick_attrs(nest, 0, len(nest), _BUCKET_SUB)
+        except DecodeError:
+            return None
+        index, member = sub.get(c.NHA_RES_BUCKET_INDEX), sub.get(c.NHA_RES_BUCKET_NH_ID)
+        if index is None or member is None or len(index) < 2 or len(member) < 4:
+            return None
+        return _U32.unpack_from(gid)[0], _U16.unpack_from(index)[0], _U32.unpack_from(member)[0]
     a = msg.attr_map()
     if c.NHA_ID not in a or c.NHA_RES_BUCKET not in a:
         return None
-    sub = {x.type: x for x in a[c.NHA_RES_BUCKET].children()}
-    if c.NHA_RES_BUCKET_INDEX not in sub or c.NHA_RES_BUCKET_NH_ID not in sub:
+    subs = {x.type: x for x in a[c.NHA_RES_BUCKET].children()}
+    if c.NHA_RES_BUCKET_INDEX not in subs or c.NHA_RES_BUCKET_NH_ID not in subs:
         return None
     return (
         a[c.NHA_ID].as_u32(),
-        sub[c.NHA_RES_BUCKET_INDEX].as_u16(),
-        sub[c.NHA_RES_BUCKET_NH_ID].as_u32(),
+        subs[c.NHA_RES_BUCKET_INDEX].as_u16(),
+        subs[c.NHA_RES_BUCKET_NH_ID].as_u32(),
     )
 
 
@@ -225,7 +248,6 @@ def parse_route(msg: Message) -> KRoute | None:
 
 
 ROUTE_WANT = frozenset({c.RTA_DST, c.RTA_TABLE, c.RTA_PRIORITY, c.RTA_NH_ID})
-_U32 = struct.Struct("=I")
 
 
 RowMemo: TypeAlias = dict[tuple[Any, ...], tuple[RouteKey, KRoute | None]]

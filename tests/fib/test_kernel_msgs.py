@@ -8,13 +8,24 @@ import socket
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
 
 from glbd.fib.fibmodel import KGroup, KNexthop, Member, Resilient
 from glbd.fib.fibmsg import encode_group, parse_group_entries
 from glbd.fib.fibplan import GroupDel, GroupSet, NhSet, RouteDel, RouteSet
 from glbd.fib.fibwire import observe, op_message, op_wire, parse_nexthop
 from glbd.netlink import const as c
-from glbd.netlink.codec import NhMsg, RtMsg, decode
+from glbd.netlink.codec import (
+    Attr,
+    Message,
+    NhMsg,
+    RtMsg,
+    Selected,
+    decode,
+    iter_frames,
+    pick_attrs,
+)
 
 VECTORS = Path(__file__).parents[1] / "vectors" / "netlink_rtnl_kernel618.jsonl"
 N = ipaddress.ip_network
@@ -76,7 +87,7 @@ def test_create_is_exclusive_replace_only_when_asked(op: NhSet | RouteSet) -> No
     kw = {"protocol": 200, "table": 254, "weight_16bit": True}
     for o, want, never in ((op, c.NLM_F_EXCL, c.NLM_F_REPLACE),
                            (replace(op, replace=True), c.NLM_F_REPLACE, c.NLM_F_EXCL)):  # fmt: skip
-        for m in (op_message(o, **kw), decode(op_wire(o, **kw))):  # type: ignore[arg-type]
+        for m in (op_message(o, **kw), decode(op_wire(o, **kw))):
             assert m.flags & want and m.flags & c.NLM_F_CREATE and not m.flags & never
 
 
@@ -116,7 +127,7 @@ def test_observe_kernel_capture() -> None:
 @pytest.mark.parametrize("table", [254, 1000])
 def test_fast_wire_equals_message_encoding(op: RouteSet | RouteDel | GroupDel, table: int) -> None:
     kw = {"protocol": 200, "table": table, "weight_16bit": True}
-    assert op_wire(op, **kw) == op_message(op, **kw).encode()  # type: ignore[arg-type]
+    assert op_wire(op, **kw) == op_message(op, **kw).encode()
 
 
 def test_routes_from_select_rows_match_full_parse() -> None:
@@ -174,3 +185,49 @@ def test_a_link_from_the_fast_dump_is_the_link_of_the_full_message(
     fast, full = parse_link(row), parse_link(decode(raw))
     assert fast == full and fast is not None
     assert fast.name == ("if12" if name is None else name[:-1].decode())
+
+
+def _bucket_rows(raw: bytes) -> tuple[Selected, Message]:
+    from glbd.fib.fibwire import BUCKET_WANT
+
+    (fr,) = iter_frames(raw)
+    hs = NhMsg.ST.size
+    row = Selected(
+        fr.type, NhMsg.decode(raw, fr.start), pick_attrs(raw, fr.start + hs, fr.end, BUCKET_WANT)
+    )
+    return row, decode(raw)
+
+
+def _bucket(nest: bytes, gid: int = 10) -> bytes:
+    attrs = (Attr.u32(c.NHA_ID, gid), Attr(c.NHA_RES_BUCKET | c.NLA_F_NESTED, nest))
+    return Message(c.RTM_NEWNEXTHOPBUCKET, 0, 1, 0, NhMsg(2), attrs).encode()
+
+
+def test_a_bucket_from_the_fast_dump_is_the_bucket_of_the_full_message() -> None:
+    """Placement reads bucket tables with the fast dump (``BUCKET_WANT``): the same (group,
+    index, member) as the full message's, the idle time between them skipped."""
+    from glbd.fib.fibwire import parse_bucket
+
+    nest = b"".join(
+        a.encode()
+        for a in (
+            Attr.u16(c.NHA_RES_BUCKET_INDEX, 77),
+            Attr(c.NHA_RES_BUCKET_IDLE_TIME, (1234).to_bytes(8, "little")),
+            Attr.u32(c.NHA_RES_BUCKET_NH_ID, 3),
+        )
+    )
+    fast, full = _bucket_rows(_bucket(nest))
+    assert parse_bucket(fast) == parse_bucket(full) == (10, 77, 3)
+    # no member, a cut nested attribute: no bucket, never an exception
+    short, _ = _bucket_rows(_bucket(nest[:-8]))
+    cut, _ = _bucket_rows(_bucket(nest[:-2]))
+    assert parse_bucket(short) is None and parse_bucket(cut) is None
+
+
+@given(hs.binary(max_size=64))
+def test_any_nested_bucket_bytes_parse_or_are_none(nest: bytes) -> None:
+    from glbd.fib.fibwire import parse_bucket
+
+    fast, _ = _bucket_rows(_bucket(nest))
+    got = parse_bucket(fast)
+    assert got is None or got[0] == 10
