@@ -16,6 +16,11 @@ Routes are /32s from 198.18.16.0 upward (benchmark range 198.18.0.0/15).
    of the raw batched sender alone, against ``ip -batch`` on the same routes (target >= 0.5x).
 3. Failover: one next hop removed from 1,000 groups (``remove_nexthop``), time to the last ACK.
    Baseline: the same 1,000 group replaces sent one by one, each waiting for its ACK.
+4. Reading a resilient group's bucket table (``read_buckets``, spread placement's cost per
+   group and read) at 128 and 1,024 buckets, and what the read budget
+   (``glbd.flowlet.placement.READ_BUCKETS_PER_CALL`` buckets a second) costs at most, in % of
+   a core.
+   Baseline: one weight write of the same group, sent and ACKed (what makes a read due).
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ from glbdlab.netns import Lab, Netns
 
 from glbd.base.prefix import Net4
 from glbd.fib.fibkernel import set_compat_mode
-from glbd.fib.fibmodel import Desired, GroupSpec, Member
+from glbd.fib.fibmodel import Desired, GroupSpec, Member, Resilient
 from glbd.fib.fibplan import GroupSet, RouteSet
+from glbd.fib.fibread import read_buckets
 from glbd.fib.fibwire import op_message
 from glbd.fib.programmer import FibProgrammer
+from glbd.flowlet.placement import READ_BUCKETS_PER_CALL
 from glbd.netlink import const as c
 from glbd.netlink.codec import Attr, IfInfoMsg, Message, RtMsg
 from glbd.netlink.rtnl import LINK_WANT, link_dump, link_state
@@ -262,6 +269,37 @@ async def failover(r: Netns, groups: int, reps: int) -> dict[str, float]:
     return out
 
 
+async def bucket_read(r: Netns, buckets: int, reps: int) -> dict[str, float]:
+    """A resilient group of 3 members: its bucket table read, and a weight write of it."""
+    gid = 900 + buckets % 97
+    r.ip("nexthop", "add", "id", str(gid + 1), "via", GW[0], "dev", "r-p1")
+    r.ip("nexthop", "add", "id", str(gid + 2), "via", GW[1], "dev", "r-p2")
+    r.ip("nexthop", "add", "id", str(gid + 3), "via", GW[2], "dev", "r-p3")
+    members = f"{gid + 1}/{gid + 2}/{gid + 3}"
+    r.ip("nexthop", "add", "id", str(gid), "group", members, "type", "resilient",
+         "buckets", str(buckets), "idle_timer", "0")  # fmt: skip
+    s = await NetlinkSocket.open(netns=r.name)
+    try:
+        reads, writes = [], []
+        for i in range(reps):
+            t = time.perf_counter()
+            got = await read_buckets(s, gid)
+            reads.append(time.perf_counter() - t)
+            assert len(got) == buckets, len(got)
+            res = Resilient(buckets=buckets, idle_timer_s=0.0)
+            op = GroupSet(gid, "", ((gid + 1, 1 + i % 2), (gid + 2, 1), (gid + 3, 1)), res, False)
+            t = time.perf_counter()
+            await s.request(op_message(op, protocol=PROTO, table=254, weight_16bit=False))
+            writes.append(time.perf_counter() - t)
+    finally:
+        s.close()
+        r.ip("nexthop", "del", "id", str(gid))
+        for i in (1, 2, 3):
+            r.ip("nexthop", "del", "id", str(gid + i))
+    return {"read": statistics.median(reads), "read_p99": pct(reads, 0.99),
+            "write": statistics.median(writes)}  # fmt: skip
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 / 1k / 10k routes")
@@ -307,6 +345,15 @@ async def main() -> None:
             f"  ip -batch, the same 1000 replaces:  {ms(fo['ip_batch_s'])} "
             f"({fo['ip_batch_s'] / fo['median']:.2f}x of glbd's time)"
         )
+        print("\n4. a resilient group's bucket table read (spread placement), vs a weight write")
+        for b in (128, 1024):
+            br = await bucket_read(r, b, a.reps)
+            worst = READ_BUCKETS_PER_CALL / b * br["read"] * 100
+            print(
+                f"  {b:>5} buckets: read median {ms(br['read'])}, p99 {ms(br['read_p99'])}; "
+                f"weight write {ms(br['write'])} ({br['read'] / br['write']:.1f}x); "
+                f"{READ_BUCKETS_PER_CALL} buckets read a second: {worst:.1f} % of a core at most"
+            )
         set_compat_mode(1, r.name)
 
 

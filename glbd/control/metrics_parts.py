@@ -114,6 +114,7 @@ class FlowletView(TypedDict, total=False):
     table_entries: int
     evictions: int
     layouts: int
+    layouts_left_out: int
     move: str
     move_chance: float
     move_gate: dict[str, Any] | None
@@ -704,6 +705,15 @@ FLOWLET_METRICS: tuple[Entry, ...] = (
                 "buckets member by member (spread placement)",
                 num("layouts"),
                 when=is_set("layouts"),
+            ),
+            One(
+                "glbd_flowlet_layouts_left_out",
+                "gauge",
+                "destination prefixes over glbd's resilient groups whose flowlets aim without "
+                "a bucket order (not read yet, a group over 1,024 buckets, or beyond the "
+                "program's 1,024 groups or 65,536 prefixes)",
+                num("layouts_left_out"),
+                when=is_set("layouts_left_out"),
             ),
         ),
     ),

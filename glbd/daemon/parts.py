@@ -25,7 +25,7 @@ from glbd.daemon.node import Node
 from glbd.daemon.recheck import Recheck
 from glbd.flowlet.loader import FlowletAttachment, FlowletError
 from glbd.flowlet.movegate import MoveChance, MoveGate
-from glbd.flowlet.placement import LayoutTracker
+from glbd.flowlet.placement import LayoutTracker, listed, listed_routes
 from glbd.flowlet.skew import SkewEstimator
 from glbd.quality.pathchanges import Changes
 from glbd.unnumbered.part import UnnumberedPart
@@ -372,6 +372,7 @@ class FlowletPart(_Part):
         #: spread placement on resilient groups: which bucket tables to read, their orders
         self.layouts = LayoutTracker()
         self._routes_due = 0.0  # when the prefixes' groups are next read
+        self._routes: dict[Any, int] = {}  # prefix -> resilient group, as last read
 
     async def start(self) -> None:
         cfg = self.node.cfg
@@ -541,11 +542,17 @@ class FlowletPart(_Part):
         groups = fib.resilient_groups()
         now = time.monotonic()
         changed = False
-        for gid in self.layouts.due({g: k.entries for g, k in groups.items()}, now):
+        # only the groups the program can hold a list for are read (placement.listed)
+        sizes = {g: k.resilient.buckets for g, k in groups.items() if k.resilient}
+        chosen = listed(sizes, self._routes)
+        entries = {g: groups[g].entries for g in chosen}
+        for gid in self.layouts.due(entries, now, sizes):
             changed |= self.layouts.observed(gid, await fib.read_buckets(gid), now)
         if changed or now >= self._routes_due:
             self._routes_due = now + self.node.cfg.fib.reconcile_interval_s
-            att.set_layouts(fib.resilient_routes(), self.layouts.orders)
+            self._routes = fib.resilient_routes()
+            orders = self.layouts.orders
+            att.set_layouts(listed_routes(self._routes, orders), orders)
 
     def _every(self) -> int:
         """Poll periods per reconcile tick (``fib.reconcile_interval_s``, read each time: a

@@ -41,7 +41,7 @@ import structlog
 from glbd.daemon.bpftools import BPFFS, Tools, find_object, missing_tools, remove_pins
 from glbd.daemon.netns import NETNS_RUN_DIR, read_sysctl, write_sysctl
 from glbd.flowlet.movegate import ALWAYS, NEVER, MoveChance
-from glbd.flowlet.placement import MAX_BUCKETS
+from glbd.flowlet.placement import MAX_BUCKETS, listed, listed_routes
 from glbd.quality.bpfmap import PinnedMap, pinned_id, possible_cpus
 
 log = structlog.get_logger(__name__)
@@ -279,6 +279,7 @@ class FlowletAttachment:
         #: the layouts and orders maps as last written (key -> value): a refresh writes changes
         self._layouts: dict[bytes, bytes] = {}
         self._orders: dict[bytes, bytes] = {}
+        self._left_out = 0
         self._given: tuple[Mapping[Any, int], Mapping[int, Sequence[int]]] = ({}, {})
         ino = os.stat(os.path.join(NETNS_RUN_DIR, netns) if netns else "/proc/self/ns/net")
         self.dir = BPFFS / "glbd" / f"net-{ino.st_ino}"
@@ -538,32 +539,30 @@ class FlowletAttachment:
         """Spread placement on glbd's resilient groups: each group's bucket order
         (:func:`glbd.flowlet.placement.bucket_order`, by group id) and the group of each
         destination prefix over one. Entries are written where new or changed and deleted
-        where gone; a group larger than the program's list is left out (its points aim as
-        without one). Returns the entries written or deleted."""
+        where gone; a group larger than the program's list, and what is beyond the maps'
+        room (:func:`glbd.flowlet.placement.listed`), are left out: their points aim as
+        without a list. Returns the entries written or deleted."""
         if self.params is None:
             raise FlowletError("the program is not loaded")
         if self._layouts and routes == self._given[0] and orders == self._given[1]:
             return 0  # the usual tick: nothing moved
-        want_o = {
-            struct.pack("<I", g): layout_value(o)
-            for g, o in orders.items()
-            if 0 < len(o) <= MAX_BUCKETS
-        }
-        want_l = {
-            layout_key(n): struct.pack("<I", g)
-            for n, g in routes.items()
-            if struct.pack("<I", g) in want_o
-        }
+        # never more than the maps hold: a full map would fail every write after it
+        chosen = listed({g: len(o) for g, o in orders.items()}, routes)
+        want_o = {struct.pack("<I", g): layout_value(orders[g]) for g in chosen}
+        mapped = listed_routes(routes, chosen)
+        want_l = {layout_key(n): struct.pack("<I", g) for n, g in mapped.items()}
         try:
-            # lists first and last gone: a prefix never names a group without one
-            n = self._write_map("orders", self._orders, want_o)
-            n += self._write_map("layouts", self._layouts, want_l)
-            n += self._delete_from("layouts", self._layouts, want_l)
+            # what goes, first: a full map takes no new entry; a prefix whose group lost its
+            # list meanwhile aims as without one (the program checks) until it is rewritten
+            n = self._delete_from("layouts", self._layouts, want_l)
             n += self._delete_from("orders", self._orders, want_o)
+            n += self._write_map("orders", self._orders, want_o)
+            n += self._write_map("layouts", self._layouts, want_l)
         except OSError:
             self._close_maps()  # written again in full at the next call
             raise
         self._orders, self._layouts = want_o, want_l
+        self._left_out = len(routes) - len(mapped)
         self._given = (dict(routes), dict(orders))
         self.state.events["layouts_written"] += n
         return n
@@ -673,6 +672,9 @@ class FlowletAttachment:
             "move_chance": round(self.move.at(time.monotonic_ns()), 3),
             # destination prefixes with a bucket order in the program (spread placement)
             "layouts": len(self._layouts),
+            # prefixes over glbd's resilient groups without one: not read yet, a group of
+            # more than 1,024 buckets, or beyond the maps' room
+            "layouts_left_out": self._left_out,
             "table_size": st.table_size,
             "attached": st.attached,
             "missing": st.missing,

@@ -117,9 +117,14 @@ def test_every_leaf_has_weighted_group_via_both_spines(
     # NNHN validated: each spine says leaf2 (198.18.0.102) lies behind it
     assert {tuple(nh["nnh"]) for nh in r2["next_hops"]} == {(TOPO.node("leaf2").router_id,)}
     assert fab.ns("host1").ping("198.19.2.2", count=5, wait=1.0)
+
     # spread placement: the flowlet program holds each remote prefix's bucket order
+    def placed() -> bool:
+        f = nodes["leaf1"].request("flowlet")
+        return bool(f.get("layouts") == len(P) - 1 and f.get("layouts_left_out") == 0)
+
     wait_until(
-        lambda: nodes["leaf1"].request("flowlet").get("layouts") == len(P) - 1,
+        placed,
         10,
         what="leaf1's bucket orders in the flowlet program",
     )

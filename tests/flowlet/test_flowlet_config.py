@@ -124,6 +124,7 @@ def test_samples_per_interface_and_skip_reason() -> None:
         "table_entries": 1024,
         "evictions": 7,
         "layouts": 3,
+        "layouts_left_out": 2,
         "interfaces": [{"interface": "eth0", "attached": True, **counters}],
         "events": {"loaded": 1, "errors": 0},
     }
@@ -136,6 +137,7 @@ def test_samples_per_interface_and_skip_reason() -> None:
     assert got[("glbd_flowlet_table_entries", ())] == 1024.0
     assert got[("glbd_flowlet_evictions_total", ())] == 7.0
     assert got[("glbd_flowlet_layouts", ())] == 3.0
+    assert got[("glbd_flowlet_layouts_left_out", ())] == 2.0
     assert got[("glbd_flowlet_attached", eth0)] == 1.0
     assert got[("glbd_flowlet_moved_total", eth0)] == 4.0
     assert got[("glbd_flowlet_skipped_total", (*eth0, ("reason", "not_ip")))] == 3.0

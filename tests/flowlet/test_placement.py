@@ -15,7 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as hs
 
 from glbd.fib.fibread import read_buckets
-from glbd.flowlet.placement import MAX_BUCKETS, LayoutTracker, bucket_order, shared
+from glbd.flowlet.placement import (
+    MAX_BUCKETS,
+    MAX_GROUPS,
+    MAX_PREFIXES,
+    LayoutTracker,
+    bucket_order,
+    listed,
+    listed_routes,
+    shared,
+)
 from glbd.netlink.rtsocket import NetlinkSocket
 
 
@@ -113,6 +122,28 @@ async def test_without_a_layout_scattered_buckets_split_unevenly(
     assert await _placed(rig, flowlet, layout=False, v6=v6) != [2] * 12
 
 
+@pytest.mark.netns
+async def test_the_program_is_given_no_more_groups_than_its_map_holds(
+    rig: Rig, flowlet: Start
+) -> None:
+    """More groups than the ``orders`` map holds: the groups most prefixes use get a list,
+    the rest are counted as left out; new groups displacing others in a full map are
+    written (what goes is deleted first), never an error."""
+    att = await flowlet(timeout_us=2_000_000, buckets=64)
+    order = tuple(range(64))
+    n = MAX_GROUPS + 20
+    routes = {ip_network((0x0A000000 + (g << 8), 24)): g for g in range(1, n + 1)}
+    orders = dict.fromkeys(range(1, n + 31), order)
+    assert att.set_layouts(routes, orders) == 2 * MAX_GROUPS
+    snap = att.snapshot()
+    assert (snap["layouts"], snap["layouts_left_out"]) == (MAX_GROUPS, 20)
+    for g in range(n + 1, n + 31):  # 30 new groups of two prefixes each go first
+        routes |= {ip_network((0x0B000000 + (g << 9) + (i << 8), 24)): g for i in (0, 1)}
+    assert att.set_layouts(routes, orders) == 30 + 30 + 30 + 60  # 30 groups out, 30 in
+    snap = att.snapshot()
+    assert (snap["layouts"], snap["layouts_left_out"]) == (60 + MAX_GROUPS - 30, 20 + 30)
+
+
 E = ((1, 1), (2, 1))  # a group's (member, weight) entries
 
 
@@ -154,3 +185,50 @@ def test_buckets_are_shared_by_the_weights_within_one_each() -> None:
     assert not shared([1, 1, 2, 2], ((1, 3), (2, 1)))
     assert shared([1] * 43 + [2] * 21, ((1, 2), (2, 1)))
     assert not shared([1, 1, 1, 2], ((1, 1), (2, 1), (3, 1)))
+
+
+def test_reads_per_call_are_budgeted_and_every_group_takes_its_turn() -> None:
+    """Weights that change everywhere each second (a neighbour flapping its quality) cost at
+    most ``budget`` buckets read a call, and no group waits behind the others for good."""
+    t = LayoutTracker(settle_s=2.0, recheck_s=5.0, budget=4 * 128)
+    read: list[int] = []
+    for sec in range(10):
+        w = ((1, 1 + sec % 2), (2, 1))  # every group's weights change every call
+        due = t.due({g: w for g in range(10)}, float(sec))
+        assert len(due) == 4
+        for g in due:
+            t.observed(g, [1, 2], float(sec))
+        read += due
+    assert set(read) == set(range(10))  # 40 reads: each of the 10 groups read 4 times
+    assert max(read.count(g) for g in range(10)) - min(read.count(g) for g in range(10)) <= 1
+
+
+def test_a_group_beyond_the_budget_stays_due_until_read() -> None:
+    t = LayoutTracker(settle_s=1.0, recheck_s=5.0, budget=1024)
+    sizes = {10: 1024, 11: 64, 12: 2048}
+    assert t.due({10: E, 11: E}, 0.0, sizes) == [10]
+    t.observed(10, [1, 2], 0.0)
+    assert t.due({10: E, 11: E}, 3.0, sizes) == [11]  # past its settle time, still never read
+    t.observed(11, [1, 2], 3.0)
+    assert t.due({10: E, 11: E}, 4.0, sizes) == []
+    assert t.due({12: E}, 5.0, sizes) == [12]  # one group over the budget is still read
+
+
+def test_the_groups_listed_are_those_the_program_has_room_for() -> None:
+    nets = [ip_network(f"10.0.{i}.0/24") for i in range(6)]
+    routes = {nets[0]: 3, nets[1]: 3, nets[2]: 2, nets[3]: 1, nets[4]: 4, nets[5]: 4}
+    buckets = {1: 128, 2: 128, 3: 128, 4: 128, 5: MAX_BUCKETS + 1, 6: 0}
+    assert listed(buckets, routes) == {1, 2, 3, 4}  # too many buckets, or none: no list
+    assert listed(buckets, routes, limit=2) == {3, 4}  # the groups most prefixes use
+    assert listed(buckets, routes, limit=3) == {1, 3, 4}  # a tie: the lower id
+    assert listed_routes(routes, {3, 4}) == {nets[0]: 3, nets[1]: 3, nets[4]: 4, nets[5]: 4}
+    v6 = ip_network("2001:db8::/64")
+    got = listed_routes({**routes, v6: 1}, {1, 2, 3, 4}, limit=3)
+    assert got == {nets[0]: 3, nets[1]: 3, nets[2]: 2}  # IPv4 first, by address
+
+
+def test_no_more_than_the_maps_hold_is_given_to_the_program() -> None:
+    routes = {ip_network(f"10.{i >> 8}.{i & 255}.0/24"): i % (MAX_GROUPS + 10) for i in range(9)}
+    assert len(listed({g: 8 for g in range(MAX_GROUPS + 10)}, routes)) == MAX_GROUPS
+    many = {ip_network((i << 8, 24)): 1 for i in range(MAX_PREFIXES + 5)}
+    assert len(listed_routes(many, {1})) == MAX_PREFIXES
