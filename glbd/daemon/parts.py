@@ -25,7 +25,7 @@ from glbd.daemon.node import Node
 from glbd.daemon.recheck import Recheck
 from glbd.flowlet.loader import FlowletAttachment, FlowletError
 from glbd.flowlet.movegate import MoveChance, MoveGate
-from glbd.flowlet.placement import LayoutTracker, listed, listed_routes
+from glbd.flowlet.placement import LayoutTracker, listed
 from glbd.flowlet.skew import SkewEstimator
 from glbd.quality.pathchanges import Changes
 from glbd.unnumbered.part import UnnumberedPart
@@ -551,8 +551,7 @@ class FlowletPart(_Part):
         if changed or now >= self._routes_due:
             self._routes_due = now + self.node.cfg.fib.reconcile_interval_s
             self._routes = fib.resilient_routes()
-            orders = self.layouts.orders
-            att.set_layouts(listed_routes(self._routes, orders), orders)
+            att.set_layouts(self._routes, self.layouts.orders)
 
     def _every(self) -> int:
         """Poll periods per reconcile tick (``fib.reconcile_interval_s``, read each time: a

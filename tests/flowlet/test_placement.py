@@ -127,21 +127,23 @@ async def test_the_program_is_given_no_more_groups_than_its_map_holds(
     rig: Rig, flowlet: Start
 ) -> None:
     """More groups than the ``orders`` map holds: the groups most prefixes use get a list,
-    the rest are counted as left out; new groups displacing others in a full map are
-    written (what goes is deleted first), never an error."""
+    the rest (and prefixes over a group without a list) are counted as left out; new groups
+    displacing others in a full map are written (what goes is deleted first), never an
+    error."""
     att = await flowlet(timeout_us=2_000_000, buckets=64)
     order = tuple(range(64))
     n = MAX_GROUPS + 20
     routes = {ip_network((0x0A000000 + (g << 8), 24)): g for g in range(1, n + 1)}
+    routes[ip_network("192.0.2.0/24")] = 5000  # a group with no order (not read yet)
     orders = dict.fromkeys(range(1, n + 31), order)
     assert att.set_layouts(routes, orders) == 2 * MAX_GROUPS
     snap = att.snapshot()
-    assert (snap["layouts"], snap["layouts_left_out"]) == (MAX_GROUPS, 20)
+    assert (snap["layouts"], snap["layouts_left_out"]) == (MAX_GROUPS, 20 + 1)
     for g in range(n + 1, n + 31):  # 30 new groups of two prefixes each go first
         routes |= {ip_network((0x0B000000 + (g << 9) + (i << 8), 24)): g for i in (0, 1)}
     assert att.set_layouts(routes, orders) == 30 + 30 + 30 + 60  # 30 groups out, 30 in
     snap = att.snapshot()
-    assert (snap["layouts"], snap["layouts_left_out"]) == (60 + MAX_GROUPS - 30, 20 + 30)
+    assert (snap["layouts"], snap["layouts_left_out"]) == (60 + MAX_GROUPS - 30, 20 + 1 + 30)
 
 
 E = ((1, 1), (2, 1))  # a group's (member, weight) entries
